@@ -1,0 +1,1 @@
+"""Pareto queries and figures over the store."""

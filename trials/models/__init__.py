@@ -1,0 +1,34 @@
+"""Model families: CaiT (with DeiT as a configuration) and CoAtNet (with ViT-REL).
+
+Importing this package does not import torch; building a model does.
+"""
+
+from .build import build_model, count_parameters, preset_parameter_count, resolve_config
+from .config import (
+    STANDARD_LAYOUTS,
+    VIT_REL,
+    CaiTConfig,
+    CoAtNetConfig,
+    ModelConfig,
+    ModelConfigError,
+    config_from_dict,
+    paper_layer_scale_init,
+)
+from .presets import PRESETS, preset_names
+
+__all__ = [
+    "PRESETS",
+    "STANDARD_LAYOUTS",
+    "VIT_REL",
+    "CaiTConfig",
+    "CoAtNetConfig",
+    "ModelConfig",
+    "ModelConfigError",
+    "build_model",
+    "config_from_dict",
+    "count_parameters",
+    "paper_layer_scale_init",
+    "preset_names",
+    "preset_parameter_count",
+    "resolve_config",
+]

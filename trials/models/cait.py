@@ -1,0 +1,156 @@
+"""CaiT (Touvron et al. 2021), with DeiT/ViT as the configuration without class attention.
+
+Self-attention stage: patch tokens (positional embedding on patches only) through ``depth``
+pre-norm blocks with LayerScale and, optionally, talking-heads attention. Class-attention
+stage: the class token attends to ``[cls, patches]`` and is the only token updated, so its
+cost is linear in the number of patches. With ``cls_insert_layer`` set, the class token joins
+the patch tokens earlier (DeiT: at layer 0).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import CaiTConfig
+from .layers import Mlp, drop_path, init_transformer_weights, residual_scale
+
+
+def _mix_heads(scores: torch.Tensor, mix: nn.Linear) -> torch.Tensor:
+    """Talking heads: a learned linear map across the head axis of (B, H, N, M) scores.
+
+    Done as one batched matmul on the contiguous (B, H, N*M) view, which avoids the two
+    permute-copies a Linear over a channels-last view would need.
+    """
+    b, h, n, m = scores.shape
+    flat = scores.reshape(b, h, n * m)
+    mixed = torch.baddbmm(mix.bias.view(1, h, 1), mix.weight.expand(b, h, h), flat)
+    return mixed.view(b, h, n, m)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention; SDPA unless talking heads (which need the explicit logits)."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool, talking_heads: bool):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim**-0.5
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.talking_heads = talking_heads
+        if talking_heads:
+            self.mix_logits = nn.Linear(num_heads, num_heads)  # before the softmax
+            self.mix_weights = nn.Linear(num_heads, num_heads)  # after the softmax
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if self.talking_heads:
+            logits = _mix_heads((q * self.scale) @ k.transpose(-2, -1), self.mix_logits)
+            weights = _mix_heads(logits.softmax(dim=-1), self.mix_weights)
+            out = weights @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+
+
+class ClassAttention(nn.Module):
+    """Attention with the class token as the only query; keys/values over [cls, patches]."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.q = nn.Linear(dim, dim, bias=qkv_bias)
+        self.kv = nn.Linear(dim, 2 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` is normalised [cls, patches] (B, 1+N, C); returns the class update (B, 1, C)."""
+        b, n, c = tokens.shape
+        q = self.q(tokens[:, :1]).view(b, 1, self.num_heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(tokens).view(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(b, 1, c))
+
+
+class SelfAttentionBlock(nn.Module):
+    """Pre-norm block: x + ls1 * SA(LN(x)), then x + ls2 * FFN(LN(x)), each with drop-path."""
+
+    def __init__(self, config: CaiTConfig, drop_path_rate: float):
+        super().__init__()
+        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.layer_scale == "rezero"
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = SelfAttention(dim, config.num_heads, config.qkv_bias, config.talking_heads)
+        self.ls1 = residual_scale(dim, ls_init, rezero)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, config.mlp_hidden_dim)
+        self.ls2 = residual_scale(dim, ls_init, rezero)
+        self.drop_path = drop_path(drop_path_rate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.ls1(self.attn(self.norm1(x))))
+        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
+
+
+class ClassAttentionBlock(nn.Module):
+    """Updates only the class token; patch tokens pass through untouched. No drop-path (as in CaiT)."""
+
+    def __init__(self, config: CaiTConfig):
+        super().__init__()
+        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.layer_scale == "rezero"
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = ClassAttention(dim, config.num_heads, config.qkv_bias)
+        self.ls1 = residual_scale(dim, ls_init, rezero)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, config.mlp_hidden_dim)
+        self.ls2 = residual_scale(dim, ls_init, rezero)
+
+    def forward(self, cls: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+        cls = cls + self.ls1(self.attn(self.norm1(torch.cat((cls, patches), dim=1))))
+        return cls + self.ls2(self.mlp(self.norm2(cls)))
+
+
+class CaiT(nn.Module):
+    """CaiT / DeiT image classifier built from a :class:`CaiTConfig`."""
+
+    def __init__(self, config: CaiTConfig):
+        super().__init__()
+        self.config = config
+        dim = config.embed_dim
+        self.patch_embed = nn.Conv2d(config.in_chans, dim, config.patch_size, stride=config.patch_size)
+        self.pos_embed = nn.Parameter(torch.zeros(1, config.num_patches, dim))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.blocks = nn.ModuleList(SelfAttentionBlock(config, rate) for rate in config.block_drop_path_rates())
+        self.ca_blocks = nn.ModuleList(ClassAttentionBlock(config) for _ in range(config.ca_depth))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, config.num_classes)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        self.apply(init_transformer_weights)
+
+    def forward_features(self, images: torch.Tensor) -> torch.Tensor:
+        """Normalised tokens (B, 1+N, C), class token first."""
+        x = self.patch_embed(images).flatten(2).transpose(1, 2) + self.pos_embed
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        insert_at = self.config.class_token_layer
+        for i, block in enumerate(self.blocks):
+            if i == insert_at:
+                x = torch.cat((cls, x), dim=1)
+            x = block(x)
+        if insert_at < len(self.blocks):
+            cls, x = x[:, :1], x[:, 1:]
+        for block in self.ca_blocks:
+            cls = block(cls, x)
+        return self.norm(torch.cat((cls, x), dim=1))
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head(features[:, 0])
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(images))

@@ -1,0 +1,374 @@
+"""Model configurations as validated data.
+
+One frozen dataclass per family. Validation runs on construction (and therefore on every
+``dataclasses.replace``), and each error names the field and the constraint it broke, so a
+search space compiled from YAML can point the user at the offending key.
+
+This module imports nothing heavier than the standard library: the search space and the
+closed-form cost model validate and price configurations without importing torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+LayerScaleSpec = float | Literal["paper", "off", "rezero"]
+DropPathSchedule = Literal["uniform", "linear"]
+
+VIT_REL = "VIT-REL"
+STANDARD_LAYOUTS = ("CCCC", "CCCT", "CCTT", "CTTT", VIT_REL)
+
+
+class ModelConfigError(ValueError):
+    """A model configuration violates a constraint.
+
+    ``field`` is the dotted name of the offending field so that callers (the search-space
+    compiler, the CLI) can prefix it with their own path.
+    """
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+def paper_layer_scale_init(depth: int) -> float:
+    """LayerScale init from the CaiT paper's schedule: 0.1 up to 18 blocks, 1e-5 at 24, 1e-6 deeper."""
+    if depth <= 18:
+        return 0.1
+    if depth <= 24:
+        return 1e-5
+    return 1e-6
+
+
+def drop_path_rates(rate: float, num_blocks: int, schedule: DropPathSchedule) -> list[float]:
+    """Per-block stochastic-depth probabilities.
+
+    CaiT's official code uses the same rate for every block ("uniform"); timm and CoAtNet
+    ramp it linearly from 0 at the first block to ``rate`` at the last ("linear").
+    """
+    if schedule == "uniform":
+        return [rate] * num_blocks
+    if num_blocks == 1:
+        return [0.0]
+    return [rate * i / (num_blocks - 1) for i in range(num_blocks)]
+
+
+def _positive_int(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelConfigError(f"{owner}.{name}", f"must be a positive integer, got {value!r}")
+
+
+def _non_negative_int(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ModelConfigError(f"{owner}.{name}", f"must be a non-negative integer, got {value!r}")
+
+
+def _probability(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ModelConfigError(f"{owner}.{name}", f"must be a number in [0, 1), got {value!r}")
+
+
+def _one_of(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ModelConfigError(f"{owner}.{name}", f"must be one of {', '.join(allowed)}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class _ConfigBase:
+    family: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-friendly dict, including the ``family`` tag."""
+        out: dict[str, Any] = {"family": self.family}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def replace(self, **overrides: Any) -> _ConfigBase:
+        """A validated copy with some fields changed (unknown names are an error)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        for key in overrides:
+            if key not in known:
+                raise ModelConfigError(
+                    f"{type(self).__name__}.{key}",
+                    f"unknown field; valid fields are {', '.join(sorted(known))}",
+                )
+        return dataclasses.replace(self, **overrides)
+
+
+@dataclass(frozen=True)
+class CaiTConfig(_ConfigBase):
+    """CaiT (and the DeiT/ViT baseline as a special case).
+
+    ``depth`` self-attention blocks over the patch tokens, then ``ca_depth`` class-attention
+    blocks in which only the class token is updated. ``cls_insert_layer`` says where the
+    class token joins the patch tokens: ``None`` means after the self-attention stage (CaiT);
+    ``0`` gives DeiT/ViT; values in between are the paper's "late insertion" variants.
+
+    ``layer_scale``: a float (per-channel init), ``"paper"`` (the paper's depth schedule),
+    ``"off"`` (plain residuals, DeiT) or ``"rezero"`` (one scalar gain per branch, init 0).
+    """
+
+    family: ClassVar[str] = "cait"
+
+    image_size: int = 224
+    patch_size: int = 16
+    in_chans: int = 3
+    num_classes: int = 1000
+    embed_dim: int = 192
+    depth: int = 24
+    num_heads: int = 4
+    ca_depth: int = 2
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    talking_heads: bool = True
+    layer_scale: LayerScaleSpec = "paper"
+    drop_path_rate: float = 0.0
+    drop_path_schedule: DropPathSchedule = "uniform"
+    cls_insert_layer: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name in (
+            "image_size",
+            "patch_size",
+            "in_chans",
+            "num_classes",
+            "embed_dim",
+            "depth",
+            "num_heads",
+        ):
+            _positive_int(owner, name, getattr(self, name))
+        _non_negative_int(owner, "ca_depth", self.ca_depth)
+        if self.image_size % self.patch_size:
+            raise ModelConfigError(
+                f"{owner}.image_size",
+                f"{self.image_size} is not divisible by patch_size {self.patch_size}",
+            )
+        if self.embed_dim % self.num_heads:
+            raise ModelConfigError(
+                f"{owner}.embed_dim", f"{self.embed_dim} is not divisible by num_heads {self.num_heads}"
+            )
+        if isinstance(self.mlp_ratio, bool) or not isinstance(self.mlp_ratio, (int, float)) or self.mlp_ratio <= 0:
+            raise ModelConfigError(f"{owner}.mlp_ratio", f"must be a positive number, got {self.mlp_ratio!r}")
+        if round(self.embed_dim * self.mlp_ratio) < 1:
+            raise ModelConfigError(f"{owner}.mlp_ratio", f"{self.mlp_ratio} leaves the FFN with no hidden units")
+        ls = self.layer_scale
+        if isinstance(ls, str):
+            _one_of(owner, "layer_scale", ls, ("paper", "off", "rezero"))
+        elif isinstance(ls, bool) or not isinstance(ls, (int, float)) or not (0.0 < ls < math.inf):
+            raise ModelConfigError(
+                f"{owner}.layer_scale", f"must be a positive float, 'paper', 'off' or 'rezero'; got {ls!r}"
+            )
+        _probability(owner, "drop_path_rate", self.drop_path_rate)
+        _one_of(owner, "drop_path_schedule", self.drop_path_schedule, ("uniform", "linear"))
+        if self.cls_insert_layer is not None:
+            _non_negative_int(owner, "cls_insert_layer", self.cls_insert_layer)
+            if self.cls_insert_layer > self.depth:
+                raise ModelConfigError(
+                    f"{owner}.cls_insert_layer",
+                    f"{self.cls_insert_layer} is past the last self-attention block (depth {self.depth})",
+                )
+        if self.ca_depth == 0 and self.class_token_layer >= self.depth:
+            raise ModelConfigError(
+                f"{owner}.cls_insert_layer",
+                "with ca_depth 0 the class token must join a self-attention block "
+                f"(cls_insert_layer < depth {self.depth}), otherwise nothing ever updates it",
+            )
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    @property
+    def mlp_hidden_dim(self) -> int:
+        return round(self.embed_dim * self.mlp_ratio)
+
+    @property
+    def class_token_layer(self) -> int:
+        """Index of the self-attention block the class token first enters (``depth``: none)."""
+        return self.depth if self.cls_insert_layer is None else self.cls_insert_layer
+
+    def layer_scale_init(self) -> float | None:
+        """Resolved per-channel LayerScale init, or None when per-channel LayerScale is not used."""
+        if self.layer_scale == "paper":
+            return paper_layer_scale_init(self.depth)
+        if self.layer_scale in ("off", "rezero"):
+            return None
+        return float(self.layer_scale)
+
+    def block_drop_path_rates(self) -> list[float]:
+        return drop_path_rates(self.drop_path_rate, self.depth, self.drop_path_schedule)
+
+
+@dataclass(frozen=True)
+class CoAtNetConfig(_ConfigBase):
+    """CoAtNet: a conv stem S0 and four stages S1..S4 at strides 4, 8, 16, 32.
+
+    ``depths`` and ``dims`` have five entries, S0..S4 as in the paper's tables (S0's depth is
+    the number of stem convolutions). ``layout`` gives the block type of S1..S4 (``C``: MBConv,
+    ``T``: relative-attention Transformer), e.g. ``"CCTT"``; convolution stages must come
+    first. ``"VIT-REL"`` is the paper's ViT baseline with relative attention: a
+    ``vit_patch_size`` patchify stem, then ``sum(depths[1:])`` Transformer blocks at S3's width
+    (the stride-16 stage) with no further downsampling.
+
+    ``mbconv_downsample``: where an MBConv stage's first block strides. ``"expand"`` is the
+    paper's default (stride in the first 1x1 convolution, so the depthwise conv runs at the
+    lower resolution); ``"depthwise"`` is timm's variant (the costlier one in the paper's Table 9).
+    """
+
+    family: ClassVar[str] = "coatnet"
+
+    image_size: int = 224
+    in_chans: int = 3
+    num_classes: int = 1000
+    layout: str = "CCTT"
+    depths: tuple[int, ...] = (2, 2, 3, 5, 2)
+    dims: tuple[int, ...] = (64, 96, 192, 384, 768)
+    head_size: int = 32
+    mlp_ratio: float = 4.0
+    expansion: int = 4
+    se_ratio: float = 0.25
+    head_hidden_dim: int | None = None
+    drop_path_rate: float = 0.0
+    drop_path_schedule: DropPathSchedule = "linear"
+    mbconv_downsample: Literal["expand", "depthwise"] = "expand"
+    vit_patch_size: int = 16
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        object.__setattr__(self, "layout", normalize_layout(self.layout, f"{owner}.layout"))
+        object.__setattr__(self, "depths", tuple(self.depths))
+        object.__setattr__(self, "dims", tuple(self.dims))
+        for name in ("image_size", "in_chans", "num_classes", "head_size", "expansion", "vit_patch_size"):
+            _positive_int(owner, name, getattr(self, name))
+        for name in ("depths", "dims"):
+            values = getattr(self, name)
+            if len(values) != 5:
+                raise ModelConfigError(
+                    f"{owner}.{name}", f"needs 5 entries (stages S0..S4), got {len(values)}: {list(values)}"
+                )
+            for i, v in enumerate(values):
+                _positive_int(owner, f"{name}[{i}]", v)
+        if self.head_hidden_dim is not None:
+            _positive_int(owner, "head_hidden_dim", self.head_hidden_dim)
+        if isinstance(self.mlp_ratio, bool) or not isinstance(self.mlp_ratio, (int, float)) or self.mlp_ratio <= 0:
+            raise ModelConfigError(f"{owner}.mlp_ratio", f"must be a positive number, got {self.mlp_ratio!r}")
+        if (
+            isinstance(self.se_ratio, bool)
+            or not isinstance(self.se_ratio, (int, float))
+            or not 0 <= self.se_ratio <= 1
+        ):
+            raise ModelConfigError(f"{owner}.se_ratio", f"must be a number in [0, 1], got {self.se_ratio!r}")
+        _probability(owner, "drop_path_rate", self.drop_path_rate)
+        _one_of(owner, "drop_path_schedule", self.drop_path_schedule, ("uniform", "linear"))
+        _one_of(owner, "mbconv_downsample", self.mbconv_downsample, ("expand", "depthwise"))
+        if self.is_vit_rel:
+            if self.image_size % self.vit_patch_size:
+                raise ModelConfigError(
+                    f"{owner}.image_size",
+                    f"{self.image_size} is not divisible by vit_patch_size {self.vit_patch_size}",
+                )
+            if self.dims[3] % self.head_size:
+                raise ModelConfigError(
+                    f"{owner}.dims[3]", f"{self.dims[3]} is not divisible by head_size {self.head_size}"
+                )
+            return
+        if self.image_size % 32:
+            raise ModelConfigError(
+                f"{owner}.image_size",
+                f"{self.image_size} is not divisible by 32, the total stride of stages S0..S4",
+            )
+        for stage, kind in enumerate(self.layout, start=1):
+            if kind == "T" and self.dims[stage] % self.head_size:
+                raise ModelConfigError(
+                    f"{owner}.dims[{stage}]",
+                    f"{self.dims[stage]} (a Transformer stage) is not divisible by head_size {self.head_size}",
+                )
+
+    @property
+    def is_vit_rel(self) -> bool:
+        return self.layout == VIT_REL
+
+    def stage_resolutions(self) -> list[int]:
+        """Spatial side of the feature map after S1..S4 (after the stem for VIT-REL)."""
+        if self.is_vit_rel:
+            return [self.image_size // self.vit_patch_size]
+        return [self.image_size // 2 ** (s + 1) for s in range(1, 5)]
+
+    def num_blocks(self) -> int:
+        return sum(self.depths[1:])
+
+    def block_drop_path_rates(self) -> list[float]:
+        return drop_path_rates(self.drop_path_rate, self.num_blocks(), self.drop_path_schedule)
+
+
+ModelConfig = CaiTConfig | CoAtNetConfig
+CONFIG_CLASSES: dict[str, type[_ConfigBase]] = {"cait": CaiTConfig, "coatnet": CoAtNetConfig}
+
+
+def normalize_layout(layout: Any, where: str = "layout") -> str:
+    """Canonical layout string: ``"C-C-T-T"``/``"cctt"`` -> ``"CCTT"``, ``"vit_rel"`` -> ``"VIT-REL"``."""
+    if not isinstance(layout, str):
+        raise ModelConfigError(where, f"must be a string such as 'CCTT' or 'VIT-REL', got {layout!r}")
+    text = layout.strip().upper().replace("_", "-")
+    if text in (VIT_REL, "VITREL"):
+        return VIT_REL
+    compact = text.replace("-", "")
+    if len(compact) != 4 or set(compact) - {"C", "T"}:
+        raise ModelConfigError(
+            where,
+            f"{layout!r} is not a layout: use 4 stage letters C (MBConv) / T (Transformer), "
+            f"e.g. {', '.join(STANDARD_LAYOUTS)}",
+        )
+    if "TC" in compact:
+        raise ModelConfigError(
+            where, f"{layout!r} puts a convolution stage after a Transformer stage; C stages must come first"
+        )
+    return compact
+
+
+def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
+    """Build a config from a plain mapping with a ``family`` key (as written in YAML)."""
+    if not isinstance(data, Mapping):
+        raise ModelConfigError("model", f"must be a mapping with a 'family' key, got {type(data).__name__}")
+    values = dict(data)
+    family = values.pop("family", None)
+    if family not in CONFIG_CLASSES:
+        raise ModelConfigError("family", f"must be one of {', '.join(CONFIG_CLASSES)}; got {family!r}")
+    cls = CONFIG_CLASSES[family]
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ModelConfigError(
+            f"{cls.__name__}.{unknown[0]}", f"unknown field; valid fields are {', '.join(sorted(known))}"
+        )
+    for key in ("depths", "dims"):
+        if key in values and isinstance(values[key], list):
+            values[key] = tuple(values[key])
+    return cls(**values)  # type: ignore[return-value]
+
+
+__all__ = [
+    "CONFIG_CLASSES",
+    "STANDARD_LAYOUTS",
+    "VIT_REL",
+    "CaiTConfig",
+    "CoAtNetConfig",
+    "ModelConfig",
+    "ModelConfigError",
+    "config_from_dict",
+    "drop_path_rates",
+    "normalize_layout",
+    "paper_layer_scale_init",
+]
