@@ -17,16 +17,23 @@ from .config import CaiTConfig
 from .layers import Mlp, drop_path, init_transformer_weights, residual_scale
 
 
-def _mix_heads(scores: torch.Tensor, mix: nn.Linear) -> torch.Tensor:
-    """Talking heads: a learned linear map across the head axis of (B, H, N, M) scores.
+class HeadMix(nn.Module):
+    """Talking heads: a learned linear map across the head axis of (B, H, N, M) attention scores.
 
-    Done as one batched matmul on the contiguous (B, H, N*M) view, which avoids the two
-    permute-copies a Linear over a channels-last view would need.
+    One batched matmul on the contiguous (B, H, N*M) view, which avoids the two permute-copies
+    that an ``nn.Linear`` over a heads-last view would need. Same parameters as that Linear.
     """
-    b, h, n, m = scores.shape
-    flat = scores.reshape(b, h, n * m)
-    mixed = torch.baddbmm(mix.bias.view(1, h, 1), mix.weight.expand(b, h, h), flat)
-    return mixed.view(b, h, n, m)
+
+    def __init__(self, num_heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_heads, num_heads))
+        self.bias = nn.Parameter(torch.zeros(num_heads))
+        nn.init.trunc_normal_(self.weight, std=0.02)
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        b, h, n, m = scores.shape
+        mixed = torch.baddbmm(self.bias.view(1, h, 1), self.weight.expand(b, h, h), scores.reshape(b, h, n * m))
+        return mixed.view(b, h, n, m)
 
 
 class SelfAttention(nn.Module):
@@ -41,15 +48,15 @@ class SelfAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.talking_heads = talking_heads
         if talking_heads:
-            self.mix_logits = nn.Linear(num_heads, num_heads)  # before the softmax
-            self.mix_weights = nn.Linear(num_heads, num_heads)  # after the softmax
+            self.mix_logits = HeadMix(num_heads)  # before the softmax
+            self.mix_weights = HeadMix(num_heads)  # after the softmax
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, c = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if self.talking_heads:
-            logits = _mix_heads((q * self.scale) @ k.transpose(-2, -1), self.mix_logits)
-            weights = _mix_heads(logits.softmax(dim=-1), self.mix_weights)
+            logits = self.mix_logits((q * self.scale) @ k.transpose(-2, -1))
+            weights = self.mix_weights(logits.softmax(dim=-1))
             out = weights @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v)

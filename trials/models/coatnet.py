@@ -56,7 +56,7 @@ class MBConvBlock(nn.Module):
         shortcut: list[nn.Module] = [nn.MaxPool2d(2)] if stride == 2 else []
         if in_dim != dim:
             shortcut.append(nn.Conv2d(in_dim, dim, 1))
-        self.shortcut = nn.Sequential(*shortcut)
+        self.shortcut = nn.Sequential(*shortcut) if shortcut else nn.Identity()
         self.pre_norm = nn.BatchNorm2d(in_dim)
         self.expand = nn.Conv2d(in_dim, hidden, 1, stride=stride_in_expand, bias=False)
         self.norm1 = nn.BatchNorm2d(hidden)
