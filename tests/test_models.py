@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
@@ -101,8 +103,8 @@ def test_class_attention_cost_is_linear_in_patches_and_self_attention_is_not():
     sizes = [16, 32, 48, 64]
     ca = [_block_flops(model.ca_blocks[0], n) for n in sizes]
     sa = [_block_flops(model.blocks[0], n) for n in sizes]
-    ca_steps = {b - a for a, b in zip(ca, ca[1:], strict=False)}
-    sa_steps = [b - a for a, b in zip(sa, sa[1:], strict=False)]
+    ca_steps = {b - a for a, b in itertools.pairwise(ca)}
+    sa_steps = [b - a for a, b in itertools.pairwise(sa)]
     assert len(ca_steps) == 1 and ca_steps.pop() > 0  # equal increments: linear in N
     assert sa_steps[0] < sa_steps[1] < sa_steps[2]  # growing increments: quadratic in N
     # The class token's FFN runs once, independent of N; patch FFNs are not recomputed.
@@ -231,7 +233,7 @@ def test_relative_bias_enters_the_attention_logits():
     base = attn(x)
     with torch.no_grad():
         attn.relative_bias[0, 4] += 50.0  # offset (0, 0): every query now attends to itself
-    q, k, v = attn.qkv(x).view(1, 4, 3, 1, 32).permute(2, 0, 3, 1, 4)
+    _q, _k, v = attn.qkv(x).view(1, 4, 3, 1, 32).permute(2, 0, 3, 1, 4)
     assert not torch.allclose(attn(x), base)
     assert torch.allclose(attn(x), attn.proj(v.transpose(1, 2).reshape(1, 4, 32)), atol=1e-4)
 
