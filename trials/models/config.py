@@ -4,7 +4,7 @@ One frozen dataclass per family. Validation runs on construction (and therefore 
 ``dataclasses.replace``), and each error names the field and the constraint it broke, so a
 search space compiled from YAML can point the user at the offending key.
 
-This module imports nothing heavier than the standard library: the search space and the
+This module imports nothing beyond the standard library: the search space and the
 closed-form cost model validate and price configurations without importing torch.
 """
 
@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from ..configio import ConfigError
+
 LayerScaleSpec = float | Literal["paper", "off", "rezero"]
 DropPathSchedule = Literal["uniform", "linear"]
 
@@ -23,17 +25,12 @@ VIT_REL = "VIT-REL"
 STANDARD_LAYOUTS = ("CCCC", "CCCT", "CCTT", "CTTT", VIT_REL)
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(ConfigError):
     """A model configuration violates a constraint.
 
-    ``field`` is the dotted name of the offending field so that callers (the search-space
-    compiler, the CLI) can prefix it with their own path.
+    ``field`` is the dotted name of the offending field (``CaiTConfig.embed_dim``) so that
+    callers (the search-space compiler, the CLI) can relocate it under their own path.
     """
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}")
 
 
 def paper_layer_scale_init(depth: int) -> float:
