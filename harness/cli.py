@@ -57,3 +57,144 @@ def _key_settings(config) -> dict[str, str]:
         dims = "-".join(str(d) for d in config.dims)
         text = f"{config.layout} blocks {depths} dims {dims}"
     return {"settings": text}
+
+
+def _fail_on_config_error(error: Exception) -> UsageError:
+    return UsageError(str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
+@main.command("trial")
+@click.argument("config_path", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--device", default=None, help="Override the config's device (auto, cpu, cuda, cuda:N).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+def trial_command(config_path: str, fmt: str, device: str | None, progress: bool | None) -> None:
+    """Run one trial from a YAML config: build, measure, train, evaluate; print the result.
+
+    Exit code 0 when the trial completed or diverged (both are results), 1 when it failed,
+    2 when the config is invalid.
+    """
+    import json
+
+    from trials.configio import ConfigError
+    from trials.runner import run_trial
+    from trials.trial_config import load_trial_config, read_yaml
+
+    try:
+        raw = read_yaml(config_path)
+        if device is not None and isinstance(raw, dict):
+            raw["device"] = device
+        config = load_trial_config(raw)
+    except ConfigError as error:
+        raise _fail_on_config_error(error) from None
+    result = run_trial(config, progress=progress)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        click.echo(_trial_report(result))
+    if result.status == "failed":
+        raise SystemExit(1)
+
+
+def _trial_report(result) -> str:
+    lines = [f"status: {result.status}" + (f" (at step {result.diverged_at_step})" if result.diverged_at_step else "")]
+    if result.error:
+        lines.append(f"error: {result.error.splitlines()[0]}")
+    if result.cost is not None:
+        c = result.cost
+        lines.append(
+            render(
+                [
+                    {
+                        "params": c.params,
+                        "gflops": None if c.flops is None else c.flops / 1e9,
+                        "img_s": c.throughput,
+                        "latency_ms": c.latency_ms,
+                        "batch": c.batch_size,
+                        "dtype": c.dtype,
+                        "device": c.device,
+                    }
+                ],
+                "table",
+            )
+        )
+    if result.epochs:
+        columns = ["epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "train_images_per_s"]
+        lines.append(render([m.to_dict() for m in result.epochs], "table", columns))
+    if result.final:
+        lines.append("final: " + ", ".join(f"{k}={v:.4g}" for k, v in result.final.items()))
+    lines.append(f"wall time: {result.wall_time_s:.1f}s")
+    return "\n\n".join(lines)
+
+
+@main.command("bench")
+@click.argument("models", nargs=-1, required=True, metavar="PRESET_OR_CONFIG...")
+@click.option("--image-size", type=int, default=None, help="Input size (default: each model's own).")
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--dtype", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def bench_command(
+    models: tuple[str, ...],
+    image_size: int | None,
+    batch_size: int,
+    device: str,
+    dtype: str,
+    repeats: int,
+    warmup: int,
+    fmt: str,
+) -> None:
+    """Cost only, no training: params, FLOPs, throughput and latency of presets or YAML configs."""
+    from trials.configio import ConfigError
+
+    try:
+        configs = [(name, _bench_config(name, image_size)) for name in models]
+    except ConfigError as error:
+        raise _fail_on_config_error(error) from None
+    if batch_size < 1 or repeats < 1 or warmup < 0:
+        raise UsageError("--batch-size and --repeats must be >= 1, --warmup >= 0")
+    from trials.measure import measure_cost
+    from trials.models import build_model
+    from trials.train import resolve_device, resolve_dtype
+
+    dev = resolve_device(device)
+    rows = []
+    for name, config in configs:
+        cost = measure_cost(
+            build_model(config),
+            config.image_size,
+            device=dev,
+            dtype=resolve_dtype(dtype, dev),
+            batch_size=batch_size,
+            warmup=warmup,
+            repeats=repeats,
+        )
+        rows.append({"name": name, "family": config.family, **cost.to_dict()})
+    columns = ["name", "params", "flops", "throughput", "latency_ms", "batch_size", "image_size", "dtype", "device"]
+    click.echo(render(rows, fmt, columns))
+
+
+def _bench_config(name: str, image_size: int | None):
+    """A preset name, or a YAML file holding a model config or a trial config (its ``model``)."""
+    from pathlib import Path
+
+    from trials.configio import ConfigError
+    from trials.models import PRESETS, resolve_config
+    from trials.trial_config import load_trial_config, read_yaml
+
+    if name in PRESETS:
+        config = resolve_config(name)
+    elif Path(name).suffix in (".yaml", ".yml") or Path(name).exists():
+        raw = read_yaml(name)
+        if isinstance(raw, dict) and "model" in raw:
+            config = load_trial_config(raw).model
+        else:
+            try:
+                config = resolve_config(raw)
+            except ConfigError as error:
+                raise ConfigError(f"{name}: {error.field}", error.message) from None
+    else:
+        raise ConfigError("", f"{name!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file")
+    return config.replace(image_size=image_size) if image_size else config

@@ -97,6 +97,8 @@ def to_mapping(config: Any) -> dict[str, Any]:
             return {k: plain(v) for k, v in value.items()}
         return value
 
+    if not (dataclasses.is_dataclass(config) and not isinstance(config, type)):
+        return plain(config)
     if hasattr(config, "to_dict"):
         return config.to_dict()
     return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}

@@ -1,0 +1,177 @@
+"""What a trial is: model + data + training budget and settings + what to measure, as one config.
+
+A trial config is plain data (YAML on disk, a dict from a search). :func:`load_trial_config`
+validates it and names the offending key on error, e.g. ``training.lr: must be > 0, got -1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .configio import ConfigError, check_fields, from_mapping, is_int, is_number, require, to_mapping
+from .data import DataConfig
+from .models.build import resolve_config
+from .models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
+
+Precision = Literal["auto", "fp32", "bf16"]
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimiser, schedule and budget. The budget is ``epochs``, or ``steps`` when given.
+
+    AdamW with linear warmup then cosine decay to ``min_lr``; weight decay skips norms, biases,
+    LayerScale gains, positional/class tokens and relative-position tables (as timm does).
+    """
+
+    epochs: int = 10
+    steps: int | None = None
+    lr: float = 1e-3
+    min_lr: float = 1e-5
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    warmup_steps: int | None = None
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = 1.0
+    label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        require(is_int(self.epochs) and self.epochs >= 1, "epochs", f"must be a positive integer, got {self.epochs!r}")
+        if self.steps is not None:
+            require(is_int(self.steps) and self.steps >= 1, "steps", f"must be a positive integer, got {self.steps!r}")
+        require(is_number(self.lr) and self.lr > 0, "lr", f"must be > 0, got {self.lr!r}")
+        require(is_number(self.min_lr) and self.min_lr >= 0, "min_lr", f"must be >= 0, got {self.min_lr!r}")
+        require(
+            is_number(self.weight_decay) and self.weight_decay >= 0,
+            "weight_decay",
+            f"must be >= 0, got {self.weight_decay!r}",
+        )
+        require(
+            is_number(self.warmup_epochs) and self.warmup_epochs >= 0,
+            "warmup_epochs",
+            f"must be >= 0, got {self.warmup_epochs!r}",
+        )
+        if self.warmup_steps is not None:
+            require(
+                is_int(self.warmup_steps) and self.warmup_steps >= 0,
+                "warmup_steps",
+                f"must be a non-negative integer, got {self.warmup_steps!r}",
+            )
+        require(
+            len(self.betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.betas),
+            "betas",
+            f"must be two numbers in [0, 1), got {self.betas!r}",
+        )
+        if self.grad_clip is not None:
+            require(
+                is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip", f"must be > 0, got {self.grad_clip!r}"
+            )
+        require(
+            is_number(self.label_smoothing) and 0 <= self.label_smoothing < 1,
+            "label_smoothing",
+            f"must be in [0, 1), got {self.label_smoothing!r}",
+        )
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """Cost measurement before training: FLOPs (fvcore), inference throughput, batch-1 latency."""
+
+    flops: bool = True
+    throughput: bool = True
+    latency: bool = True
+    batch_size: int = 64
+    warmup: int = 2
+    repeats: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "repeats"):
+            value = getattr(self, name)
+            require(is_int(value) and value >= 1, name, f"must be a positive integer, got {value!r}")
+        require(is_int(self.warmup) and self.warmup >= 0, "warmup", f"must be >= 0, got {self.warmup!r}")
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One trial. ``model`` is a preset name, a model mapping (``family`` or ``preset`` key), or a config.
+
+    The model's ``num_classes`` and ``image_size`` follow the dataset: they are set from the data
+    when the trial runs, so one search space works on any dataset.
+    """
+
+    model: ModelConfig
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    seed: int = 0
+    device: str = "auto"
+    precision: Precision = "auto"
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.model, (CaiTConfig, CoAtNetConfig)), "model", "must be a model config")
+        require(is_int(self.seed) and self.seed >= 0, "seed", f"must be a non-negative integer, got {self.seed!r}")
+        require(
+            self.precision in ("auto", "fp32", "bf16"),
+            "precision",
+            f"must be one of auto, fp32, bf16; got {self.precision!r}",
+        )
+        require(
+            isinstance(self.device, str) and self.device != "", "device", "must be 'auto', 'cpu', 'cuda' or 'cuda:N'"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-friendly dict; ``load_trial_config`` of it gives back an equal config."""
+        out = {f.name: to_mapping(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "model"}
+        return {"model": self.model.to_dict(), **out}
+
+
+def _model_from(value: Any) -> ModelConfig:
+    try:
+        return resolve_config(value)
+    except ModelConfigError as error:
+        # "CaiTConfig.embed_dim" -> "model.embed_dim": the user wrote the key under `model:`.
+        field_name = error.field.split(".", 1)[1] if "." in error.field else error.field
+        where = "model" if field_name in ("model", "") else f"model.{field_name}"
+        raise ConfigError(where, error.message) from None
+
+
+def load_trial_config(source: TrialConfig | Mapping[str, Any] | str | Path) -> TrialConfig:
+    """Validate a trial config from a mapping or a YAML file; errors name the key path."""
+    if isinstance(source, TrialConfig):
+        return source
+    if isinstance(source, (str, Path)):
+        source = read_yaml(source)
+    if not isinstance(source, Mapping):
+        raise ConfigError("", f"a trial config must be a mapping, got {type(source).__name__}")
+    check_fields(TrialConfig, source, "")
+    if "model" not in source:
+        raise ConfigError("model", "is required (a preset name such as cait_tiny32, or a mapping with 'family')")
+    values = dict(source)
+    values["model"] = _model_from(values["model"])
+    for key, cls in (("data", DataConfig), ("training", TrainingConfig), ("measure", MeasureConfig)):
+        if key in values:
+            values[key] = from_mapping(cls, values[key], key)
+    try:
+        return TrialConfig(**values)
+    except ConfigError as error:
+        raise error.under("") from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """``yaml.safe_load`` a file with one-line errors for missing files and YAML syntax errors."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("", f"config file not found: {path}")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError("", f"{path}: invalid YAML{where}: {getattr(error, 'problem', error)}") from None
