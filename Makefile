@@ -16,6 +16,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/archsearch models
+	$(BIN)/archsearch trial examples/trial-coatnet-synthetic.yaml
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -26,6 +27,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/models.py
+	$(BIN)/python benchmarks/measure.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

@@ -52,3 +52,68 @@ def test_console_script_is_installed():
     out = subprocess.run([exe, "models", "--format", "json", "--family", "cait"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert {r["family"] for r in json.loads(out.stdout)} == {"cait"}
+
+
+TINY_TRIAL_YAML = """
+model: {preset: cait_tiny32, depth: 2, embed_dim: 48, num_heads: 2}
+data: {name: synthetic, num_classes: 4, train_size: 128, val_size: 64, batch_size: 32}
+training: {epochs: 1, lr: 1.0e-3}
+measure: {batch_size: 4, repeats: 2, warmup: 1}
+"""
+
+
+def test_trial_command_prints_json(tmp_path):
+    path = tmp_path / "trial.yaml"
+    path.write_text(TINY_TRIAL_YAML)
+    result = CliRunner().invoke(main, ["trial", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["status"] == "completed"
+    assert out["cost"]["params"] > 0 and out["cost"]["flops"] > 0
+    assert [e["epoch"] for e in out["epochs"]] == [1]
+    assert out["config"]["model"]["num_classes"] == 4
+
+
+def test_trial_command_table(tmp_path):
+    path = tmp_path / "trial.yaml"
+    path.write_text(TINY_TRIAL_YAML)
+    result = CliRunner().invoke(main, ["trial", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "status: completed" in result.output and "train_loss" in result.output
+
+
+def test_trial_command_bad_input_exits_2(tmp_path):
+    bad_key = tmp_path / "bad.yaml"
+    bad_key.write_text(TINY_TRIAL_YAML.replace("lr: 1.0e-3", "lr: -1"))
+    result = CliRunner().invoke(main, ["trial", str(bad_key)])
+    assert result.exit_code == 2
+    assert "training.lr: must be > 0, got -1" in result.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n")
+    result = CliRunner().invoke(main, ["trial", str(broken)])
+    assert result.exit_code == 2 and "invalid YAML" in result.output
+    result = CliRunner().invoke(main, ["trial", str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 2 and "not found" in result.output
+
+
+def test_bench_json_has_the_documented_keys(tmp_path):
+    model_yaml = tmp_path / "model.yaml"
+    model_yaml.write_text("preset: coatnet_tiny32\nlayout: CTTT\n")
+    args = ["bench", "cait_tiny32", str(model_yaml), "--batch-size", "4", "--repeats", "2", "--warmup", "1"]
+    result = CliRunner().invoke(main, [*args, "--format", "json", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["name"] for r in rows] == ["cait_tiny32", str(model_yaml)]
+    for row in rows:
+        assert {"name", "params", "flops", "throughput", "batch_size", "device"} <= set(row)
+        assert row["batch_size"] == 4 and row["throughput"] > 0 and row["flops"] > 0
+    assert rows[1]["family"] == "coatnet"
+
+
+def test_bench_bad_input_exits_2(tmp_path):
+    result = CliRunner().invoke(main, ["bench", "resnet50"])
+    assert result.exit_code == 2 and "neither a preset" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: cait\nembed_dim: 100\nnum_heads: 8\n")
+    result = CliRunner().invoke(main, ["bench", str(bad)])
+    assert result.exit_code == 2 and "embed_dim: 100 is not divisible by num_heads 8" in result.output
