@@ -198,3 +198,82 @@ def _bench_config(name: str, image_size: int | None):
     else:
         raise ConfigError("", f"{name!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file")
     return config.replace(image_size=image_size) if image_size else config
+
+
+store_option = click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="Store URL (sqlite:///PATH or postgresql://USER@HOST/DB); default $ARCHSEARCH_STORE, "
+    "else sqlite:///archsearch.db.",
+)
+
+
+def _open_store(url: str | None, *, create: bool):
+    from harness.store import Store, StoreError
+
+    try:
+        return Store.open(url, create=create)
+    except StoreError as error:
+        raise UsageError(str(error)) from None
+
+
+@main.command("studies")
+@store_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def studies_command(store_url: str | None, fmt: str) -> None:
+    """The studies in the store, with trial counts by status."""
+    with _open_store(store_url, create=False) as store:
+        frame = store.studies()
+    rows = _records(frame)
+    columns = ["name", "status", "objectives", "trials", "completed", "pruned", "failed", "diverged", "infeasible"]
+    click.echo(render(rows, fmt, [*columns, "running", "updated_at"]))
+
+
+@main.command("trials")
+@click.argument("study")
+@store_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def trials_command(study: str, store_url: str | None, fmt: str) -> None:
+    """One row per trial of STUDY: number, status, config, params, FLOPs, throughput, final/best metrics.
+
+    The table shows only the config keys that vary across trials; CSV and JSON have all of them.
+    """
+    from harness.store import StoreError
+
+    with _open_store(store_url, create=False) as store:
+        try:
+            frame = store.trials(study)
+        except StoreError as error:
+            raise UsageError(str(error)) from None
+    rows = _records(frame)
+    if fmt != "table":
+        click.echo(render(rows, fmt, list(frame.columns)))
+        return
+    config_columns = [c for c in frame.columns if "." in c]
+    varying = [c for c in config_columns if frame[c].astype(str).nunique() > 1]
+    metric_columns = [c for c in frame.columns if c not in config_columns and c in _METRIC_COLUMNS]
+    click.echo(render(rows, "table", ["number", "status", *varying, "params", "flops", "throughput", *metric_columns]))
+
+
+_METRIC_COLUMNS = ("top1", "top5", "eval_loss", "train_loss", "best_top1", "epochs")
+
+
+def _records(frame) -> list[dict]:
+    """DataFrame rows as plain dicts: NaN -> None, numpy scalars -> Python, times -> ISO strings."""
+    import math
+
+    records = []
+    for record in frame.to_dict(orient="records"):
+        clean = {}
+        for key, value in record.items():
+            if hasattr(value, "item") and not isinstance(value, (list, dict)):
+                value = value.item()
+            if hasattr(value, "isoformat"):
+                value = value.isoformat()
+            if isinstance(value, float) and math.isnan(value):
+                value = None
+            clean[key] = value
+        records.append(clean)
+    return records

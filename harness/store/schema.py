@@ -1,0 +1,112 @@
+"""The store's tables (SQLAlchemy 2.x typed ORM).
+
+Every table is prefixed ``archsearch_`` so that the store can share a database with Optuna's
+own tables (``studies``, ``trials``, ``alembic_version``, ... without a prefix option); our
+Alembic version table is ``archsearch_alembic_version`` for the same reason. Changing this file
+needs a migration in ``migrations/versions``: a test compares the two.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+PREFIX = "archsearch_"
+VERSION_TABLE = f"{PREFIX}alembic_version"
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+TRIAL_STATUSES = ("running", "completed", "pruned", "failed", "diverged", "infeasible")
+STUDY_STATUSES = ("running", "completed", "interrupted")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType}
+
+
+class Study(Base):
+    __tablename__ = f"{PREFIX}studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    objectives: Mapped[list[Any]] = mapped_column(JSONType)  # [{"name": "top1", "direction": "max"}, ...]
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    archsearch_version: Mapped[str] = mapped_column(String(32))
+    git_commit: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    hardware: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)  # since schema 0002
+
+
+class Trial(Base):
+    __tablename__ = f"{PREFIX}trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "number", name=f"{PREFIX}trials_study_number"),
+        Index(f"{PREFIX}trials_study_status", "study_id", "status"),  # since schema 0002
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey(f"{PREFIX}studies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    config: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    final: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)  # final + best metrics
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    optuna_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    device: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    diverged_at_step: Mapped[int | None] = mapped_column(Integer, nullable=True)  # since schema 0002
+
+
+class Measurement(Base):
+    """Cost of a trial's model: one row per trial."""
+
+    __tablename__ = f"{PREFIX}measurements"
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey(f"{PREFIX}trials.id", ondelete="CASCADE"), primary_key=True)
+    params: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    flops: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    flops_source: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
+    throughput_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    throughput_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_memory_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    image_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    dtype: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    device: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    torch_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class EpochRecord(Base):
+    """One point of a learning curve; unique per (trial, epoch): rewriting an epoch updates it."""
+
+    __tablename__ = f"{PREFIX}epochs"
+    __table_args__ = (UniqueConstraint("trial_id", "epoch", name=f"{PREFIX}epochs_trial_epoch"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey(f"{PREFIX}trials.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    train_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    eval_loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    top1: Mapped[float | None] = mapped_column(Float, nullable=True)
+    top5: Mapped[float | None] = mapped_column(Float, nullable=True)
+    lr: Mapped[float | None] = mapped_column(Float, nullable=True)
+    images_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    epoch_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    wall_time: Mapped[float | None] = mapped_column(Float, nullable=True)  # seconds since the trial started
+    data_wait_fraction: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns if c.name != "trial_id")
+EPOCH_FIELDS = tuple(c.name for c in EpochRecord.__table__.columns if c.name not in ("id", "trial_id"))

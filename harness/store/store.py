@@ -1,0 +1,530 @@
+"""The SQL store: one object, opened from a URL, holding studies, trials, costs and learning curves.
+
+Writes are idempotent upserts keyed by (study, trial number) and (trial, epoch), each in one
+transaction: a trial's final record (status, cost, every epoch, final metrics) is either fully
+there or not there, and writing the same epoch twice updates it. SQLite runs in WAL mode with a
+busy timeout and takes its write lock up front (``BEGIN IMMEDIATE``), so concurrent writers
+queue instead of failing with "database is locked"; PostgreSQL serialises schema migrations
+with an advisory lock. Queries return pandas DataFrames.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, create_engine, event, func, inspect, select, text
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from .errors import StoreError
+from .schema import (
+    EPOCH_FIELDS,
+    MEASUREMENT_FIELDS,
+    STUDY_STATUSES,
+    TRIAL_STATUSES,
+    VERSION_TABLE,
+    EpochRecord,
+    Measurement,
+    Study,
+    Trial,
+)
+from .urls import mask_url, normalise_url, resolve_store_url
+
+T = TypeVar("T")
+
+_MIGRATIONS = Path(__file__).with_name("migrations")
+_PG_MIGRATION_LOCK = 0x41524348  # "ARCH": one advisory lock id for schema migrations
+_RETRYABLE_PG_CODES = {"40001", "40P01"}  # serialization failure, deadlock detected
+_SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _first_line(error: BaseException) -> str:
+    cause = getattr(error, "orig", None) or error
+    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+
+
+def _git_commit() -> str | None:
+    """The commit of the archsearch checkout that is running, when it runs from one."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _alembic_config(connection=None):
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def schema_revisions() -> tuple[str, list[str]]:
+    """(head revision, every revision this archsearch knows)."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(_alembic_config())
+    return script.get_current_head(), [r.revision for r in script.walk_revisions()]
+
+
+def _make_engine(url) -> Engine:
+    if url.get_backend_name() == "sqlite":
+        engine = create_engine(url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record) -> None:
+            dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (below)
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(connection) -> None:
+            # Writers take the lock at BEGIN and wait for it (busy timeout) instead of failing
+            # later when a read transaction tries to upgrade: no "database is locked" surprises.
+            immediate = connection.get_execution_options().get("archsearch_write", False)
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+
+
+class Store:
+    """Studies, trials, measurements and learning curves in SQLite or PostgreSQL."""
+
+    def __init__(self, engine: Engine, url: str):
+        self.engine = engine
+        self.url = mask_url(url)  # never keep a printable copy with the password
+        self._study_ids: dict[str, int] = {}
+
+    # -- opening -----------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, url: str | None = None, *, create: bool = True) -> Store:
+        """Open (and create or migrate) the store at ``url`` (see :func:`resolve_store_url`).
+
+        ``create=False`` is for read-only commands: a store that does not exist yet is an error,
+        and nothing is written (no SQLite file is created).
+        """
+        raw = resolve_store_url(url)
+        parsed = normalise_url(raw)
+        masked = mask_url(raw)
+        if parsed.get_backend_name() == "sqlite" and not create:
+            path = parsed.database
+            if path and path != ":memory:" and not Path(path).exists():
+                raise StoreError(f"no store at {masked}: the file does not exist (nothing has been recorded there)")
+        engine = _make_engine(parsed)
+        try:
+            with engine.connect():
+                pass
+        except (OperationalError, DBAPIError) as error:
+            engine.dispose()
+            raise StoreError(f"cannot connect to the store at {masked}: {_first_line(error)}") from None
+        store = cls(engine, raw)
+        try:
+            store._migrate(create)
+        except Exception:
+            engine.dispose()
+            raise
+        return store
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self, create: bool) -> None:
+        head, known = schema_revisions()
+        with self._write_connection() as conn, conn.begin():
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+            current = None
+            if inspect(conn).has_table(VERSION_TABLE):
+                current = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+            if current == head:
+                return
+            if current is not None and current not in known:
+                raise StoreError(
+                    f"the store at {self.url} has schema version {current}, newer than this archsearch "
+                    f"knows (up to {head}): upgrade archsearch to open it"
+                )
+            if current is None and not create:
+                raise StoreError(f"no archsearch store at {self.url}: it has no archsearch tables yet")
+            from alembic import command
+
+            command.upgrade(_alembic_config(conn), "head")
+
+    def schema_version(self) -> str | None:
+        with self.engine.connect() as conn:
+            if not inspect(conn).has_table(VERSION_TABLE):
+                return None
+            return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+
+    # -- transactions ------------------------------------------------------------------------------
+    def _write_connection(self):
+        return self.engine.connect().execution_options(archsearch_write=True)
+
+    def _write(self, fn: Callable[[Any], T], attempts: int = 8) -> T:
+        """Run ``fn(connection)`` in one write transaction, retrying lock contention and deadlocks."""
+        for attempt in range(attempts):
+            try:
+                with self._write_connection() as conn, conn.begin():
+                    return fn(conn)
+            except DBAPIError as error:
+                if attempt == attempts - 1 or not self._retryable(error):
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _retryable(error: DBAPIError) -> bool:
+        code = getattr(getattr(error, "orig", None), "sqlstate", None)
+        message = str(getattr(error, "orig", error)).lower()
+        return code in _RETRYABLE_PG_CODES or "database is locked" in message or "database is busy" in message
+
+    def _insert(self, conn, model):
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        return insert(model)
+
+    def _upsert(self, conn, model, rows: Sequence[dict[str, Any]], keys: Sequence[str], returning=None):
+        stmt = self._insert(conn, model).values(list(rows))
+        updates = {name: stmt.excluded[name] for name in rows[0] if name not in keys}
+        stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
+        if returning is not None:
+            stmt = stmt.returning(returning)
+        return conn.execute(stmt)
+
+    # -- studies -----------------------------------------------------------------------------------
+    def create_study(
+        self,
+        name: str,
+        spec: Mapping[str, Any],
+        objectives: Sequence[Mapping[str, str]] | Mapping[str, str],
+        *,
+        hardware: Mapping[str, Any] | None = None,
+        exist_ok: bool = True,
+    ) -> int:
+        """Create a study (or return the existing one of that name when ``exist_ok``)."""
+        from harness import __version__
+
+        if isinstance(objectives, Mapping):
+            objectives = [{"name": k, "direction": v} for k, v in objectives.items()]
+        now = _now()
+        row = {
+            "name": name,
+            "spec": dict(spec),
+            "objectives": [dict(o) for o in objectives],
+            "status": "running",
+            "created_at": now,
+            "updated_at": now,
+            "archsearch_version": __version__,
+            "git_commit": _git_commit(),
+            "hardware": dict(hardware) if hardware else None,
+        }
+
+        def write(conn) -> int:
+            existing = conn.execute(select(Study.id).where(Study.name == name)).scalar()
+            if existing is not None:
+                if not exist_ok:
+                    raise StoreError(f"study {name!r} already exists in {self.url}")
+                return existing
+            stmt = self._insert(conn, Study).values(row).on_conflict_do_nothing(index_elements=["name"])
+            conn.execute(stmt)
+            return conn.execute(select(Study.id).where(Study.name == name)).scalar_one()
+
+        study_id = self._write(write)
+        self._study_ids[name] = study_id
+        return study_id
+
+    def set_study_status(self, name: str, status: str) -> None:
+        if status not in STUDY_STATUSES:
+            raise StoreError(f"unknown study status {status!r}; use one of {', '.join(STUDY_STATUSES)}")
+        study_id = self._study_id(name)
+        self._write(
+            lambda conn: conn.execute(
+                Study.__table__.update().where(Study.id == study_id).values(status=status, updated_at=_now())
+            )
+        )
+
+    def _study_id(self, name: str) -> int:
+        if name not in self._study_ids:
+            with self.engine.connect() as conn:
+                study_id = conn.execute(select(Study.id).where(Study.name == name)).scalar()
+            if study_id is None:
+                raise StoreError(self._unknown_study_message(name))
+            self._study_ids[name] = study_id
+        return self._study_ids[name]
+
+    def _unknown_study_message(self, name: str) -> str:
+        known = self.study_names()
+        hint = f"known studies: {', '.join(known)}" if known else "the store has no studies yet"
+        return f"study {name!r} not found in {self.url}; {hint}"
+
+    def study_names(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(Study.name).order_by(Study.id)).scalars())
+
+    def study(self, name: str) -> dict[str, Any]:
+        """The study's record as a dict (spec, objectives, status, times, version, hardware)."""
+        study_id = self._study_id(name)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(Study.__table__).where(Study.id == study_id)).mappings().one()
+        return dict(row)
+
+    # -- trials ------------------------------------------------------------------------------------
+    def start_trial(
+        self,
+        study: str,
+        number: int,
+        config: Mapping[str, Any],
+        *,
+        seed: int | None = None,
+        optuna_number: int | None = None,
+        host: str | None = None,
+        device: str | None = None,
+    ) -> None:
+        """Record a trial as running (idempotent: a retried start keeps one row)."""
+        row = {
+            "study_id": self._study_id(study),
+            "number": number,
+            "status": "running",
+            "config": dict(config),
+            "seed": seed,
+            "optuna_number": optuna_number,
+            "host": host,
+            "device": device,
+            "started_at": _now(),
+        }
+        self._write(lambda conn: self._upsert(conn, Trial, [row], ("study_id", "number")))
+
+    def record_epoch(self, study: str, number: int, metrics: Mapping[str, Any]) -> None:
+        """Write (or rewrite) one epoch of a running trial's learning curve."""
+        study_id = self._study_id(study)
+
+        def write(conn) -> None:
+            trial_id = conn.execute(select(Trial.id).where(Trial.study_id == study_id, Trial.number == number)).scalar()
+            if trial_id is None:
+                raise StoreError(f"trial {number} of study {study!r} has not been started")
+            self._upsert(conn, EpochRecord, [_epoch_row(trial_id, metrics)], ("trial_id", "epoch"))
+
+        self._write(write)
+
+    def finish_trial(
+        self,
+        study: str,
+        number: int,
+        *,
+        status: str,
+        config: Mapping[str, Any],
+        measurement: Mapping[str, Any] | None = None,
+        epochs: Iterable[Mapping[str, Any]] = (),
+        final: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        diverged_at_step: int | None = None,
+        seed: int | None = None,
+        optuna_number: int | None = None,
+        host: str | None = None,
+        device: str | None = None,
+        started_at: datetime | None = None,
+    ) -> None:
+        """Write a trial's whole final record in ONE transaction: all of it lands, or none of it."""
+        if status not in TRIAL_STATUSES:
+            raise StoreError(f"unknown trial status {status!r}; use one of {', '.join(TRIAL_STATUSES)}")
+        study_id = self._study_id(study)
+        epoch_list = list(epochs)
+        row = {
+            "study_id": study_id,
+            "number": number,
+            "status": status,
+            "config": dict(config),
+            "final": _finite_or_none(final) if final else None,
+            "error": error,
+            "diverged_at_step": diverged_at_step,
+            "ended_at": _now(),
+        }
+        # Metadata recorded at start is kept unless given again.
+        optional = {"seed": seed, "optuna_number": optuna_number, "host": host, "device": device}
+        optional["started_at"] = started_at
+        row.update({key: value for key, value in optional.items() if value is not None})
+
+        def write(conn) -> None:
+            trial_id = self._upsert(conn, Trial, [row], ("study_id", "number"), returning=Trial.id).scalar_one()
+            if measurement:
+                values = {k: measurement.get(k) for k in MEASUREMENT_FIELDS}
+                self._upsert(conn, Measurement, [{"trial_id": trial_id, **values}], ("trial_id",))
+            for start in range(0, len(epoch_list), 500):  # bounded statement size
+                chunk = [_epoch_row(trial_id, m) for m in epoch_list[start : start + 500]]
+                self._upsert(conn, EpochRecord, chunk, ("trial_id", "epoch"))
+            conn.execute(Study.__table__.update().where(Study.id == study_id).values(updated_at=_now()))
+
+        self._write(write)
+
+    def write_result(self, study: str, number: int, result: Any, **metadata: Any) -> None:
+        """Record a :class:`trials.runner.TrialResult` (or its ``to_dict()``) as trial ``number``."""
+        data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+        cost = data.get("cost") or None
+        self.finish_trial(
+            study,
+            number,
+            status=data["status"],
+            config=data["config"],
+            measurement=cost,
+            epochs=data.get("epochs", ()),
+            final=data.get("final"),
+            error=data.get("error"),
+            diverged_at_step=data.get("diverged_at_step"),
+            device=metadata.pop("device", cost.get("device") if cost else None),
+            seed=metadata.pop("seed", data["config"].get("seed") if isinstance(data.get("config"), dict) else None),
+            **metadata,
+        )
+
+    # -- queries -----------------------------------------------------------------------------------
+    def studies(self):
+        """One row per study: name, status, objectives, times, version, trial counts by status."""
+        import pandas as pd
+
+        with self.engine.connect() as conn:
+            studies = conn.execute(select(Study.__table__).order_by(Study.id)).mappings().all()
+            counts = conn.execute(
+                select(Trial.study_id, Trial.status, func.count()).group_by(Trial.study_id, Trial.status)
+            ).all()
+        by_study: dict[int, dict[str, int]] = {}
+        for study_id, status, n in counts:
+            by_study.setdefault(study_id, {})[status] = n
+        rows = []
+        for s in studies:
+            status_counts = {status: by_study.get(s["id"], {}).get(status, 0) for status in TRIAL_STATUSES}
+            rows.append(
+                {
+                    "name": s["name"],
+                    "status": s["status"],
+                    "objectives": ",".join(f"{o['name']}:{o['direction']}" for o in s["objectives"]),
+                    "trials": sum(status_counts.values()),
+                    **status_counts,
+                    "created_at": s["created_at"],
+                    "updated_at": s["updated_at"],
+                    "archsearch_version": s["archsearch_version"],
+                }
+            )
+        columns = ["name", "status", "objectives", "trials", *TRIAL_STATUSES, "created_at", "updated_at"]
+        return pd.DataFrame(rows, columns=[*columns, "archsearch_version"])
+
+    def trials(self, study: str, *, flatten_config: bool = True):
+        """One row per trial: number, status, flattened config, cost, final and best metrics."""
+        import pandas as pd
+
+        study_id = self._study_id(study)
+        trial, meas = Trial.__table__, Measurement.__table__
+        columns = [
+            trial.c.number,
+            trial.c.status,
+            trial.c.config,
+            trial.c.final,
+            trial.c.error,
+            trial.c.seed,
+            trial.c.optuna_number,
+            trial.c.host,
+            trial.c.started_at,
+            trial.c.ended_at,
+            trial.c.diverged_at_step,
+            *[meas.c[name] for name in MEASUREMENT_FIELDS],
+        ]
+        query = (
+            select(*columns)
+            .select_from(trial.outerjoin(meas, meas.c.trial_id == trial.c.id))
+            .where(trial.c.study_id == study_id)
+            .order_by(trial.c.number)
+        )
+        with self.engine.connect() as conn:
+            result = conn.execute(query)
+            frame = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+        if frame.empty:
+            return frame.drop(columns=["config", "final"])
+        finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
+        configs = [_decoded(c) or {} for c in frame.pop("config")]
+        parts = [frame]
+        if flatten_config:
+            parts.append(pd.json_normalize(configs, sep=".").set_index(frame.index))
+        else:
+            frame["config"] = configs
+        parts.append(finals)
+        return pd.concat(parts, axis=1)
+
+    def learning_curves(self, study: str, numbers: Iterable[int] | None = None):
+        """Per-epoch metrics of a study's trials (all, or those ``numbers``), one row per epoch."""
+        import pandas as pd
+
+        study_id = self._study_id(study)
+        trial, epochs = Trial.__table__, EpochRecord.__table__
+        query = (
+            select(trial.c.number, trial.c.status, *[epochs.c[name] for name in EPOCH_FIELDS])
+            .select_from(epochs.join(trial, trial.c.id == epochs.c.trial_id))
+            .where(trial.c.study_id == study_id)
+            .order_by(trial.c.number, epochs.c.epoch)
+        )
+        if numbers is not None:
+            query = query.where(trial.c.number.in_(list(numbers)))
+        with self.engine.connect() as conn:
+            result = conn.execute(query)
+            return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+
+    def counts(self, study: str) -> dict[str, int]:
+        """Number of trials by status, and of epoch rows, for one study (cheap: COUNT queries)."""
+        study_id = self._study_id(study)
+        with self.engine.connect() as conn:
+            by_status = dict(
+                conn.execute(
+                    select(Trial.status, func.count()).where(Trial.study_id == study_id).group_by(Trial.status)
+                ).all()
+            )
+            epochs = conn.execute(
+                select(func.count())
+                .select_from(EpochRecord.__table__.join(Trial.__table__, Trial.id == EpochRecord.trial_id))
+                .where(Trial.study_id == study_id)
+            ).scalar_one()
+        return {**{s: by_status.get(s, 0) for s in TRIAL_STATUSES}, "epochs": epochs}
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _finite_or_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN/inf: store them as null rather than as invalid JSON."""
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            value = None
+        out[key] = value
+    return out
+
+
+def _epoch_row(trial_id: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
+    row = {name: metrics.get(name) for name in EPOCH_FIELDS}
+    if row["images_per_s"] is None:
+        row["images_per_s"] = metrics.get("train_images_per_s")
+    if row["epoch"] is None:
+        raise StoreError("an epoch record needs an 'epoch' number")
+    return {"trial_id": trial_id, **row}
