@@ -25,7 +25,7 @@ STUDY_STATUSES = ("running", "completed", "interrupted")
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType}
+    pass
 
 
 class Study(Base):
