@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import pytest
 import torch
 
@@ -11,3 +14,52 @@ def _seed_and_threads():
     torch.manual_seed(0)
     torch.set_num_threads(2)
     yield
+
+
+# -- stores: every store test runs against SQLite AND PostgreSQL ---------------------------------
+
+POSTGRES_ADMIN_URL = os.environ.get("ARCHSEARCH_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def _postgres_unavailable(reason: str) -> None:
+    """In CI an unreachable PostgreSQL is a failure; elsewhere the PostgreSQL half is skipped."""
+    if os.environ.get("ARCHSEARCH_CI"):
+        pytest.fail(f"PostgreSQL is required in CI but unreachable at {POSTGRES_ADMIN_URL}: {reason}")
+    pytest.skip(f"PostgreSQL not reachable at {POSTGRES_ADMIN_URL}: {reason}")
+
+
+def fresh_postgres_database():
+    """Create an empty database on the server; return (url, drop function)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import OperationalError
+
+    name = f"archsearch_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as error:
+        admin.dispose()
+        _postgres_unavailable(str(error.orig).splitlines()[0])
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+    url = make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    return url, drop
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A URL of an empty store: a SQLite file, or a fresh database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    url, drop = fresh_postgres_database()
+    try:
+        yield url
+    finally:
+        drop()
