@@ -251,7 +251,7 @@ def trials_command(study: str, store_url: str | None, fmt: str) -> None:
     if fmt != "table":
         click.echo(render(rows, fmt, list(frame.columns)))
         return
-    config_columns = [c for c in frame.columns if "." in c]
+    config_columns = [c for c in frame.columns if c.startswith("config.")]
     varying = [c for c in config_columns if frame[c].astype(str).nunique() > 1]
     metric_columns = [c for c in frame.columns if c not in config_columns and c in _METRIC_COLUMNS]
     click.echo(render(rows, "table", ["number", "status", *varying, "params", "flops", "throughput", *metric_columns]))

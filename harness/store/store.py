@@ -432,7 +432,11 @@ class Store:
         return pd.DataFrame(rows, columns=[*columns, "archsearch_version"])
 
     def trials(self, study: str, *, flatten_config: bool = True):
-        """One row per trial: number, status, flattened config, cost, final and best metrics."""
+        """One row per trial: number, status, cost, final and best metrics, and the config.
+
+        The config is flattened into ``config.``-prefixed columns (``config.model.depth``,
+        ``config.training.lr``), or kept as one ``config`` column of dicts.
+        """
         import pandas as pd
 
         study_id = self._study_id(study)
@@ -459,14 +463,15 @@ class Store:
         )
         with self.engine.connect() as conn:
             result = conn.execute(query)
-            frame = pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+            frame = pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
         if frame.empty:
             return frame.drop(columns=["config", "final"])
         finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
         configs = [_decoded(c) or {} for c in frame.pop("config")]
         parts = [frame]
         if flatten_config:
-            parts.append(pd.json_normalize(configs, sep=".").set_index(frame.index))
+            flat = pd.json_normalize(configs, sep=".").set_index(frame.index)
+            parts.append(flat.add_prefix("config."))
         else:
             frame["config"] = configs
         parts.append(finals)
@@ -488,7 +493,7 @@ class Store:
             query = query.where(trial.c.number.in_(list(numbers)))
         with self.engine.connect() as conn:
             result = conn.execute(query)
-            return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+            return pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
 
     def counts(self, study: str) -> dict[str, int]:
         """Number of trials by status, and of epoch rows, for one study (cheap: COUNT queries)."""
