@@ -274,3 +274,18 @@ def test_default_store_is_sqlite_in_the_working_directory(tmp_path, monkeypatch)
     assert Path("archsearch.db").exists()
     result = CliRunner().invoke(main, ["studies", "--format", "json"])
     assert [s["name"] for s in json.loads(result.output)] == ["here"]
+
+
+def test_migrations_build_exactly_the_schema_the_code_declares(store_url):
+    """schema.py and migrations/versions must not drift apart (a change to one needs the other)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from harness.store.schema import VERSION_TABLE, Base
+
+    Store.open(store_url).close()
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True, "version_table": VERSION_TABLE})
+        assert compare_metadata(context, Base.metadata) == []
+    engine.dispose()
