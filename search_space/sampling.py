@@ -1,0 +1,160 @@
+"""From a spec to configs: the Optuna define-by-run function, trial configs, and constraint checks.
+
+Lives in an importable module (not ``__main__``) because Ray Tune pickles the searcher, and the
+searcher holds :class:`SpaceFunction`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trials.configio import ConfigError
+from trials.models.build import resolve_config
+from trials.models.config import ModelConfigError
+
+from .cost_model import estimate_cost
+from .spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec, param_target, parse_constraint
+
+
+def _base_model(spec: SearchSpec) -> dict[str, Any]:
+    if spec.base_model is None:
+        return {"family": spec.family}
+    if isinstance(spec.base_model, str):
+        return {"preset": spec.base_model}
+    return dict(spec.base_model)
+
+
+def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """The trial config (a plain dict, as :func:`trials.trial_config.load_trial_config` takes) for
+    sampled ``params``; the model part is validated here, so an invalid combination raises
+    ConfigError naming ``model.<field>``."""
+    model = _base_model(spec)
+    training = dict(spec.training)
+    data = dict(spec.data)
+    staged: dict[str, dict[int, Any]] = {}
+    for name, value in params.items():
+        section, field, index = param_target(name, spec.family)
+        if index is not None:
+            staged.setdefault(field, {})[index] = value
+        elif section == "model":
+            model[field] = value
+        elif section == "training":
+            training[field] = value
+        else:
+            data[field] = value
+    try:
+        base = resolve_config(model)
+        for field, entries in staged.items():
+            values = list(getattr(base, field))
+            for index, value in entries.items():
+                if index >= len(values):
+                    raise ModelConfigError(f"x.{field}[{index}]", f"stage index {index} out of range")
+                values[index] = value
+            model[field] = values
+        resolved = resolve_config(model)
+    except ModelConfigError as error:
+        field = error.field.split(".", 1)[1] if "." in error.field else error.field
+        raise ConfigError(f"model.{field}", error.message) from None
+    if resolved.family != spec.family:
+        raise ConfigError("base_model", f"is a {resolved.family} model but the spec's family is {spec.family}")
+    config = {"model": resolved.to_dict(), "data": data, "training": training, "seed": spec.search.seed}
+    if spec.measure:
+        config["measure"] = dict(spec.measure)
+    return config
+
+
+def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dict[str, int], list[float]]:
+    """Closed-form cost of the config (at the dataset's image size and classes) and one violation
+    per constraint (<= 0: satisfied), computed before anything is dispatched."""
+    model = resolve_config(trial_config["model"])
+    cost = estimate_cost(model.replace(**data_shape(trial_config.get("data", {}), model.num_classes)))
+    values = {"flops": cost.flops, "params": cost.params}
+    violations = [parse_constraint(text).violation(values[parse_constraint(text).metric]) for text in spec.constraints]
+    return values, violations
+
+
+_NATIVE = {"synthetic": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+_CLASSES = {"cifar10": 10, "cifar100": 100}
+
+
+def data_shape(data: dict[str, Any], default_classes: int) -> dict[str, int]:
+    """Image size and class count a dataset gives a model (as the trial runner sets them),
+    without loading the data: the cost model prices the model the trial will really build."""
+    name = data.get("name", "synthetic")
+    classes = data.get("num_classes", 10) if name == "synthetic" else _CLASSES.get(name, default_classes)
+    return {"image_size": data.get("image_size") or _NATIVE.get(name, 224), "num_classes": classes}
+
+
+class SpaceFunction:
+    """Optuna define-by-run function compiled from a spec: suggests every searched parameter.
+
+    It also prices the config with the closed-form cost model and stores the constraint
+    violations as a user attribute, which :func:`constraints_from_trial` hands to the sampler.
+    """
+
+    def __init__(self, spec: SearchSpec):
+        self.spec = spec
+
+    def suggest(self, trial) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        for name, domain in self.spec.params.items():
+            if isinstance(domain, IntDomain):
+                low, high = domain.int
+                params[name] = trial.suggest_int(name, low, high, step=domain.step, log=domain.log)
+            elif isinstance(domain, FloatDomain):
+                params[name] = trial.suggest_float(name, *domain.float, log=domain.log)
+            elif isinstance(domain, ChoiceDomain):
+                params[name] = trial.suggest_categorical(name, domain.choice)
+            elif isinstance(domain, FixedDomain):
+                params[name] = domain.fixed
+        return params
+
+    def __call__(self, trial) -> dict[str, Any]:
+        """Suggest, then record feasibility on the trial (user attrs ``constraints``, ``build_error``)."""
+        params = self.suggest(trial)
+        try:
+            config = build_trial_config(self.spec, params)
+            cost, violations = cost_violations(self.spec, config)
+            trial.set_user_attr("constraints", violations)
+            trial.set_user_attr("estimated_cost", cost)
+        except ConfigError as error:
+            trial.set_user_attr("constraints", [1.0] * max(1, len(self.spec.constraints)))
+            trial.set_user_attr("build_error", str(error))
+        return {}
+
+
+def constraints_from_trial(frozen_trial) -> list[float]:
+    """Optuna ``constraints_func``: the violations :class:`SpaceFunction` recorded (<= 0 feasible)."""
+    return list(frozen_trial.user_attrs.get("constraints", [0.0]))
+
+
+def grid_space(spec: SearchSpec) -> dict[str, list[Any]]:
+    """The grid for Optuna's GridSampler: choices as given, int ranges enumerated by step."""
+    grid: dict[str, list[Any]] = {}
+    for name, domain in spec.params.items():
+        if isinstance(domain, ChoiceDomain):
+            grid[name] = list(domain.choice)
+        elif isinstance(domain, FixedDomain):
+            grid[name] = [domain.fixed]
+        elif isinstance(domain, IntDomain):
+            grid[name] = list(range(domain.int[0], domain.int[1] + 1, domain.step))
+        else:
+            raise ConfigError(f"params.{name}", "a grid search needs choices or int ranges, not a float range")
+    return grid
+
+
+def make_sampler(spec: SearchSpec):
+    """The Optuna sampler the spec asks for, told about constraints where it supports them."""
+    import optuna
+
+    s = spec.search
+    if s.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=s.seed, constraints_func=constraints_from_trial, multivariate=True)
+    if s.sampler == "nsga2":
+        population = max(4, min(50, s.n_trials // 2))
+        return optuna.samplers.NSGAIISampler(
+            seed=s.seed, population_size=population, constraints_func=constraints_from_trial
+        )
+    if s.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    return optuna.samplers.GridSampler(grid_space(spec), seed=s.seed)

@@ -1,0 +1,294 @@
+"""The search-space spec: a YAML file, validated with pydantic, with errors that name the key path.
+
+```yaml
+name: quickstart
+family: coatnet
+base_model: coatnet_tiny32          # the preset every sampled config starts from
+data: {name: synthetic, num_classes: 10, train_size: 2000, val_size: 500, batch_size: 64}
+training: {epochs: 3, lr: 2.0e-3}
+params:                             # searched settings (model fields, training fields, per-stage entries)
+  layout: {choice: [CCCC, CCCT, CCTT, CTTT]}
+  "depths[3]": {int: [1, 3]}        # blocks of stage S3; "dims[2]" channels of S2
+  lr: {float: [5.0e-4, 5.0e-3], log: true}
+  drop_path_rate: 0.1               # a bare value is fixed
+objectives: {top1: max, flops: min}
+constraints: ["flops <= 2e8", "params <= 2e6"]
+search: {sampler: nsga2, n_trials: 8, concurrency: 2, seed: 0}
+```
+
+Parameter names are stable (one name per setting, per-stage lists indexed ``depths[i]``) so
+that TPE/NSGA-II can model them jointly. Torch is never imported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+
+from trials.configio import ConfigError
+from trials.models.config import CONFIG_CLASSES
+
+OBJECTIVE_METRICS = (
+    "top1",
+    "top5",
+    "best_top1",
+    "eval_loss",
+    "train_loss",
+    "flops",
+    "params",
+    "throughput",
+    "latency_ms",
+)
+COST_METRICS = ("flops", "params")  # known before training, from the closed-form cost model
+TRAINING_FIELDS = ("epochs", "steps", "lr", "min_lr", "weight_decay", "warmup_epochs", "grad_clip", "label_smoothing")
+_INDEXED = re.compile(r"^(?P<field>depths|dims)\[(?P<index>\d)\]$")
+_CONSTRAINT = re.compile(r"^\s*(?P<metric>[a-z_0-9]+)\s*(?P<op><=|>=|<|>)\s*(?P<bound>[-+0-9.eE_]+)\s*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntDomain(_Strict):
+    int: tuple[int, int]
+    step: int = 1
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> IntDomain:
+        low, high = self.int
+        if low > high:
+            raise ValueError(f"low {low} is above high {high}")
+        if self.log and low < 1:
+            raise ValueError("a log-scaled int range needs low >= 1")
+        if self.step < 1:
+            raise ValueError(f"step must be >= 1, got {self.step}")
+        return self
+
+    def candidates(self) -> list[Any]:
+        return [self.int[0], self.int[1]]
+
+
+class FloatDomain(_Strict):
+    float: tuple[float, float]
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> FloatDomain:
+        low, high = self.float
+        if low > high:
+            raise ValueError(f"low {low} is above high {high}")
+        if self.log and low <= 0:
+            raise ValueError("a log-scaled float range needs low > 0")
+        return self
+
+    def candidates(self) -> list[Any]:
+        return [self.float[0], self.float[1]]
+
+
+class ChoiceDomain(_Strict):
+    choice: list[Any] = Field(min_length=1)
+
+    def candidates(self) -> list[Any]:
+        return list(self.choice)
+
+
+class FixedDomain(_Strict):
+    fixed: Any
+
+    def candidates(self) -> list[Any]:
+        return [self.fixed]
+
+
+def _domain_kind(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        return next((k for k in ("int", "float", "choice", "fixed") if k in value), None)
+    return next((k for k in ("int", "float", "choice", "fixed") if hasattr(value, k)), None)
+
+
+# Tagged by which key is present, so an error speaks about the domain the user wrote.
+Domain = Annotated[
+    Annotated[IntDomain, Tag("int")]
+    | Annotated[FloatDomain, Tag("float")]
+    | Annotated[ChoiceDomain, Tag("choice")]
+    | Annotated[FixedDomain, Tag("fixed")],
+    Discriminator(_domain_kind),
+]
+
+
+class EarlyStopping(_Strict):
+    """ASHA on one metric (Ray Tune schedulers take one metric, even in a multi-objective search)."""
+
+    metric: str = "top1"
+    grace_period: int = Field(1, ge=1)
+    reduction_factor: float = Field(3.0, gt=1)
+
+
+class Resources(_Strict):
+    cpus: float = Field(1.0, gt=0)
+    gpus: float = Field(0.0, ge=0)
+
+
+class SearchSettings(_Strict):
+    sampler: Literal["tpe", "nsga2", "random", "grid"] = "tpe"
+    n_trials: int = Field(8, ge=1)
+    concurrency: int = Field(1, ge=1)
+    seed: int = 0
+    resources: Resources = Resources()
+    early_stopping: EarlyStopping | None = None
+    retries: int = Field(1, ge=0)
+
+
+class SearchSpec(_Strict):
+    name: str = Field(min_length=1)
+    family: Literal["cait", "coatnet"]
+    base_model: str | dict[str, Any] | None = None
+    data: dict[str, Any] = Field(default_factory=lambda: {"name": "synthetic"})
+    training: dict[str, Any] = Field(default_factory=dict)
+    measure: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Domain] = Field(default_factory=dict)
+    objectives: dict[str, Literal["max", "min"]]
+    constraints: list[str] = Field(default_factory=list)
+    search: SearchSettings = SearchSettings()
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _bare_values_are_fixed(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {
+                k: v if isinstance(v, Mapping) and set(v) & {"int", "float", "choice", "fixed"} else {"fixed": v}
+                for k, v in value.items()
+            }
+        return value
+
+    @field_validator("objectives")
+    @classmethod
+    def _known_objectives(cls, value: dict[str, str]) -> dict[str, str]:
+        if not value:
+            raise ValueError("at least one objective is needed, e.g. {top1: max}")
+        for metric in value:
+            if metric not in OBJECTIVE_METRICS:
+                raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(OBJECTIVE_METRICS)}")
+        return value
+
+    @property
+    def directions(self) -> list[str]:
+        return ["maximize" if d == "max" else "minimize" for d in self.objectives.values()]
+
+
+class Constraint(BaseModel):
+    metric: str
+    op: str
+    bound: float
+
+    def violation(self, value: float) -> float:
+        """<= 0 when satisfied (Optuna's convention for ``constraints_func``)."""
+        return value - self.bound if self.op in ("<=", "<") else self.bound - value
+
+
+def parse_constraint(text: str, where: str = "constraints") -> Constraint:
+    """``"flops <= 2e9"`` -> Constraint; a ConfigError at ``where`` otherwise."""
+    match = _CONSTRAINT.match(str(text))
+    if not match:
+        raise ConfigError(where, f"{text!r} is not a constraint like 'flops <= 2e9'")
+    metric = match["metric"]
+    if metric not in COST_METRICS:
+        raise ConfigError(
+            where, f"{metric!r} cannot be checked before training; constraints use {', '.join(COST_METRICS)}"
+        )
+    try:
+        bound = float(match["bound"])
+    except ValueError:
+        raise ConfigError(where, f"{match['bound']!r} is not a number") from None
+    return Constraint(metric=metric, op=match["op"], bound=bound)
+
+
+def _error_path(location: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in location:
+        if isinstance(item, int):
+            parts[-1] = f"{parts[-1]}[{item}]" if parts else f"[{item}]"
+        elif item in ("int", "float", "choice", "fixed") and parts and parts[0] == "params" and len(parts) == 2:
+            continue  # the union tag: the field below it names the key the user wrote
+        elif "function-" in str(item):
+            continue
+        else:
+            parts.append(str(item))
+    return ".".join(parts)
+
+
+def load_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
+    """Validate a spec from a YAML path or a mapping; a ConfigError names the offending key path."""
+    if isinstance(source, (str, Path)):
+        from trials.trial_config import read_yaml
+
+        source = read_yaml(source)
+    if not isinstance(source, Mapping):
+        raise ConfigError("", f"a search spec must be a mapping, got {type(source).__name__}")
+    try:
+        spec = SearchSpec.model_validate(dict(source))
+    except ValidationError as error:
+        first = error.errors()[0]
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(_error_path(first["loc"]), message) from None
+    for i, text in enumerate(spec.constraints):
+        parse_constraint(text, f"constraints[{i}]")
+    check_params(spec)
+    return spec
+
+
+def param_target(name: str, family: str) -> tuple[str, str, int | None]:
+    """Where a searched parameter goes: ("model" | "training" | "data", field, stage index or None)."""
+    if "." in name:
+        section, _, field = name.partition(".")
+        if section in ("model", "training", "data"):
+            return section, field, None
+    indexed = _INDEXED.match(name)
+    if indexed and family == "coatnet":
+        return "model", indexed["field"], int(indexed["index"])
+    model_fields = {f.name for f in dataclasses.fields(CONFIG_CLASSES[family])}
+    if name in model_fields:
+        return "model", name, None
+    if name in TRAINING_FIELDS:
+        return "training", name, None
+    raise ConfigError(
+        f"params.{name}",
+        f"unknown parameter for family {family}: use a model field ({', '.join(sorted(model_fields))}), "
+        f"a training field ({', '.join(TRAINING_FIELDS)}), 'depths[i]'/'dims[i]' (coatnet) or 'data.KEY'",
+    )
+
+
+def check_params(spec: SearchSpec) -> None:
+    """Every candidate value of every parameter must give a valid model with the others at their first value.
+
+    A value that is invalid whatever the other parameters are (``embed_dim: 100`` with
+    ``num_heads`` fixed at 8) is a spec error; invalid combinations of two searched values are
+    found at sampling time and recorded as infeasible.
+    """
+    from .sampling import build_trial_config
+
+    first = {name: domain.candidates()[0] for name, domain in spec.params.items()}
+    for name, domain in spec.params.items():
+        param_target(name, spec.family)
+        kind = next(k for k in ("int", "float", "choice", "fixed") if hasattr(domain, k))
+        for i, value in enumerate(domain.candidates()):
+            try:
+                build_trial_config(spec, {**first, name: value})
+            except ConfigError as error:
+                where = f"params.{name}.{kind}[{i}]" if kind in ("choice", "int", "float") else f"params.{name}"
+                if not _concerns(error.field, name):
+                    continue  # a combination problem: left to sampling time
+                raise ConfigError(where, error.message) from None
+
+
+def _concerns(field: str, param: str) -> bool:
+    """Whether a config error on ``field`` (e.g. model.embed_dim) is about parameter ``param``."""
+    leaf = field.rsplit(".", 1)[-1]
+    base = _INDEXED.match(param)
+    name = base["field"] if base else param.rsplit(".", 1)[-1]
+    return leaf.split("[")[0] == name
