@@ -209,12 +209,17 @@ class Store:
         return insert(model)
 
     def _upsert(self, conn, model, rows: Sequence[dict[str, Any]], keys: Sequence[str], returning=None):
-        stmt = self._insert(conn, model).values(list(rows))
+        """INSERT ... ON CONFLICT (keys) DO UPDATE for ``rows`` (all with the same columns).
+
+        The statement carries no values, so SQLAlchemy compiles it once and caches it; the rows
+        go as parameters (executemany for several rows).
+        """
+        stmt = self._insert(conn, model)
         updates = {name: stmt.excluded[name] for name in rows[0] if name not in keys}
         stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
         if returning is not None:
-            stmt = stmt.returning(returning)
-        return conn.execute(stmt)
+            return conn.execute(stmt.returning(returning), rows[0])
+        return conn.execute(stmt, list(rows))
 
     # -- studies -----------------------------------------------------------------------------------
     def create_study(
@@ -245,13 +250,12 @@ class Store:
         }
 
         def write(conn) -> int:
-            existing = conn.execute(select(Study.id).where(Study.name == name)).scalar()
-            if existing is not None:
-                if not exist_ok:
-                    raise StoreError(f"study {name!r} already exists in {self.url}")
-                return existing
-            stmt = self._insert(conn, Study).values(row).on_conflict_do_nothing(index_elements=["name"])
-            conn.execute(stmt)
+            stmt = self._insert(conn, Study).on_conflict_do_nothing(index_elements=["name"]).returning(Study.id)
+            created = conn.execute(stmt, row).scalar()
+            if created is not None:
+                return created
+            if not exist_ok:  # the name was taken, possibly by a concurrent creator a moment ago
+                raise StoreError(f"study {name!r} already exists in {self.url}")
             return conn.execute(select(Study.id).where(Study.name == name)).scalar_one()
 
         study_id = self._write(write)
@@ -353,7 +357,7 @@ class Store:
         if status not in TRIAL_STATUSES:
             raise StoreError(f"unknown trial status {status!r}; use one of {', '.join(TRIAL_STATUSES)}")
         study_id = self._study_id(study)
-        epoch_list = list(epochs)
+        epoch_list = _last_per_epoch(epochs)
         row = {
             "study_id": study_id,
             "number": number,
@@ -374,9 +378,9 @@ class Store:
             if measurement:
                 values = {k: measurement.get(k) for k in MEASUREMENT_FIELDS}
                 self._upsert(conn, Measurement, [{"trial_id": trial_id, **values}], ("trial_id",))
-            for start in range(0, len(epoch_list), 500):  # bounded statement size
-                chunk = [_epoch_row(trial_id, m) for m in epoch_list[start : start + 500]]
-                self._upsert(conn, EpochRecord, chunk, ("trial_id", "epoch"))
+            if epoch_list:
+                rows = [_epoch_row(trial_id, m) for m in epoch_list]
+                self._upsert(conn, EpochRecord, rows, ("trial_id", "epoch"))
             conn.execute(Study.__table__.update().where(Study.id == study_id).values(updated_at=_now()))
 
         self._write(write)
@@ -510,6 +514,18 @@ class Store:
                 .where(Trial.study_id == study_id)
             ).scalar_one()
         return {**{s: by_status.get(s, 0) for s in TRIAL_STATUSES}, "epochs": epochs}
+
+
+def _last_per_epoch(epochs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One record per epoch number, the last one winning (as separate ``record_epoch`` calls would).
+
+    Records without a number are kept, to be rejected by :func:`_epoch_row`.
+    """
+    by_epoch: dict[Any, Mapping[str, Any]] = {}
+    for i, metrics in enumerate(epochs):
+        key = metrics.get("epoch")
+        by_epoch[key if key is not None else ("missing", i)] = metrics
+    return list(by_epoch.values())
 
 
 def _decoded(value: Any) -> Any:
