@@ -94,6 +94,7 @@ def run_trial(
         return result
     try:
         result.cost = _measure(trial, trainer)
+        trainer.cost = result.cost  # epoch callbacks may report it (the search does)
         if resume_state is not None:
             trainer.load_state_dict(resume_state)
         outcome = trainer.fit(callback=callback, progress=progress)

@@ -151,6 +151,12 @@ class Trainer:
         self.epoch = 0
         self.step = 0
         self.history: list[EpochMetrics] = []
+        self.cost = None  # the trial's CostMeasurement, once measured
+
+    @property
+    def finished(self) -> bool:
+        """Whether the budget (epochs or steps) is spent."""
+        return self.epoch >= self.total_epochs or self.step >= self.total_steps
 
     # -- checkpointing -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -251,7 +257,7 @@ class Trainer:
         if progress is None:
             progress = sys.stderr.isatty()
         outcome = TrainOutcome(history=self.history)
-        while self.epoch < self.total_epochs and self.step < self.total_steps:
+        while not self.finished:
             lr = self.optimizer.param_groups[0]["lr"]
             try:
                 train_loss, seconds, wait, images = self.train_epoch(progress)

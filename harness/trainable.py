@@ -1,0 +1,72 @@
+"""The Ray Tune trainable: one trial of a search, run on a worker with torch alone (no database).
+
+It rebuilds the trial config from the sampled parameters, runs :func:`trials.runner.run_trial`,
+reports every epoch to Tune with a checkpoint (so a trial retried on another node resumes from
+its last finished epoch), and marks its last report with the outcome (``archsearch_status``):
+the driver's searcher and store callback read the outcome from there.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness.searcher import NUMBER_KEY, STATUS_KEY
+
+CHECKPOINT_FILE = "trainer.pt"
+
+
+def _cost_metrics(cost) -> dict[str, Any]:
+    if cost is None:
+        return {}
+    return {f"cost_{k}": v for k, v in cost.to_dict().items()} | {
+        "flops": cost.flops,
+        "params": cost.params,
+        "throughput": cost.throughput,
+        "latency_ms": cost.latency_ms,
+    }
+
+
+def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
+    """Tune function trainable; ``spec`` is bound with ``tune.with_parameters``."""
+    import torch
+    from ray import tune
+
+    from search_space.sampling import build_trial_config
+    from search_space.spec import SearchSpec
+    from trials.runner import final_metrics, run_trial
+
+    search_spec = SearchSpec.model_validate(spec)
+    params = dict(params)
+    number = params.pop(NUMBER_KEY, None)
+    config = build_trial_config(search_spec, params)
+    resume_state = None
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            resume_state = torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=False)
+
+    def report_epoch(metrics, trainer) -> None:
+        payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number}
+        if trainer.finished:  # the whole budget ran: this is the trial's final result
+            payload.update({f"final_{k}": v for k, v in final_metrics(trainer.history).items()})
+            payload["best_top1"] = max(m.top1 for m in trainer.history)
+            payload[STATUS_KEY] = "completed"
+        with tempfile.TemporaryDirectory() as directory:
+            torch.save(trainer.state_dict(), Path(directory) / CHECKPOINT_FILE)
+            tune.report(payload, checkpoint=tune.Checkpoint.from_directory(directory))
+
+    result = run_trial(config, callback=report_epoch, resume_state=resume_state, progress=False)
+    if result.status != "completed":
+        last = result.epochs[-1].to_dict() if result.epochs else {"top1": 0.0, "top5": 0.0, "epoch": 0}
+        tune.report(
+            {
+                **last,
+                **_cost_metrics(result.cost),
+                NUMBER_KEY: number,
+                STATUS_KEY: result.status,
+                "error": result.error,
+                "diverged_at_step": result.diverged_at_step,
+            }
+        )

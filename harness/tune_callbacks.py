@@ -1,0 +1,132 @@
+"""Tune callbacks that run in the driver: the store writer and the live progress line.
+
+The driver is the store's only writer (workers need no database access), which is also what
+keeps SQLite happy. Callbacks are pickled with the experiment state, so they keep a store URL
+and open the store lazily.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Any
+
+from ray.tune import Callback
+
+from harness.searcher import NUMBER_KEY, STATUS_KEY
+
+EPOCH_KEYS = ("epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction")
+
+
+class StoreCallback(Callback):
+    """Writes every trial's start, each epoch, and its outcome into the store."""
+
+    def __init__(self, store_url: str, study: str, spec: dict[str, Any]):
+        self.store_url = store_url
+        self.study = study
+        self.spec = spec
+        self._store = None
+        self._last: dict[str, dict[str, Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None}
+
+    @property
+    def store(self):
+        if self._store is None:
+            from harness.store import Store
+
+            self._store = Store.open(self.store_url)
+        return self._store
+
+    def _trial_config(self, trial) -> tuple[int, dict[str, Any]]:
+        from search_space.sampling import build_trial_config
+        from search_space.spec import SearchSpec
+
+        params = dict(trial.config)
+        number = params.pop(NUMBER_KEY)
+        return number, build_trial_config(SearchSpec.model_validate(self.spec), params)
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        number, config = self._trial_config(trial)
+        self.store.start_trial(
+            self.study, number, config, seed=config.get("seed"), optuna_number=number, host=socket.gethostname()
+        )
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
+        self._last[trial.trial_id] = result
+        if result.get("epoch"):
+            number = result[NUMBER_KEY]
+            row = {k: result.get(k) for k in EPOCH_KEYS}
+            row["images_per_s"] = result.get("train_images_per_s")
+            row["wall_time"] = result.get("time_total_s")
+            self.store.record_epoch(self.study, number, row)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        result = self._last.pop(trial.trial_id, None) or trial.last_result or {}
+        number, config = self._trial_config(trial)
+        status = result.get(STATUS_KEY) or "pruned"  # no outcome mark: stopped early by the scheduler
+        final = {k.removeprefix("final_"): v for k, v in result.items() if k.startswith("final_")}
+        if status == "pruned" and result.get("top1") is not None:
+            final = {"top1": result.get("top1"), "epochs": result.get("epoch")}
+        measurement = {k.removeprefix("cost_"): v for k, v in result.items() if k.startswith("cost_")}
+        self.store.finish_trial(
+            self.study,
+            number,
+            status=status,
+            config=config,
+            measurement=measurement or None,
+            final=final or None,
+            error=result.get("error"),
+            diverged_at_step=result.get("diverged_at_step"),
+            device=measurement.get("device"),
+            optuna_number=number,
+        )
+
+    def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self._last.pop(trial.trial_id, None)
+        number, config = self._trial_config(trial)
+        error = None
+        error_file = getattr(trial, "error_file", None)
+        if error_file:
+            try:
+                with open(error_file) as handle:
+                    error = handle.read()[-4000:]
+            except OSError:
+                error = None
+        self.store.finish_trial(
+            self.study, number, status="failed", config=config, error=error or "the trial raised", optuna_number=number
+        )
+
+
+class ProgressCallback(Callback):
+    """One status line per finished trial: done / running / pruned / failed / infeasible / front size."""
+
+    def __init__(self, store_url: str, study: str, objectives: dict[str, str], stream=None):
+        self.store_url = store_url
+        self.study = study
+        self.objectives = objectives
+        self.stream = stream
+        self._store = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None, "stream": None}
+
+    def _line(self) -> str:
+        from harness.pareto_front import pareto_front
+        from harness.store import Store
+
+        if self._store is None:
+            self._store = Store.open(self.store_url)
+        counts = self._store.counts(self.study)
+        front = pareto_front(self._store.trials(self.study), self.objectives)
+        return (
+            f"[{self.study}] done {counts['completed']}  running {counts['running']}  pruned {counts['pruned']}  "
+            f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "
+            f"pareto front {len(front)}"
+        )
+
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        print(self._line(), file=self.stream or sys.stderr, flush=True)
+
+    on_trial_error = on_trial_complete
