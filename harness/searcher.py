@@ -49,6 +49,14 @@ class ArchsearchSearch(OptunaSearch):
         state["_store"] = None
         return state
 
+    def save(self, checkpoint_path: str) -> None:
+        # OptunaSearch.save pickles __dict__ directly (not __getstate__): drop the open store.
+        store, self._store = self._store, None
+        try:
+            super().save(checkpoint_path)
+        finally:
+            self._store = store
+
     @property
     def store(self):
         if self._store is None:
@@ -85,12 +93,13 @@ class ArchsearchSearch(OptunaSearch):
             f"{c} (violated by {v:.4g})" for c, v in zip(self.spec.constraints, violations, strict=False) if v > 0
         ]
         error = build_error or ("violates " + "; ".join(reasons))
+        estimate = ot_trial.user_attrs.get("estimated_cost")
         self.store.finish_trial(
             self.archsearch_study,
             ot_trial.number,
             status="infeasible",
             config=config,
-            final=ot_trial.user_attrs.get("estimated_cost"),
+            measurement={**estimate, "flops_source": "cost_model"} if estimate else None,
             error=error,
             optuna_number=ot_trial.number,
         )

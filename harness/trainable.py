@@ -59,14 +59,15 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
 
     result = run_trial(config, callback=report_epoch, resume_state=resume_state, progress=False)
     if result.status != "completed":
-        last = result.epochs[-1].to_dict() if result.epochs else {"top1": 0.0, "top5": 0.0, "epoch": 0}
-        tune.report(
-            {
-                **last,
-                **_cost_metrics(result.cost),
-                NUMBER_KEY: number,
-                STATUS_KEY: result.status,
-                "error": result.error,
-                "diverged_at_step": result.diverged_at_step,
-            }
-        )
+        payload = {
+            **(result.epochs[-1].to_dict() if result.epochs else {}),
+            **_cost_metrics(result.cost),
+            NUMBER_KEY: number,
+            STATUS_KEY: result.status,
+            "error": result.error,
+            "diverged_at_step": result.diverged_at_step,
+        }
+        # Tune insists on every objective in every result; these NaNs never reach Optuna (the
+        # searcher tells FAIL without values) nor the store (which records the outcome).
+        payload.update({m: float("nan") for m in search_spec.objectives if payload.get(m) is None})
+        tune.report(payload)

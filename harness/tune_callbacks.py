@@ -127,6 +127,10 @@ class ProgressCallback(Callback):
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        print(self._line(), file=self.stream or sys.stderr, flush=True)
+        try:
+            line = self._line()
+        except Exception as error:  # progress display must never fail a trial
+            line = f"[{self.study}] (progress unavailable: {type(error).__name__}: {error})"
+        print(line, file=self.stream or sys.stderr, flush=True)
 
     on_trial_error = on_trial_complete

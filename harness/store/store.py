@@ -471,6 +471,7 @@ class Store:
         if frame.empty:
             return frame.drop(columns=["config", "final"])
         finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
+        finals = finals.drop(columns=[c for c in finals.columns if c in frame.columns])  # measured cost wins
         configs = [_decoded(c) or {} for c in frame.pop("config")]
         parts = [frame]
         if flatten_config:

@@ -1,0 +1,128 @@
+"""The search end to end with real Ray Tune, real Optuna and a real store (SQLite here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.pareto_front import non_dominated, pareto_front
+from search_space.spec import load_spec
+
+ray = pytest.importorskip("ray")
+optuna = pytest.importorskip("optuna")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def tiny_spec(**changes) -> dict:
+    spec = {
+        "name": "tiny",
+        "family": "cait",
+        "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
+        "data": {"name": "synthetic", "num_classes": 4, "train_size": 128, "val_size": 64, "batch_size": 32},
+        "training": {"epochs": 2, "lr": 1e-3},
+        "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
+        "params": {"embed_dim": {"choice": [32, 48, 64]}, "depth": {"int": [1, 2]}},
+        "objectives": {"top1": "max", "flops": "min"},
+        "search": {"sampler": "random", "n_trials": 4, "concurrency": 2, "seed": 1},
+    }
+    spec.update(changes)
+    return spec
+
+
+def run(spec_dict: dict, tmp_path, name: str):
+    from harness.search import run_search
+    from harness.store import Store
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    summary = run_search(load_spec(spec_dict), url, study_name=name, results_dir=tmp_path / "ray")
+    store = Store.open(url, create=False)
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / 'store.db'}")
+    return summary, store, study
+
+
+@pytest.mark.slow
+def test_a_multi_objective_search_matches_ray_optuna_and_the_store(local_ray, tmp_path):
+    summary, store, study = run(tiny_spec(), tmp_path, "mo")
+    trials = store.trials("mo")
+    assert summary.counts["completed"] == 4 and len(trials) == 4
+    # One to one: the store's numbers are Optuna's trial numbers, with the same outcome and values.
+    by_number = {t.number: t for t in study.trials}
+    assert sorted(trials["number"]) == sorted(by_number)
+    for _, row in trials.iterrows():
+        ot = by_number[row["number"]]
+        assert ot.state == optuna.trial.TrialState.COMPLETE and row["status"] == "completed"
+        assert ot.values == pytest.approx([row["top1"], row["flops"]])
+        assert ot.params["embed_dim"] == row["config.model.embed_dim"]
+        assert ot.params["depth"] == row["config.model.depth"]
+    curves = store.learning_curves("mo")
+    assert sorted(curves.groupby("number")["epoch"].max()) == [2, 2, 2, 2]
+    # The reported front is the non-dominated set of the completed trials.
+    points = trials[["top1", "flops"]].to_numpy(dtype=float) * np.array([-1.0, 1.0])
+    expected = set(trials["number"][non_dominated(points)])
+    assert set(summary.front["number"]) == expected
+    assert {t.number for t in study.best_trials} == expected
+
+
+@pytest.mark.slow
+def test_constraints_failures_and_divergence_are_recorded_and_the_search_goes_on(local_ray, tmp_path):
+    spec = tiny_spec(
+        params={
+            "embed_dim": {"choice": [32, 64]},
+            "lr": {"choice": [1e-3, 1e7]},  # 1e7 diverges
+            "data.name": {"choice": ["synthetic", "cifar10"]},  # cifar10 without data_dir fails to build
+        },
+        training={"epochs": 1, "lr": 1e-3, "grad_clip": None, "warmup_epochs": 0},
+        constraints=["flops <= 1.5e6"],  # embed_dim 64 is over budget
+        search={"sampler": "random", "n_trials": 8, "concurrency": 2, "seed": 3},
+    )
+    _, store, study = run(spec, tmp_path, "outcomes")
+    trials = store.trials("outcomes")
+    statuses = trials.set_index("number")["status"].to_dict()
+    dispatched = {n for n, s in statuses.items() if s != "infeasible"}
+    assert len(dispatched) == 8  # n_trials counts dispatched trials; infeasible ones come on top
+    # No dispatched trial violates the constraint (the closed-form cost is exact).
+    assert (trials[trials["status"] != "infeasible"]["flops"].dropna() <= 1.5e6).all()
+    infeasible = trials[trials["status"] == "infeasible"]
+    assert (infeasible["config.model.embed_dim"] == 64).all()
+    assert infeasible["error"].str.contains("flops <= 1.5e6").all()
+    # Every outcome reaches the store and Optuna, one to one.
+    by_number = {t.number: t for t in study.trials}
+    assert set(statuses) == set(by_number)
+    for number, status in statuses.items():
+        row = trials.set_index("number").loc[number]
+        state = by_number[number].state
+        if row["config.data.name"] == "cifar10" and status != "infeasible":
+            assert status == "failed" and "data_dir" in row["error"]
+        elif row["config.training.lr"] == 1e7 and status != "infeasible":
+            assert status == "diverged" and row["diverged_at_step"] >= 1
+        expected_state = {
+            "completed": optuna.trial.TrialState.COMPLETE,
+            "infeasible": optuna.trial.TrialState.PRUNED,
+            "failed": optuna.trial.TrialState.FAIL,
+            "diverged": optuna.trial.TrialState.FAIL,
+        }[status]
+        assert state == expected_state, (number, status, state)
+    front = pareto_front(trials, {"top1": "max", "flops": "min"})
+    assert set(front["status"]) <= {"completed"}
+
+
+def test_spec_errors_name_the_key_and_nothing_runs(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "name: bad\nfamily: cait\nbase_model: cait_tiny32\nobjectives: {top1: max}\n"
+        "params:\n  embed_dim: {choice: [96, 192, 100]}\n  num_heads: 8\n"
+    )
+    result = CliRunner().invoke(main, ["search", str(path), "--store", f"sqlite:///{tmp_path / 's.db'}"])
+    assert result.exit_code == 2
+    assert "params.embed_dim.choice[2]: 100 is not divisible by num_heads 8" in result.output
+    assert not (tmp_path / "s.db").exists()
