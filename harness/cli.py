@@ -280,36 +280,56 @@ def _records(frame) -> list[dict]:
 
 
 @main.command("search")
-@click.argument("spec_path", metavar="SPEC.yaml", type=click.Path(dir_okay=False))
+@click.argument("spec_path", metavar="[SPEC.yaml]", required=False, type=click.Path(dir_okay=False))
 @store_option
 @click.option("--address", default=None, help="Ray cluster to join (auto, ray://HOST:PORT); default: local Ray.")
 @click.option("--name", "study_name", default=None, help="Study name (default: the spec's name).")
+@click.option("--resume", "resume_study", default=None, metavar="STUDY", help="Continue an interrupted search.")
 @click.option("--results-dir", default=None, help="Where Ray Tune keeps trial checkpoints (default ./ray_results).")
 def search_command(
-    spec_path: str, store_url: str | None, address: str | None, study_name: str | None, results_dir: str | None
+    spec_path: str | None,
+    store_url: str | None,
+    address: str | None,
+    study_name: str | None,
+    resume_study: str | None,
+    results_dir: str | None,
 ) -> None:
-    """Run a search: Optuna proposes, Ray Tune dispatches, every trial lands in the store."""
+    """Run a search: Optuna proposes, Ray Tune dispatches, every trial lands in the store.
+
+    With --resume STUDY (no SPEC needed: the store keeps it), an interrupted search continues:
+    finished trials are kept, unfinished ones resume from their last epoch checkpoint.
+    """
     from harness.store import StoreError, resolve_store_url
     from search_space.spec import load_spec
     from trials.configio import ConfigError
 
-    try:
-        spec = load_spec(spec_path)
-    except ConfigError as error:
-        raise _fail_on_config_error(error) from None
+    if spec_path is None and resume_study is None:
+        raise UsageError("give a SPEC.yaml to start a search, or --resume STUDY to continue one")
     url = resolve_store_url(store_url)
-    _open_store(url, create=True).close()  # a bad URL fails here, before Ray starts
+    try:
+        if spec_path is not None:
+            spec = load_spec(spec_path)
+        with _open_store(url, create=resume_study is None) as store:  # a bad URL fails here, before Ray starts
+            if spec_path is None:
+                spec = load_spec(store.study(resume_study)["spec"])
+    except (ConfigError, StoreError) as error:
+        raise _fail_on_config_error(error) from None
     from harness.search import run_search
 
     try:
-        summary = run_search(spec, url, study_name=study_name, address=address, results_dir=results_dir)
+        summary = run_search(
+            spec,
+            url,
+            study_name=resume_study or study_name,
+            address=address,
+            results_dir=results_dir,
+            resume=resume_study is not None,
+        )
     except StoreError as error:
         raise UsageError(str(error)) from None
     counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v and k != "epochs")
     click.echo(f"\nstudy {summary.study} in {summary.store_url}: {counts} ({summary.wall_time_s:.0f}s)")
-    objectives = list(spec.objectives)
-    config_columns = [
-        c for c in summary.front.columns if c.startswith("config.") and summary.front[c].astype(str).nunique() > 1
-    ]
+    front = summary.front
+    varying = [c for c in front.columns if c.startswith("config.") and front[c].astype(str).nunique() > 1]
     click.echo("Pareto front (" + ", ".join(f"{k}:{v}" for k, v in spec.objectives.items()) + "):")
-    click.echo(render(_records(summary.front), "table", ["number", *objectives, *config_columns]))
+    click.echo(render(_records(front), "table", ["number", *spec.objectives, *varying]))

@@ -50,33 +50,23 @@ def _init_ray(address: str | None, spec: SearchSpec) -> None:
         )
 
 
-def run_search(
-    spec: SearchSpec,
-    store_url: str,
-    *,
-    study_name: str | None = None,
-    address: str | None = None,
-    results_dir: str | Path | None = None,
-    verbose: int = 0,
-) -> SearchSummary:
-    """Run the search the spec describes; every trial lands in the store at ``store_url``."""
-    import time
+def _trainable(spec: SearchSpec):
+    from ray import tune
 
+    from harness.trainable import search_trainable
+
+    resources = {"cpu": spec.search.resources.cpus, "gpu": spec.search.resources.gpus}
+    return tune.with_resources(tune.with_parameters(search_trainable, spec=spec.model_dump(mode="json")), resources)
+
+
+def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
     import optuna
     from ray import tune
 
-    from harness.pareto_front import pareto_front
     from harness.searcher import ArchsearchSearch
-    from harness.store import Store
-    from harness.trainable import search_trainable
     from harness.tune_callbacks import ProgressCallback, StoreCallback
     from search_space.sampling import make_sampler
 
-    started = time.perf_counter()
-    name = study_name or spec.name
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with Store.open(store_url) as store:
-        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives))
     storage = optuna.storages.RDBStorage(_optuna_storage_url(store_url))
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
     scheduler = None
@@ -84,24 +74,18 @@ def run_search(
     if es is not None:
         from ray.tune.schedulers import ASHAScheduler
 
-        budget = spec.training.get("epochs", 10)
         scheduler = ASHAScheduler(
             metric=es.metric,
             mode=spec.objectives.get(es.metric, "max"),
             time_attr="training_iteration",
-            max_t=budget,
+            max_t=spec.training.get("epochs", 10),
             grace_period=es.grace_period,
             reduction_factor=es.reduction_factor,
         )
-    _init_ray(address, spec)
-    resources = {"cpu": spec.search.resources.cpus, "gpu": spec.search.resources.gpus}
-    trainable = tune.with_resources(
-        tune.with_parameters(search_trainable, spec=spec.model_dump(mode="json")), resources
-    )
     spec_dict = spec.model_dump(mode="json")
-    storage_path = Path(results_dir or Path.cwd() / "ray_results").resolve()
-    tuner = tune.Tuner(
-        trainable,
+    callbacks = [StoreCallback(store_url, name, spec_dict), ProgressCallback(store_url, name, dict(spec.objectives))]
+    return tune.Tuner(
+        _trainable(spec),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             scheduler=scheduler,
@@ -112,17 +96,105 @@ def run_search(
         run_config=tune.RunConfig(
             name=name,
             storage_path=str(storage_path),
-            callbacks=[
-                StoreCallback(store_url, name, spec_dict),
-                ProgressCallback(store_url, name, dict(spec.objectives)),
-            ],
+            callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=spec.search.retries),
-            verbose=verbose,
+            verbose=0,
         ),
     )
+
+
+def run_search(
+    spec: SearchSpec,
+    store_url: str,
+    *,
+    study_name: str | None = None,
+    address: str | None = None,
+    results_dir: str | Path | None = None,
+    resume: bool = False,
+) -> SearchSummary:
+    """Run the search the spec describes; every trial lands in the store at ``store_url``.
+
+    ``resume``: continue the interrupted search of that study (``Tuner.restore``): finished trials
+    are kept, unfinished ones resume from their last checkpoint, and Optuna trials the driver
+    lost are reconciled (told FAIL, stored ``failed`` as interrupted) so none stays RUNNING.
+    """
+    import time
+
+    import optuna
+    from ray import tune
+
+    from harness.pareto_front import pareto_front
+    from harness.store import Store, StoreError
+
+    started = time.perf_counter()
+    name = study_name or spec.name
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage_path = Path(results_dir or Path.cwd() / "ray_results").resolve()
+    experiment = storage_path / name
+    with Store.open(store_url) as store:
+        if resume and name not in store.study_names():
+            raise StoreError(f"cannot resume: study {name!r} is not in {store.url}")
+        if not resume and name in store.study_names() and _has_trials(store, name):
+            raise StoreError(
+                f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
+                "or --name to start a new study"
+            )
+        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives))
+        store.set_study_status(name, "running")
+    _init_ray(address, spec)
+    if resume and tune.Tuner.can_restore(str(experiment)):
+        tuner = tune.Tuner.restore(str(experiment), trainable=_trainable(spec), resume_errored=True)
+    else:
+        if resume:
+            raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
+        tuner = _new_tuner(spec, store_url, name, storage_path)
     tuner.fit()
     with Store.open(store_url) as store:
+        reconcile(store, name, _optuna_storage_url(store_url))
         store.set_study_status(name, "completed")
         counts = store.counts(name)
         front = pareto_front(store.trials(name), dict(spec.objectives))
     return SearchSummary(name, store.url, counts, front, time.perf_counter() - started)
+
+
+def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
+    """After a search ends: no Optuna trial RUNNING, no store trial ``running``.
+
+    Anything still running when the Tuner has returned was lost with an earlier driver: it is
+    told FAIL to Optuna and recorded ``failed`` (interrupted) in the store, once.
+    """
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(optuna_url))
+    fixed = {"optuna": 0, "store": 0}
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        fixed["optuna"] += 1
+    trials = store.trials(name)
+    if not trials.empty:
+        for _, row in trials[trials["status"] == "running"].iterrows():
+            config = {k.removeprefix("config."): v for k, v in row.items() if k.startswith("config.")}
+            store.finish_trial(
+                name,
+                int(row["number"]),
+                status="failed",
+                config=_unflatten(config),
+                error="interrupted: the search driver stopped while this trial ran, and it was not resumed",
+            )
+            fixed["store"] += 1
+    return fixed
+
+
+def _has_trials(store, name: str) -> bool:
+    return any(n for status, n in store.counts(name).items() if status != "epochs")
+
+
+def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out

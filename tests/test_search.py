@@ -126,3 +126,71 @@ def test_spec_errors_name_the_key_and_nothing_runs(tmp_path):
     assert result.exit_code == 2
     assert "params.embed_dim.choice[2]: 100 is not divisible by num_heads 8" in result.output
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trials(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    from harness.store import Store
+
+    spec = tiny_spec(
+        name="killed",
+        training={"epochs": 3, "lr": 1e-3},
+        data={"name": "synthetic", "num_classes": 4, "train_size": 512, "val_size": 64, "batch_size": 32},
+        search={"sampler": "tpe", "n_trials": 6, "concurrency": 2, "seed": 5},
+    )
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    exe = os.path.join(os.path.dirname(sys.executable), "archsearch")
+    common = ["--store", url, "--results-dir", str(tmp_path / "ray")]
+    driver = subprocess.Popen(
+        [exe, "search", str(spec_path), *common],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 180
+    completed = 0
+    while time.time() < deadline and driver.poll() is None:
+        time.sleep(1.0)
+        if (tmp_path / "store.db").exists():
+            try:
+                with Store.open(url, create=False) as store:
+                    completed = store.counts("killed")["completed"] if "killed" in store.study_names() else 0
+            except Exception:
+                continue
+            if completed >= 2:
+                break
+    assert driver.poll() is None, "the search ended before it could be killed"
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and what it started in its session
+    driver.wait()
+    with Store.open(url, create=False) as store:
+        before = store.counts("killed")
+    assert 2 <= before["completed"] < 6
+
+    resumed = subprocess.run(
+        [exe, "search", "--resume", "killed", *common], capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with Store.open(url, create=False) as store:
+        trials = store.trials("killed")
+        counts = store.counts("killed")
+    dispatched = trials[trials["status"] != "infeasible"]
+    assert counts["running"] == 0
+    assert (dispatched["status"] == "completed").sum() == 6, dispatched[["number", "status", "error"]]
+    assert trials["number"].is_unique
+    study = optuna.load_study(study_name="killed", storage=url)
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert sum(s == optuna.trial.TrialState.COMPLETE for s in states) == 6
+    assert {t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE} == set(
+        dispatched[dispatched["status"] == "completed"]["number"]
+    )

@@ -1,0 +1,355 @@
+"""Search benchmark: what ``archsearch search`` costs per trial on top of Ray Tune and Optuna, and the main job.
+
+1. Per-trial overhead. The same number of trials (``--trials``, default 20) at concurrency 1 and 2,
+   one Ray instance for every run (its start-up is reported once, outside the per-trial numbers):
+
+   - ``archsearch``: :func:`harness.search.run_search` (its real path: ArchsearchSearch with an
+     Optuna RDBStorage in the SQLite store, the trainable with its per-epoch checkpoint, the
+     store and progress callbacks) on a spec whose trials do almost nothing: CaiT depth 1,
+     embed_dim 16, 1 head, patch 16 on 32x32 synthetic images (32 train / 16 val, batch 32),
+     1 epoch, nothing measured; two float parameters (lr, drop_path_rate), TPE, one objective.
+     The trial body alone (``trials.runner.run_trial`` of the same config, in this process, one
+     torch thread as on a Ray worker with one CPU) is timed just before each search, median of
+     ``--body-repeats``, and subtracted.
+   - ``tune``: a plain ``tune.Tuner`` over a function trainable that reports one dict, with
+     OptunaSearch (TPE, in-memory study) over the same two parameters, ``reuse_actors=True``,
+     the same ``max_concurrent_trials``, resources and ``num_samples``.
+   - ``tune+rdb``: the same with the OptunaSearch study in an RDBStorage on a SQLite file (as
+     archsearch keeps it): splits archsearch's overhead into Optuna's storage and the rest.
+   - ``optuna``/``optuna+rdb``: ``study.optimize`` of a trivial objective (``n_jobs`` =
+     concurrency), in memory and in an RDBStorage on a SQLite file.
+
+   overhead/trial = wall / N - body / concurrency: the wall time per trial that the trial bodies,
+   run perfectly in parallel, do not explain (``(wall - N x body) / N`` at concurrency 1; the
+   body is 0 for the trivial baselines). The runs are interleaved round by round (``--rounds``,
+   order rotated) because these 2-core machines drift by +-25%; each column is the median over
+   rounds and ``archsearch_x`` is the median of the per-round ratios archsearch overhead / this
+   row's overhead. ``setup``/``teardown`` (archsearch only, from the store's trial timestamps):
+   search start to the first trial's start, last trial's end to the search's return.
+2. The main job: ``run_search`` on ``search_space/presets/quickstart.yaml`` once (SQLite store in
+   a temporary directory): wall time, trials by outcome, time per trial, and how much of the
+   wall the trials themselves (store start -> end, divided by the concurrency) account for.
+
+    .venv/bin/python benchmarks/search.py                   # 20 trials x 3 rounds, then the main job
+    .venv/bin/python benchmarks/search.py --quick           # smoke run: 4 trials x 1 round, 2-trial main job
+    .venv/bin/python benchmarks/search.py --trials 40 --skip-main
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.output import render_table
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "search_space" / "presets" / "quickstart.yaml"
+RUNNERS = ("archsearch", "tune", "tune+rdb", "optuna", "optuna+rdb")
+LR_RANGE = (1.0e-3, 4.0e-3)
+DROP_PATH_RANGE = (0.0, 0.2)
+
+
+def trivial_spec(n_trials: int, concurrency: int, name: str = "overhead") -> dict[str, Any]:
+    """The smallest trial archsearch can run: its real path with a body of a few milliseconds."""
+    return {
+        "name": name,
+        "family": "cait",
+        "base_model": {
+            "preset": "cait_tiny32",
+            "depth": 1,
+            "embed_dim": 16,
+            "num_heads": 1,
+            "ca_depth": 1,
+            "patch_size": 16,
+        },
+        "data": {"name": "synthetic", "num_classes": 10, "train_size": 32, "val_size": 16, "batch_size": 32},
+        "training": {"epochs": 1, "lr": 2.0e-3, "warmup_epochs": 0},
+        "measure": {"flops": False, "throughput": False, "latency": False},
+        "params": {
+            "lr": {"float": list(LR_RANGE), "log": True},
+            "drop_path_rate": {"float": list(DROP_PATH_RANGE)},
+        },
+        "objectives": {"top1": "max"},
+        "search": {
+            "sampler": "tpe",
+            "n_trials": n_trials,
+            "concurrency": concurrency,
+            "seed": 0,
+            "resources": {"cpus": 1, "gpus": 0},
+        },
+    }
+
+
+# -- the runs ---------------------------------------------------------------------------------------
+def body_seconds(repeats: int) -> float:
+    """Median wall time of one trivial trial body, in this process, with one torch thread."""
+    import torch
+
+    from search_space.sampling import build_trial_config
+    from search_space.spec import load_spec
+    from trials.runner import run_trial
+
+    spec = load_spec(trivial_spec(1, 1))
+    config = build_trial_config(spec, {"lr": 2.0e-3, "drop_path_rate": 0.1})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a Ray worker with one CPU runs torch with OMP_NUM_THREADS=1
+    try:
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            result = run_trial(config, progress=False)
+            seconds.append(time.perf_counter() - started)
+            if result.status != "completed":
+                raise RuntimeError(f"the trivial trial did not complete: {result.error}")
+    finally:
+        torch.set_num_threads(threads)
+    return statistics.median(seconds)
+
+
+def run_archsearch(n_trials: int, concurrency: int, workdir: Path) -> dict[str, Any]:
+    from harness.search import run_search
+    from harness.store import Store
+    from search_space.spec import load_spec
+
+    spec = load_spec(trivial_spec(n_trials, concurrency))
+    url = f"sqlite:///{workdir / 'store.db'}"
+    started_at = time.time()
+    started = time.perf_counter()
+    summary = run_search(spec, url, study_name="overhead", results_dir=workdir / "ray_results")
+    wall = time.perf_counter() - started
+    ended_at = time.time()
+    with Store.open(url, create=False) as store:
+        trials = store.trials("overhead", flatten_config=False)
+    first = trials["started_at"].min().timestamp()
+    last = trials["ended_at"].max().timestamp()
+    return {
+        "wall": wall,
+        "completed": summary.counts["completed"],
+        "setup": first - started_at,
+        "teardown": ended_at - last,
+    }
+
+
+def _trivial_trainable(config: dict[str, Any]) -> None:
+    from ray import tune
+
+    tune.report({"score": config["lr"] * 100 + config["drop_path_rate"]})
+
+
+def run_tune(n_trials: int, concurrency: int, workdir: Path, *, rdb: bool) -> dict[str, Any]:
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    started = time.perf_counter()
+    storage = optuna.storages.RDBStorage(f"sqlite:///{workdir / 'optuna.db'}") if rdb else None
+    searcher = OptunaSearch(
+        space={"lr": FloatDistribution(*LR_RANGE, log=True), "drop_path_rate": FloatDistribution(*DROP_PATH_RANGE)},
+        metric="score",
+        mode="max",
+        sampler=optuna.samplers.TPESampler(seed=0, multivariate=True),
+        study_name="overhead",
+        storage=storage,
+    )
+    tuner = tune.Tuner(
+        tune.with_resources(_trivial_trainable, {"cpu": 1, "gpu": 0}),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, num_samples=n_trials, max_concurrent_trials=concurrency, reuse_actors=True
+        ),
+        run_config=tune.RunConfig(name="overhead", storage_path=str(workdir / "ray_results"), verbose=0),
+    )
+    results = tuner.fit()
+    wall = time.perf_counter() - started
+    return {"wall": wall, "completed": len(results) - results.num_errors}
+
+
+def _trivial_objective(trial) -> float:
+    lr = trial.suggest_float("lr", *LR_RANGE, log=True)
+    return lr * 100 + trial.suggest_float("drop_path_rate", *DROP_PATH_RANGE)
+
+
+def run_optuna(n_trials: int, concurrency: int, workdir: Path, *, rdb: bool) -> dict[str, Any]:
+    import optuna
+
+    started = time.perf_counter()
+    storage = optuna.storages.RDBStorage(f"sqlite:///{workdir / 'optuna.db'}") if rdb else None
+    study = optuna.create_study(
+        study_name="overhead",
+        storage=storage,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=0, multivariate=True),
+    )
+    study.optimize(_trivial_objective, n_trials=n_trials, n_jobs=concurrency)
+    wall = time.perf_counter() - started
+    completed = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    return {"wall": wall, "completed": completed}
+
+
+def run_one(runner: str, n_trials: int, concurrency: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"archsearch-bench-{runner.replace('+', '-')}-") as directory:
+        workdir = Path(directory)
+        if runner == "archsearch":
+            return run_archsearch(n_trials, concurrency, workdir)
+        if runner.startswith("tune"):
+            return run_tune(n_trials, concurrency, workdir, rdb=runner.endswith("+rdb"))
+        return run_optuna(n_trials, concurrency, workdir, rdb=runner.endswith("+rdb"))
+
+
+# -- the tables -------------------------------------------------------------------------------------
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def overhead_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    n = args.trials
+    # Warm-up (not reported): imports in this process and the first Ray workers.
+    body_seconds(2)
+    for runner in ("archsearch", "tune"):
+        run_one(runner, 2, 1)
+    rows = []
+    for concurrency in args.concurrency:
+        runs: dict[str, list[dict[str, Any]]] = {r: [] for r in RUNNERS}
+        for round_index in range(args.rounds):
+            shift = round_index % len(RUNNERS)
+            for runner in RUNNERS[shift:] + RUNNERS[:shift]:
+                body = body_seconds(args.body_repeats) if runner == "archsearch" else 0.0
+                run = run_one(runner, n, concurrency)
+                run["body"] = body
+                run["overhead"] = run["wall"] / n - body / concurrency
+                runs[runner].append(run)
+                print(
+                    f"  c={concurrency} round {round_index + 1}/{args.rounds} {runner:<11} wall {run['wall']:7.2f} s"
+                    f"  body {body * 1e3:6.1f} ms  overhead/trial {run['overhead']:.3f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        ours = runs["archsearch"]
+        for runner in RUNNERS:
+            own = runs[runner]
+            ratios = [a["overhead"] / r["overhead"] for a, r in zip(ours, own, strict=True)]
+            row = {
+                "concurrency": concurrency,
+                "runner": runner,
+                "trials": n,
+                "completed": min(r["completed"] for r in own),
+                "wall_s": round(_median([r["wall"] for r in own]), 3),
+                "per_trial_s": round(_median([r["wall"] / n for r in own]), 4),
+                "body_s": round(_median([r["body"] for r in own]), 4),
+                "overhead_s": round(_median([r["overhead"] for r in own]), 4),
+                "archsearch_x": round(_median(ratios), 2),
+                "x_min": round(min(ratios), 2),
+                "x_max": round(max(ratios), 2),
+                "setup_s": round(_median([r["setup"] for r in own]), 2) if runner == "archsearch" else None,
+                "teardown_s": round(_median([r["teardown"] for r in own]), 2) if runner == "archsearch" else None,
+            }
+            rows.append(row)
+    return rows
+
+
+def main_job_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from harness.search import run_search
+    from harness.store import Store
+    from search_space.spec import load_spec
+    from trials.trial_config import read_yaml
+
+    raw = read_yaml(QUICKSTART)
+    if args.quick:
+        raw["search"] = {**raw["search"], "n_trials": 2}
+    spec = load_spec(raw)
+    with tempfile.TemporaryDirectory(prefix="archsearch-bench-main-") as directory:
+        workdir = Path(directory)
+        url = f"sqlite:///{workdir / 'store.db'}"
+        started = time.perf_counter()
+        summary = run_search(spec, url, study_name=spec.name, results_dir=workdir / "ray_results")
+        wall = time.perf_counter() - started
+        with Store.open(url, create=False) as store:
+            trials = store.trials(spec.name, flatten_config=False)
+    ran = trials[trials["status"] != "infeasible"]
+    durations = [(e - s).total_seconds() for s, e in zip(ran["started_at"], ran["ended_at"], strict=True)]
+    concurrency = spec.search.concurrency
+    counts = summary.counts
+    return [
+        {
+            "spec": QUICKSTART.relative_to(ROOT).as_posix(),
+            "n_trials": spec.search.n_trials,
+            "concurrency": concurrency,
+            "wall_s": round(wall, 2),
+            "completed": counts["completed"],
+            "pruned": counts["pruned"],
+            "failed": counts["failed"] + counts["diverged"],
+            "infeasible": counts["infeasible"],
+            "wall_per_trial_s": round(wall / spec.search.n_trials, 2),
+            "wall_per_completed_s": round(wall / counts["completed"], 2) if counts["completed"] else None,
+            "trial_median_s": round(_median(durations), 2),
+            "trials_share": round(sum(durations) / concurrency / wall, 3),
+        }
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=None, help="trials per run (default 20; 4 with --quick)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
+    parser.add_argument("--body-repeats", type=int, default=None, help="trial bodies timed per round (default 10)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--skip-main", action="store_true", help="skip the quickstart main job")
+    parser.add_argument("--skip-overhead", action="store_true", help="skip the per-trial overhead table")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 4 trials, 1 round, 2-trial main job")
+    args = parser.parse_args()
+    args.trials = args.trials or (4 if args.quick else 20)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.body_repeats = args.body_repeats or (3 if args.quick else 10)
+
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    import optuna
+    import ray
+    import torch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    started = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray_start = time.perf_counter() - started
+    try:
+        print(
+            f"host {platform.node()} ({os.cpu_count()} cpus, {platform.processor() or platform.machine()}), "
+            f"python {platform.python_version()}, ray {ray.__version__}, optuna {optuna.__version__}, "
+            f"torch {torch.__version__}; ray.init(num_cpus=2) took {ray_start:.2f} s (not in the numbers below)",
+            flush=True,
+        )
+        if not args.skip_overhead:
+            print(
+                f"\nPer-trial overhead: {args.trials} trials per run, {args.rounds} interleaved rounds, "
+                f"body = median of {args.body_repeats} in-process run_trial calls (1 torch thread)",
+                flush=True,
+            )
+            print(render_table(overhead_rows(args)))
+            print(
+                "overhead_s = wall/N - body/concurrency (median over rounds); archsearch_x = archsearch overhead_s / "
+                "this row's, median (x_min, x_max) of per-round ratios; setup/teardown: search start -> first "
+                "trial start, last trial end -> return",
+                flush=True,
+            )
+        if not args.skip_main:
+            print("\nMain job: run_search on the quickstart preset, once", flush=True)
+            print(render_table(main_job_rows(args)))
+            print(
+                "trial_median_s: store start -> end of one trial (median); trials_share: sum of those / concurrency "
+                "/ wall (1.0 = no time outside trials)",
+                flush=True,
+            )
+    finally:
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
