@@ -264,25 +264,25 @@ def param_target(name: str, family: str) -> tuple[str, str, int | None]:
 
 
 def check_params(spec: SearchSpec) -> None:
-    """Every candidate value of every parameter must give a valid model with the others at their first value.
+    """Every candidate value of every parameter must be valid on the base model with the fixed params.
 
-    A value that is invalid whatever the other parameters are (``embed_dim: 100`` with
-    ``num_heads`` fixed at 8) is a spec error; invalid combinations of two searched values are
-    found at sampling time and recorded as infeasible.
+    A value that is invalid whatever the searched parameters are (``embed_dim: 100`` with
+    ``num_heads`` fixed at 8) is a spec error; invalid combinations of searched values are found
+    at sampling time and recorded as infeasible.
     """
     from .sampling import build_trial_config
 
-    first = {name: domain.candidates()[0] for name, domain in spec.params.items()}
+    fixed = {name: domain.fixed for name, domain in spec.params.items() if isinstance(domain, FixedDomain)}
     for name, domain in spec.params.items():
         param_target(name, spec.family)
         kind = next(k for k in ("int", "float", "choice", "fixed") if hasattr(domain, k))
         for i, value in enumerate(domain.candidates()):
             try:
-                build_trial_config(spec, {**first, name: value})
+                build_trial_config(spec, {**fixed, name: value})
             except ConfigError as error:
-                where = f"params.{name}.{kind}[{i}]" if kind in ("choice", "int", "float") else f"params.{name}"
-                if not _concerns(error.field, name):
-                    continue  # a combination problem: left to sampling time
+                if not _concerns(error.field, name) and kind != "fixed":
+                    continue  # about another setting: left to sampling time
+                where = f"params.{name}" if kind == "fixed" else f"params.{name}.{kind}[{i}]"
                 raise ConfigError(where, error.message) from None
 
 

@@ -156,6 +156,8 @@ class CaiTConfig(_ConfigBase):
             raise ModelConfigError(f"{owner}.mlp_ratio", f"must be a positive number, got {self.mlp_ratio!r}")
         if round(self.embed_dim * self.mlp_ratio) < 1:
             raise ModelConfigError(f"{owner}.mlp_ratio", f"{self.mlp_ratio} leaves the FFN with no hidden units")
+        if self.layer_scale is False:  # YAML 1.1 reads a bare `off` as false
+            object.__setattr__(self, "layer_scale", "off")
         ls = self.layer_scale
         if isinstance(ls, str):
             _one_of(owner, "layer_scale", ls, ("paper", "off", "rezero"))
