@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The main job: a small multi-objective search (local Ray, SQLite file, synthetic data, CPU).
 demo: $(STAMP)
-	$(BIN)/archsearch models
-	$(BIN)/archsearch trial examples/trial-coatnet-synthetic.yaml
+	$(BIN)/archsearch search search_space/presets/quickstart.yaml --name quickstart-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
