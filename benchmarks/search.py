@@ -19,13 +19,16 @@
    - ``optuna``/``optuna+rdb``: ``study.optimize`` of a trivial objective (``n_jobs`` =
      concurrency), in memory and in an RDBStorage on a SQLite file.
 
-   overhead/trial = wall / N - body / concurrency: the wall time per trial that the trial bodies,
-   run perfectly in parallel, do not explain (``(wall - N x body) / N`` at concurrency 1; the
-   body is 0 for the trivial baselines). The runs are interleaved round by round (``--rounds``,
-   order rotated) because these 2-core machines drift by +-25%; each column is the median over
-   rounds and ``archsearch_x`` is the median of the per-round ratios archsearch overhead / this
-   row's overhead. ``setup``/``teardown`` (archsearch only, from the store's trial timestamps):
-   search start to the first trial's start, last trial's end to the search's return.
+   overhead_s = wall / N - body / c: the wall time per trial that the trial bodies, run perfectly
+   in parallel at concurrency c, do not explain (``(wall - N x body) / N`` at c = 1; the body is 0
+   for the trivial baselines). ``marginal_s`` is the same for the trials after the first c (from
+   their end times: the store's for archsearch, a Tune callback's for plain Tune, Optuna's own),
+   what each extra trial costs once the workers are warm, and ``fixed_s = wall - N x (body/c +
+   marginal_s)`` what a search costs however many trials it runs (start-up, the workers' first
+   imports, the end). The runs are interleaved round by round (``--rounds``, order rotated)
+   because these 2-core machines drift by +-25%; each column is the median over rounds, and
+   ``x``/``marg_x`` are the medians of the per-round ratios archsearch / this row (min-max in
+   ``*_range``).
 2. The main job: ``run_search`` on ``search_space/presets/quickstart.yaml`` once (SQLite store in
    a temporary directory): wall time, trials by outcome, time per trial, and how much of the
    wall the trials themselves (store start -> end, divided by the concurrency) account for.
@@ -38,6 +41,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -122,27 +126,35 @@ def run_archsearch(n_trials: int, concurrency: int, workdir: Path) -> dict[str, 
 
     spec = load_spec(trivial_spec(n_trials, concurrency))
     url = f"sqlite:///{workdir / 'store.db'}"
-    started_at = time.time()
     started = time.perf_counter()
     summary = run_search(spec, url, study_name="overhead", results_dir=workdir / "ray_results")
     wall = time.perf_counter() - started
-    ended_at = time.time()
     with Store.open(url, create=False) as store:
         trials = store.trials("overhead", flatten_config=False)
-    first = trials["started_at"].min().timestamp()
-    last = trials["ended_at"].max().timestamp()
-    return {
-        "wall": wall,
-        "completed": summary.counts["completed"],
-        "setup": first - started_at,
-        "teardown": ended_at - last,
-    }
+    ends = [t.timestamp() for t in trials["ended_at"].dropna()]
+    return {"wall": wall, "completed": summary.counts["completed"], "ends": ends}
 
 
 def _trivial_trainable(config: dict[str, Any]) -> None:
     from ray import tune
 
     tune.report({"score": config["lr"] * 100 + config["drop_path_rate"]})
+
+
+def _trial_clock():
+    """A Tune callback that notes when trials end (in the driver, as archsearch's store callback does)."""
+    from ray.tune import Callback
+
+    class TrialClock(Callback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+            self.ends.append(time.time())
+
+        on_trial_error = on_trial_complete
+
+    return TrialClock()
 
 
 def run_tune(n_trials: int, concurrency: int, workdir: Path, *, rdb: bool) -> dict[str, Any]:
@@ -161,16 +173,19 @@ def run_tune(n_trials: int, concurrency: int, workdir: Path, *, rdb: bool) -> di
         study_name="overhead",
         storage=storage,
     )
+    clock = _trial_clock()
     tuner = tune.Tuner(
         tune.with_resources(_trivial_trainable, {"cpu": 1, "gpu": 0}),
         tune_config=tune.TuneConfig(
             search_alg=searcher, num_samples=n_trials, max_concurrent_trials=concurrency, reuse_actors=True
         ),
-        run_config=tune.RunConfig(name="overhead", storage_path=str(workdir / "ray_results"), verbose=0),
+        run_config=tune.RunConfig(
+            name="overhead", storage_path=str(workdir / "ray_results"), callbacks=[clock], verbose=0
+        ),
     )
     results = tuner.fit()
     wall = time.perf_counter() - started
-    return {"wall": wall, "completed": len(results) - results.num_errors}
+    return {"wall": wall, "completed": len(results) - results.num_errors, "ends": clock.ends}
 
 
 def _trivial_objective(trial) -> float:
@@ -191,8 +206,8 @@ def run_optuna(n_trials: int, concurrency: int, workdir: Path, *, rdb: bool) -> 
     )
     study.optimize(_trivial_objective, n_trials=n_trials, n_jobs=concurrency)
     wall = time.perf_counter() - started
-    completed = sum(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
-    return {"wall": wall, "completed": completed}
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    return {"wall": wall, "completed": len(trials), "ends": [t.datetime_complete.timestamp() for t in trials]}
 
 
 def run_one(runner: str, n_trials: int, concurrency: int) -> dict[str, Any]:
@@ -210,11 +225,25 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _ratio_cells(prefix: str, ratios: list[float]) -> dict[str, Any]:
+    return {prefix: round(_median(ratios), 2), f"{prefix}_range": f"{min(ratios):.3g}-{max(ratios):.3g}"}
+
+
+def _marginal(run: dict[str, Any], n: int, concurrency: int, body: float) -> dict[str, float]:
+    """wall = fixed + N x (body/c + marginal): the marginal cost from the trials after the first c
+    (which pay the workers' first imports), the fixed cost is what is left."""
+    ends = sorted(run["ends"])
+    if len(ends) <= concurrency:
+        return {"marginal": float("nan"), "fixed": float("nan")}
+    per_trial = (ends[-1] - ends[concurrency - 1]) / (len(ends) - concurrency)
+    return {"marginal": per_trial - body / concurrency, "fixed": run["wall"] - n * per_trial}
+
+
 def overhead_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     n = args.trials
-    # Warm-up (not reported): imports in this process and the first Ray workers.
+    # Warm-up (not reported): imports in this process, the first Ray workers, SQLite's first files.
     body_seconds(2)
-    for runner in ("archsearch", "tune"):
+    for runner in RUNNERS:
         run_one(runner, 2, 1)
     rows = []
     for concurrency in args.concurrency:
@@ -226,33 +255,33 @@ def overhead_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                 run = run_one(runner, n, concurrency)
                 run["body"] = body
                 run["overhead"] = run["wall"] / n - body / concurrency
+                run.update(_marginal(run, n, concurrency, body))
                 runs[runner].append(run)
                 print(
                     f"  c={concurrency} round {round_index + 1}/{args.rounds} {runner:<11} wall {run['wall']:7.2f} s"
-                    f"  body {body * 1e3:6.1f} ms  overhead/trial {run['overhead']:.3f} s",
+                    f"  body {body * 1e3:6.1f} ms  overhead/trial {run['overhead']:.4f} s  fixed {run['fixed']:.2f} s"
+                    f"  marginal/trial {run['marginal']:.4f} s",
                     file=sys.stderr,
                     flush=True,
                 )
         ours = runs["archsearch"]
         for runner in RUNNERS:
             own = runs[runner]
-            ratios = [a["overhead"] / r["overhead"] for a, r in zip(ours, own, strict=True)]
-            row = {
-                "concurrency": concurrency,
-                "runner": runner,
-                "trials": n,
-                "completed": min(r["completed"] for r in own),
-                "wall_s": round(_median([r["wall"] for r in own]), 3),
-                "per_trial_s": round(_median([r["wall"] / n for r in own]), 4),
-                "body_s": round(_median([r["body"] for r in own]), 4),
-                "overhead_s": round(_median([r["overhead"] for r in own]), 4),
-                "archsearch_x": round(_median(ratios), 2),
-                "x_min": round(min(ratios), 2),
-                "x_max": round(max(ratios), 2),
-                "setup_s": round(_median([r["setup"] for r in own]), 2) if runner == "archsearch" else None,
-                "teardown_s": round(_median([r["teardown"] for r in own]), 2) if runner == "archsearch" else None,
-            }
-            rows.append(row)
+            rows.append(
+                {
+                    "c": concurrency,
+                    "runner": runner,
+                    "done": min(r["completed"] for r in own),
+                    "wall_s": round(_median([r["wall"] for r in own]), 3),
+                    "per_trial_s": round(_median([r["wall"] / n for r in own]), 4),
+                    "body_s": round(_median([r["body"] for r in own]), 4),
+                    "overhead_s": round(_median([r["overhead"] for r in own]), 4),
+                    **_ratio_cells("x", [a["overhead"] / r["overhead"] for a, r in zip(ours, own, strict=True)]),
+                    "fixed_s": round(_median([r["fixed"] for r in own]), 3),
+                    "marginal_s": round(_median([r["marginal"] for r in own]), 4),
+                    **_ratio_cells("marg_x", [a["marginal"] / r["marginal"] for a, r in zip(ours, own, strict=True)]),
+                }
+            )
     return rows
 
 
@@ -317,34 +346,39 @@ def main() -> None:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": a new instance even where another Ray cluster on this machine left its address in
+    # /tmp/ray/ray_current_cluster (ray.init() would try to join it, and refuses num_cpus then).
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray_start = time.perf_counter() - started
     try:
         print(
             f"host {platform.node()} ({os.cpu_count()} cpus, {platform.processor() or platform.machine()}), "
             f"python {platform.python_version()}, ray {ray.__version__}, optuna {optuna.__version__}, "
-            f"torch {torch.__version__}; ray.init(num_cpus=2) took {ray_start:.2f} s (not in the numbers below)",
+            f"torch {torch.__version__}; ray.init(num_cpus=2) took {ray_start:.2f} s, once (in no number below)",
             flush=True,
         )
         if not args.skip_overhead:
+            with contextlib.redirect_stdout(sys.stderr):  # Tune's experiment banners
+                rows = overhead_rows(args)
             print(
-                f"\nPer-trial overhead: {args.trials} trials per run, {args.rounds} interleaved rounds, "
-                f"body = median of {args.body_repeats} in-process run_trial calls (1 torch thread)",
-                flush=True,
+                f"\nPer-trial overhead: {args.trials} trials per run, {args.rounds} interleaved rounds (order "
+                f"rotated); body = median of {args.body_repeats} in-process run_trial calls, 1 torch thread"
             )
-            print(render_table(overhead_rows(args)))
+            print(render_table(rows))
             print(
-                "overhead_s = wall/N - body/concurrency (median over rounds); archsearch_x = archsearch overhead_s / "
-                "this row's, median (x_min, x_max) of per-round ratios; setup/teardown: search start -> first "
-                "trial start, last trial end -> return",
+                "overhead_s = wall/N - body/c; marginal_s: the same for each trial after the first c (from the "
+                "trials' end times); fixed_s = wall - N x (body/c + marginal_s); x, marg_x = archsearch's / this "
+                "row's, median of the per-round ratios (range: min-max); other columns: medians over rounds",
                 flush=True,
             )
         if not args.skip_main:
-            print("\nMain job: run_search on the quickstart preset, once", flush=True)
-            print(render_table(main_job_rows(args)))
+            with contextlib.redirect_stdout(sys.stderr):
+                rows = main_job_rows(args)
+            print("\nMain job: run_search on the quickstart preset, once")
+            print(render_table(rows))
             print(
-                "trial_median_s: store start -> end of one trial (median); trials_share: sum of those / concurrency "
-                "/ wall (1.0 = no time outside trials)",
+                "trial_median_s: one trial, store start -> end (median); trials_share: sum of those / concurrency / "
+                "wall (1.0: no time outside the trials)",
                 flush=True,
             )
     finally:

@@ -30,6 +30,7 @@ def _cost_metrics(cost) -> dict[str, Any]:
 
 def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     """Tune function trainable; ``spec`` is bound with ``tune.with_parameters``."""
+    import ray
     import torch
     from ray import tune
 
@@ -47,8 +48,15 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
         with checkpoint.as_directory() as directory:
             resume_state = torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=False)
 
+    # Where this attempt runs, and from which epoch it resumed (> 0 after a retry from a checkpoint).
+    placement = {
+        "worker_node": ray.get_runtime_context().get_node_id(),
+        "worker_gpus": ",".join(str(g) for g in ray.get_gpu_ids()),
+        "resumed_from_epoch": int(resume_state["epoch"]) if resume_state else 0,
+    }
+
     def report_epoch(metrics, trainer) -> None:
-        payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number}
+        payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
         if trainer.finished:  # the whole budget ran: this is the trial's final result
             payload.update({f"final_{k}": v for k, v in final_metrics(trainer.history).items()})
             payload["best_top1"] = max(m.top1 for m in trainer.history)
@@ -63,6 +71,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
             **(result.epochs[-1].to_dict() if result.epochs else {}),
             **_cost_metrics(result.cost),
             NUMBER_KEY: number,
+            **placement,
             STATUS_KEY: result.status,
             "error": result.error,
             "diverged_at_step": result.diverged_at_step,

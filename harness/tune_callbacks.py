@@ -70,6 +70,10 @@ class StoreCallback(Callback):
         if status == "pruned" and result.get("top1") is not None:
             final = {"top1": result.get("top1"), "epochs": result.get("epoch")}
         measurement = {k.removeprefix("cost_"): v for k, v in result.items() if k.startswith("cost_")}
+        if result.get("resumed_from_epoch"):
+            final["resumed_from_epoch"] = result["resumed_from_epoch"]
+        gpus = result.get("worker_gpus")
+        device = f"GPU {gpus} on node {result.get('worker_node', '?')[:8]}" if gpus else measurement.get("device")
         self.store.finish_trial(
             self.study,
             number,
@@ -79,7 +83,8 @@ class StoreCallback(Callback):
             final=final or None,
             error=result.get("error"),
             diverged_at_step=result.get("diverged_at_step"),
-            device=measurement.get("device"),
+            device=device,
+            host=result.get("hostname"),
             optuna_number=number,
         )
 

@@ -454,10 +454,13 @@ class Store:
             trial.c.seed,
             trial.c.optuna_number,
             trial.c.host,
+            trial.c.device,
             trial.c.started_at,
             trial.c.ended_at,
             trial.c.diverged_at_step,
-            *[meas.c[name] for name in MEASUREMENT_FIELDS],
+            # The measurement's device is where the cost was measured: "cost_device" beside the
+            # trial's own "device" (where it ran).
+            *[meas.c[name].label("cost_device" if name == "device" else name) for name in MEASUREMENT_FIELDS],
         ]
         query = (
             select(*columns)
