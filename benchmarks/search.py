@@ -33,7 +33,7 @@
    a temporary directory): wall time, trials by outcome, time per trial, and how much of the
    wall the trials themselves (store start -> end, divided by the concurrency) account for.
 
-    .venv/bin/python benchmarks/search.py                   # 20 trials x 3 rounds, then the main job
+    .venv/bin/python benchmarks/search.py                   # 20 trials x 5 rounds, then the main job
     .venv/bin/python benchmarks/search.py --quick           # smoke run: 4 trials x 1 round, 2-trial main job
     .venv/bin/python benchmarks/search.py --trials 40 --skip-main
 """
@@ -328,7 +328,7 @@ def main_job_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=None, help="trials per run (default 20; 4 with --quick)")
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3; 1 with --quick)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; 1 with --quick)")
     parser.add_argument("--body-repeats", type=int, default=None, help="trial bodies timed per round (default 10)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-main", action="store_true", help="skip the quickstart main job")
@@ -336,7 +336,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smoke run: 4 trials, 1 round, 2-trial main job")
     args = parser.parse_args()
     args.trials = args.trials or (4 if args.quick else 20)
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.rounds = args.rounds or (1 if args.quick else 5)
     args.body_repeats = args.body_repeats or (3 if args.quick else 10)
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")

@@ -43,11 +43,9 @@ def _init_ray(address: str | None, spec: SearchSpec) -> None:
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(
-            num_cpus=max(os.cpu_count() or 1, int(spec.search.concurrency * spec.search.resources.cpus)),
-            include_dashboard=False,
-            log_to_driver=False,
-        )
+        # address="local": always a fresh local Ray, never a cluster someone else started here.
+        cpus = max(os.cpu_count() or 1, int(spec.search.concurrency * spec.search.resources.cpus))
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
 
 
 def _trainable(spec: SearchSpec):

@@ -124,7 +124,7 @@ class ProgressCallback(Callback):
         if self._store is None:
             self._store = Store.open(self.store_url)
         counts = self._store.counts(self.study)
-        front = pareto_front(self._store.trials(self.study), self.objectives)
+        front = pareto_front(self._store.outcomes(self.study), self.objectives)
         return (
             f"[{self.study}] done {counts['completed']}  running {counts['running']}  pruned {counts['pruned']}  "
             f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "

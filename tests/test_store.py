@@ -289,3 +289,16 @@ def test_migrations_build_exactly_the_schema_the_code_declares(store_url):
         context = MigrationContext.configure(conn, opts={"compare_type": True, "version_table": VERSION_TABLE})
         assert compare_metadata(context, Base.metadata) == []
     engine.dispose()
+
+
+def test_outcomes_is_the_lean_frame_of_trials(store):
+    store.finish_trial("s1", 0, status="completed", config=CONFIG, measurement=MEASUREMENT, final={"top1": 31.0})
+    store.finish_trial("s1", 1, status="failed", config=CONFIG, error="boom")
+    lean, full = store.outcomes("s1"), store.trials("s1")
+    assert list(lean["number"]) == list(full["number"]) == [0, 1]
+    import pandas as pd
+
+    for column in ("status", "params", "flops", "throughput", "top1"):
+        pd.testing.assert_series_equal(lean[column], full[column], check_dtype=False)
+    assert lean["top1"].tolist()[0] == 31.0
+    assert not any(c.startswith("config.") for c in lean.columns)

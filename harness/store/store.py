@@ -485,6 +485,27 @@ class Store:
         parts.append(finals)
         return pd.concat(parts, axis=1)
 
+    def outcomes(self, study: str):
+        """Lean per-trial frame for Pareto queries: number, status, cost columns and final metrics,
+        without the configs (whose JSON decoding dominates :meth:`trials` on large studies)."""
+        import pandas as pd
+
+        study_id = self._study_id(study)
+        trial, meas = Trial.__table__, Measurement.__table__
+        cost = ("params", "flops", "throughput", "latency_ms")
+        query = (
+            select(trial.c.number, trial.c.status, trial.c.final, *[meas.c[name] for name in cost])
+            .select_from(trial.outerjoin(meas, meas.c.trial_id == trial.c.id))
+            .where(trial.c.study_id == study_id)
+            .order_by(trial.c.number)
+        )
+        with self.engine.connect() as conn:
+            result = conn.execute(query)
+            frame = pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
+        finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
+        finals = finals.drop(columns=[c for c in finals.columns if c in frame.columns])
+        return pd.concat([frame, finals], axis=1)
+
     def learning_curves(self, study: str, numbers: Iterable[int] | None = None):
         """Per-epoch metrics of a study's trials (all, or those ``numbers``), one row per epoch."""
         import pandas as pd
