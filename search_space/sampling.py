@@ -115,11 +115,15 @@ class SpaceFunction:
         try:
             config = build_trial_config(self.spec, params)
             cost, violations = cost_violations(self.spec, config)
-            trial.set_user_attr("constraints", violations)
+            named = dict(zip(self.spec.constraints, violations, strict=True))
             trial.set_user_attr("estimated_cost", cost)
         except ConfigError as error:
-            trial.set_user_attr("constraints", [1.0] * max(1, len(self.spec.constraints)))
+            violations, named = [1.0], {"buildable": 1.0}
             trial.set_user_attr("build_error", str(error))
+        trial.set_user_attr("constraints", violations)
+        if hasattr(trial, "set_constraint"):  # Optuna >= 5: the sampler reads these itself
+            for key, value in named.items():
+                trial.set_constraint(key, value)
         return {}
 
 
@@ -144,17 +148,20 @@ def grid_space(spec: SearchSpec) -> dict[str, list[Any]]:
 
 
 def make_sampler(spec: SearchSpec):
-    """The Optuna sampler the spec asks for, told about constraints where it supports them."""
+    """The Optuna sampler the spec asks for, told about constraints where it supports them.
+
+    Optuna >= 5 reads constraints set on the trial (``Trial.set_constraint``, done by
+    :class:`SpaceFunction`); older versions need ``constraints_func``.
+    """
     import optuna
 
     s = spec.search
+    legacy = {} if hasattr(optuna.trial.Trial, "set_constraint") else {"constraints_func": constraints_from_trial}
     if s.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=s.seed, constraints_func=constraints_from_trial, multivariate=True)
+        return optuna.samplers.TPESampler(seed=s.seed, multivariate=True, **legacy)
     if s.sampler == "nsga2":
         population = max(4, min(50, s.n_trials // 2))
-        return optuna.samplers.NSGAIISampler(
-            seed=s.seed, population_size=population, constraints_func=constraints_from_trial
-        )
+        return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
     if s.sampler == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
     return optuna.samplers.GridSampler(grid_space(spec), seed=s.seed)

@@ -90,6 +90,9 @@ def test_constraints_failures_and_divergence_are_recorded_and_the_search_goes_on
     assert (trials[trials["status"] != "infeasible"]["flops"].dropna() <= 1.5e6).all()
     infeasible = trials[trials["status"] == "infeasible"]
     assert (infeasible["config.model.embed_dim"] == 64).all()
+    for number in infeasible["number"]:  # the sampler is told why (Optuna's constraint attributes)
+        trial = study.trials[number]
+        assert any(key.startswith("constraints") for key in trial.system_attrs), trial.system_attrs
     assert infeasible["error"].str.contains("flops <= 1.5e6").all()
     # Every outcome reaches the store and Optuna, one to one.
     by_number = {t.number: t for t in study.trials}
@@ -110,6 +113,32 @@ def test_constraints_failures_and_divergence_are_recorded_and_the_search_goes_on
         assert state == expected_state, (number, status, state)
     front = pareto_front(trials, {"top1": "max", "flops": "min"})
     assert set(front["status"]) <= {"completed"}
+
+
+@pytest.mark.slow
+def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_path):
+    spec = tiny_spec(
+        params={"lr": {"choice": [3e-3, 1e-6]}, "embed_dim": {"choice": [32, 48]}},
+        training={"epochs": 4, "lr": 1e-3},
+        objectives={"top1": "max", "flops": "min"},
+        search={
+            "sampler": "random",
+            "n_trials": 8,
+            "concurrency": 2,
+            "seed": 2,
+            "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2},
+        },
+    )
+    summary, store, study = run(spec, tmp_path, "asha")
+    trials = store.trials("asha").set_index("number")
+    pruned = trials[trials["status"] == "pruned"]
+    assert len(pruned) >= 1 and summary.counts["pruned"] == len(pruned)
+    assert (trials["status"].isin(["completed", "pruned"])).all()
+    curves = store.learning_curves("asha").groupby("number")["epoch"].max()
+    for number in pruned.index:
+        assert curves[number] < 4  # stopped before the end of its budget
+        assert study.trials[number].state == optuna.trial.TrialState.PRUNED
+    assert not set(summary.front["number"]) & set(pruned.index)
 
 
 def test_spec_errors_name_the_key_and_nothing_runs(tmp_path):
