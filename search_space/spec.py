@@ -28,7 +28,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from trials.configio import ConfigError
 from trials.models.config import CONFIG_CLASSES
@@ -51,7 +61,7 @@ _CONSTRAINT = re.compile(r"^\s*(?P<metric>[a-z_0-9]+)\s*(?P<op><=|>=|<|>)\s*(?P<
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class IntDomain(_Strict):
@@ -148,7 +158,10 @@ class SearchSpec(_Strict):
     name: str = Field(min_length=1)
     family: Literal["cait", "coatnet"]
     base_model: str | dict[str, Any] | None = None
-    data: dict[str, Any] = Field(default_factory=lambda: {"name": "synthetic"})
+    # `dataset` is accepted as another name for `data` (the trial config's key).
+    data: dict[str, Any] = Field(
+        default_factory=lambda: {"name": "synthetic"}, validation_alias=AliasChoices("data", "dataset")
+    )
     training: dict[str, Any] = Field(default_factory=dict)
     measure: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Domain] = Field(default_factory=dict)
