@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from . import __version__
-from .output import FORMATS, render
+from .output import FORMATS, nest_keys, render
 
 
 class UsageError(click.ClickException):
@@ -333,3 +333,47 @@ def search_command(
     varying = [c for c in front.columns if c.startswith("config.") and front[c].astype(str).nunique() > 1]
     click.echo("Pareto front (" + ", ".join(f"{k}:{v}" for k, v in spec.objectives.items()) + "):")
     click.echo(render(_records(front), "table", ["number", *spec.objectives, *varying]))
+
+
+@main.command("pareto")
+@click.argument("studies", nargs=-1, required=True)
+@click.option("--objectives", required=True, help="2 or 3 METRIC:max|min, e.g. top1:max,flops:min.")
+@click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter by a config value (repeatable).")
+@store_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def pareto_command(studies: tuple[str, ...], objectives: str, where: tuple[str, ...], store_url: str | None, fmt: str):
+    """The Pareto front of STUDY... (completed trials only; the others are counted)."""
+    from dashboards.pareto import ParetoError, parse_objectives, parse_where, query_front
+    from harness.store import StoreError
+
+    try:
+        wanted = parse_objectives(objectives)
+        filters = parse_where(where)
+        with _open_store(store_url, create=False) as store:
+            result = query_front(store, list(studies), wanted, filters)
+    except (ParetoError, StoreError) as error:
+        raise UsageError(str(error)) from None
+    front = result.front
+    config_columns = [c for c in front.columns if c.startswith("config.")]
+    if fmt == "json":
+        rows = []
+        for record in _records(front):
+            config = nest_keys({k.removeprefix("config."): v for k, v in record.items() if k.startswith("config.")})
+            rows.append(
+                {
+                    "study": record["study"],
+                    "number": record["number"],
+                    **{m: record[m] for m in wanted},
+                    "config": config,
+                }
+            )
+        click.echo(render(rows, "json"))
+        return
+    varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
+    columns = (
+        ["study", "number", *wanted, *varying] if fmt == "table" else ["study", "number", *wanted, *config_columns]
+    )
+    click.echo(render(_records(front), fmt, columns))
+    if fmt == "table":
+        counted = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
+        click.echo(f"front of {len(front)} from {sum(result.counts.values())} trials ({counted})")

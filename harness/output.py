@@ -61,3 +61,15 @@ def render(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | No
     if fmt == "table":
         return render_table(rows, columns)
     raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def nest_keys(flat: dict[str, Any], sep: str = ".") -> dict[str, Any]:
+    """``{"model.depth": 4}`` -> ``{"model": {"depth": 4}}``: a flattened config back as a mapping."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        *parents, leaf = key.split(sep)
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out

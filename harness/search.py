@@ -163,6 +163,8 @@ def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
     """
     import optuna
 
+    from harness.output import nest_keys
+
     study = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(optuna_url))
     fixed = {"optuna": 0, "store": 0}
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -176,7 +178,7 @@ def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
                 name,
                 int(row["number"]),
                 status="failed",
-                config=_unflatten(config),
+                config=nest_keys(config),
                 error="interrupted: the search driver stopped while this trial ran, and it was not resumed",
             )
             fixed["store"] += 1
@@ -185,14 +187,3 @@ def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
 
 def _has_trials(store, name: str) -> bool:
     return any(n for status, n in store.counts(name).items() if status != "epochs")
-
-
-def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        node = out
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
