@@ -67,6 +67,19 @@ def test_a_multi_objective_search_matches_ray_optuna_and_the_store(local_ray, tm
     expected = set(trials["number"][non_dominated(points)])
     assert set(summary.front["number"]) == expected
     assert {t.number for t in study.best_trials} == expected
+    # `archsearch pareto` on the study the search produced agrees with the store and Optuna.
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    result = CliRunner().invoke(
+        main, ["pareto", "mo", "--objectives", "top1:max,flops:min", "--store", url, "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert {row["number"] for row in json.loads(result.output)} == expected
 
 
 @pytest.mark.slow
