@@ -16,7 +16,9 @@ install: $(STAMP)
 
 # The main job: a small multi-objective search (local Ray, SQLite file, synthetic data, CPU).
 demo: $(STAMP)
-	$(BIN)/archsearch search search_space/presets/quickstart.yaml --name quickstart-$$(date +%Y%m%d-%H%M%S)
+	name=quickstart-$$(date +%Y%m%d-%H%M%S); \
+	$(BIN)/archsearch search search_space/presets/quickstart.yaml --name $$name && \
+	$(BIN)/archsearch report $$name -o reports/$$name.html --png reports/$$name --color-by config.model.layout
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -6,6 +6,8 @@ Bad input exits with code 2 and a one-line message naming the offending value.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from . import __version__
@@ -377,3 +379,35 @@ def pareto_command(studies: tuple[str, ...], objectives: str, where: tuple[str, 
     if fmt == "table":
         counted = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
         click.echo(f"front of {len(front)} from {sum(result.counts.values())} trials ({counted})")
+
+
+@main.command("report")
+@click.argument("studies", nargs=-1, required=True)
+@click.option("-o", "--output", "output", default="report.html", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--objectives", default=None, help="METRIC:max|min,... (default: each study's own objectives).")
+@click.option("--png", "png_dir", default=None, type=click.Path(file_okay=False), help="Also write the figures here.")
+@click.option("--color-by", default=None, help="Config key to colour the Pareto scatter by (e.g. config.model.layout).")
+@store_option
+def report_command(
+    studies: tuple[str, ...],
+    output: str,
+    objectives: str | None,
+    png_dir: str | None,
+    color_by: str | None,
+    store_url: str | None,
+) -> None:
+    """A self-contained HTML report of STUDY...: spec, hardware, counts, Pareto front, figures."""
+    from dashboards.pareto import ParetoError, parse_objectives
+    from harness.store import StoreError
+
+    try:
+        wanted = parse_objectives(objectives) if objectives else None
+        with _open_store(store_url, create=False) as store:
+            for study in studies:
+                store.study(study)  # unknown study: a one-line error before any work
+            from dashboards.report import write_report
+
+            path = write_report(store, list(studies), wanted, output, png_dir=png_dir, color_by=color_by)
+    except (ParetoError, StoreError) as error:
+        raise UsageError(str(error)) from None
+    click.echo(f"report written to {Path(path).resolve()}")

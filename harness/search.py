@@ -48,6 +48,24 @@ def _init_ray(address: str | None, spec: SearchSpec) -> None:
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
 
 
+def _hardware() -> dict[str, Any]:
+    """What the search runs on (recorded with the study, shown in reports)."""
+    import platform
+
+    import ray
+
+    resources = ray.cluster_resources()
+    gpu_names = sorted({k for k in resources if k.startswith("accelerator_type:")})
+    return {
+        "driver": platform.node(),
+        "platform": platform.platform(),
+        "cluster_cpus": resources.get("CPU", 0),
+        "cluster_gpus": resources.get("GPU", 0),
+        "gpu_types": [g.removeprefix("accelerator_type:") for g in gpu_names],
+        "nodes": len(ray.nodes()),
+    }
+
+
 def _trainable(spec: SearchSpec):
     from ray import tune
 
@@ -137,9 +155,9 @@ def run_search(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
                 "or --name to start a new study"
             )
-        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives))
+        _init_ray(address, spec)
+        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=_hardware())
         store.set_study_status(name, "running")
-    _init_ray(address, spec)
     if resume and tune.Tuner.can_restore(str(experiment)):
         tuner = tune.Tuner.restore(str(experiment), trainable=_trainable(spec), resume_errored=True)
     else:

@@ -1,0 +1,248 @@
+"""Matplotlib figures of a study: Pareto scatter, hypervolume progress, learning curves, objective vs parameters.
+
+Every function takes plain DataFrames (as :class:`harness.store.Store` returns them) and returns a
+:class:`matplotlib.figure.Figure`, so the same figures serve the HTML report, notebooks and PNG files.
+The Agg backend is forced because the report is written on headless machines (cluster heads, CI);
+seaborn is imported inside the functions so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+# Trials without a usable accuracy, drawn in their own strip with one marker each so they stay visible.
+NO_RESULT_MARKERS: dict[str, str] = {"failed": "X", "diverged": "v", "infeasible": "s"}
+_MAX_CATEGORIES = 10  # above this many distinct values a numeric colour key gets a continuous colour map
+
+
+def _label(name: str, direction: str | None) -> str:
+    """Axis label that says which way is better, so a reader never has to guess."""
+    if direction is None:
+        return name
+    arrow = "higher is better" if direction == "max" else "lower is better"
+    return f"{name} ({direction}, {arrow})"
+
+
+def _numeric(series: pd.Series) -> pd.Series:
+    return pd.to_numeric(series, errors="coerce")
+
+
+def _maybe_log(ax: Any, values: pd.Series, axis: str) -> None:
+    """Log scale for positive quantities spanning orders of magnitude (FLOPs, params, lr)."""
+    finite = values[np.isfinite(values)]
+    if len(finite) >= 2 and (finite > 0).all() and finite.max() / finite.min() > 50:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+
+
+def _axes_order(objectives: Mapping[str, str]) -> tuple[str, str]:
+    """(x, y): a cost (min) on x and a quality (max) on y when there is one of each, the usual reading."""
+    names = list(objectives)
+    if len(names) != 2:
+        raise ValueError(f"pareto_scatter needs exactly 2 objectives, got {names}")
+    first, second = names
+    if objectives[first] == "max" and objectives[second] == "min":
+        return second, first
+    return first, second
+
+
+def _front_mask(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarray:
+    from dashboards.pareto import front_mask
+
+    return np.asarray(front_mask(frame, objectives), dtype=bool)
+
+
+def _colours(values: pd.Series) -> tuple[list[Any], dict[str, Any] | None, Any]:
+    """Per-row colours for a config key: (colours, legend {label: colour} or None, mappable for a colour bar)."""
+    import seaborn as sns
+
+    numeric = _numeric(values)
+    if numeric.notna().all() and values.nunique() > _MAX_CATEGORIES:
+        norm = matplotlib.colors.Normalize(numeric.min(), numeric.max())
+        cmap = matplotlib.colormaps["viridis"]
+        mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
+        return [cmap(norm(v)) for v in numeric], None, mappable
+    labels = values.astype(str)
+    categories = sorted(labels.unique())
+    palette = dict(zip(categories, sns.color_palette("tab10", len(categories)), strict=True))
+    return [palette[v] for v in labels], palette, None
+
+
+def pareto_scatter(frame: pd.DataFrame, objectives: Mapping[str, str], color_by: str | None = None) -> Figure:
+    """Every trial faint, the Pareto front highlighted and joined by a step line, failures in a strip below.
+
+    Failed, diverged and infeasible trials have no accuracy, so they cannot sit in the objective
+    plane; hiding them would hide how much of the budget they cost, so they get a labelled strip
+    under the main axes (at their cost when it was measured, at the left edge otherwise).
+    """
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    x_name, y_name = _axes_order(objectives)
+    frame = frame.reset_index(drop=True)
+    x = _numeric(frame[x_name]) if x_name in frame else pd.Series(np.nan, index=frame.index)
+    y = _numeric(frame[y_name]) if y_name in frame else pd.Series(np.nan, index=frame.index)
+    status = frame["status"].astype(str)
+    front = _front_mask(frame, objectives)
+
+    fig, (ax, strip) = plt.subplots(
+        2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [6, 1], "hspace": 0.05}
+    )
+    if color_by is not None and color_by in frame:
+        colours, legend, mappable = _colours(frame[color_by])
+    else:
+        colours, legend, mappable = ["tab:blue"] * len(frame), None, None
+
+    plotted = np.isfinite(x) & np.isfinite(y) & status.isin(["completed", "pruned", "running"]).to_numpy()
+    for state, marker in (("completed", "o"), ("pruned", "^"), ("running", "D")):
+        rows = plotted & (status == state).to_numpy() & ~front
+        if rows.any():
+            ax.scatter(
+                x[rows], y[rows], c=[colours[i] for i in np.flatnonzero(rows)], marker=marker, alpha=0.35, s=30,
+                edgecolors="none", label=f"{state} ({int(rows.sum())})",
+            )  # fmt: skip
+    if front.any():
+        order = np.argsort(x[front].to_numpy())
+        fx, fy = x[front].to_numpy()[order], y[front].to_numpy()[order]
+        ax.step(fx, fy, where="post", color="black", linewidth=1.2, zorder=3)
+        ax.scatter(
+            x[front], y[front], c=[colours[i] for i in np.flatnonzero(front)], s=110, edgecolors="black",
+            linewidths=1.5, zorder=4, label=f"Pareto front ({int(front.sum())})",
+        )  # fmt: skip
+        for number, px, py in zip(frame.loc[front, "number"], x[front], y[front], strict=True):
+            ax.annotate(f"#{number}", (px, py), textcoords="offset points", xytext=(5, 5), fontsize=8)
+
+    # Failures strip: one row per status, at the measured cost or pinned at the left edge.
+    known_x = x[np.isfinite(x)]
+    left = known_x.min() if len(known_x) else 0.0
+    strip_rows = list(NO_RESULT_MARKERS)
+    for row, (state, marker) in enumerate(NO_RESULT_MARKERS.items()):
+        rows = (status == state).to_numpy()
+        if not rows.any():
+            continue
+        xs = x[rows].fillna(left)
+        strip.scatter(xs, np.full(len(xs), row), marker=marker, s=60, color="tab:red", label=f"{state} ({len(xs)})")
+    strip.set_yticks(range(len(strip_rows)), strip_rows)
+    strip.set_ylim(-0.7, len(strip_rows) - 0.3)
+    strip.set_ylabel("no result", fontsize=8)
+    if strip.get_legend_handles_labels()[0]:
+        strip.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+
+    _maybe_log(ax, x, "x")
+    ax.set_ylabel(_label(y_name, objectives[y_name]))
+    strip.set_xlabel(_label(x_name, objectives[x_name]))
+    handles, labels = ax.get_legend_handles_labels()
+    if legend:
+        handles += [plt.Line2D([], [], marker="o", linestyle="", color=c) for c in legend.values()]
+        labels += [f"{color_by} = {k}" for k in legend]
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    if mappable is not None:
+        fig.colorbar(mappable, ax=[ax, strip], label=color_by, pad=0.25)
+    ax.set_title(f"{y_name} vs {x_name}: {len(frame)} trials, {int(front.sum())} on the front")
+    fig.subplots_adjust(right=0.72)
+    return fig
+
+
+def hypervolume_curve(progress: pd.DataFrame) -> Figure:
+    """Hypervolume against the number of finished trials: flattening means the search has stopped paying off."""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if len(progress):
+        ax.step(progress["n_finished"], progress["hypervolume"], where="post", color="tab:blue")
+        ax.plot(progress["n_finished"], progress["hypervolume"], "o", color="tab:blue", markersize=3)
+    else:
+        ax.text(0.5, 0.5, "no finished trials yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("finished trials")
+    ax.set_ylabel("hypervolume (higher is better)")
+    ax.set_title("Hypervolume of the Pareto front as trials finish")
+    fig.tight_layout()
+    return fig
+
+
+def learning_curves(curves: pd.DataFrame, numbers: Sequence[int]) -> Figure:
+    """Eval top-1 and train loss per epoch for the given trials (the front's members): were they still improving?"""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    fig, (top, loss) = plt.subplots(1, 2, figsize=(11, 4))
+    chosen = curves[curves["number"].isin(list(numbers))] if len(curves) else curves
+    palette = sns.color_palette("tab10", max(len(numbers), 1))
+    for colour, number in zip(palette, numbers, strict=False):
+        rows = chosen[chosen["number"] == number].sort_values("epoch")
+        if rows.empty:
+            continue
+        for ax, column in ((top, "top1"), (loss, "train_loss")):
+            if column in rows and rows[column].notna().any():
+                ax.plot(rows["epoch"], rows[column], marker="o", markersize=3, color=colour, label=f"#{number}")
+    top.set_title("eval top-1 per epoch")
+    top.set_ylabel("top1 (higher is better)")
+    loss.set_title("train loss per epoch")
+    loss.set_ylabel("train_loss (lower is better)")
+    for ax in (top, loss):
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # epochs are whole numbers
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, title="trial", ncol=2)
+        else:
+            ax.text(0.5, 0.5, "no epochs recorded", ha="center", va="center", transform=ax.transAxes)
+    fig.tight_layout()
+    return fig
+
+
+def _is_categorical(values: pd.Series) -> bool:
+    """Strings, booleans and mixed values are categories; numbers are a scale (depth, width, lr)."""
+    present = values.dropna()
+    if present.empty:
+        return True
+    if present.map(lambda v: isinstance(v, bool)).all():
+        return True
+    return _numeric(present).isna().any()
+
+
+def objective_vs_params(
+    frame: pd.DataFrame, objective: str, params: Sequence[str], direction: str | None = None
+) -> Figure:
+    """One panel per searched parameter against an objective over completed trials: which knobs matter."""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    done = frame[(frame["status"] == "completed") & _numeric(frame[objective]).notna()].copy()
+    done[objective] = _numeric(done[objective])
+    n = max(len(params), 1)
+    cols = min(3, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, param in zip(axes.flat, params, strict=False):
+        values = done[param] if param in done else pd.Series(dtype=object)
+        short = param.removeprefix("config.")
+        if values.dropna().empty:
+            ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
+        elif _is_categorical(values):
+            data = pd.DataFrame({short: values.astype(str), objective: done[objective]})
+            order = sorted(data[short].unique())
+            sns.boxplot(data=data, x=short, y=objective, order=order, ax=ax, color="0.9", fliersize=0)
+            sns.stripplot(data=data, x=short, y=objective, order=order, ax=ax, size=4, alpha=0.8)
+        else:
+            xs = _numeric(values)
+            ax.scatter(xs, done[objective], s=18, alpha=0.8)
+            _maybe_log(ax, xs, "x")
+        ax.set_xlabel(short)
+        ax.set_ylabel(_label(objective, direction))
+    for ax in list(axes.flat)[len(params) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"{objective} against the searched parameters ({len(done)} completed trials)")
+    fig.tight_layout()
+    return fig

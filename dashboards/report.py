@@ -1,0 +1,250 @@
+"""One self-contained HTML report of one or more studies: spec, provenance, counts, Pareto table and figures.
+
+The file has to survive being mailed, attached to a ticket or opened on an air-gapped cluster,
+so everything is inline: CSS in a <style> block, figures as base64 PNG data URIs, no scripts and
+no external URLs. Every user-provided string (study names, specs, config values) goes through
+Jinja2's autoescaping, because specs and configs are free text that must not become markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dashboards import figures
+from dashboards.pareto import front_mask, hypervolume_progress
+
+_MAX_PARAM_PANELS = 12  # objective-vs-parameter panels per study; more is unreadable in a page
+
+_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>archsearch report: {{ studies | map(attribute='name') | join(', ') }}</title>
+<style>
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1250px;
+       color: #222; padding: 0 1em; }
+h1 { border-bottom: 2px solid #444; padding-bottom: .2em; }
+h2 { margin-top: 2em; border-bottom: 1px solid #bbb; }
+table { border-collapse: collapse; margin: .6em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; }
+th { background: #f0f0f0; }
+td.text, th.text { text-align: left; }
+pre { background: #f7f7f7; border: 1px solid #ddd; padding: .8em; overflow-x: auto; font-size: 0.85em; }
+figure { margin: 1em 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.9em; }
+.meta td:first-child { font-weight: bold; text-align: left; }
+.muted { color: #777; }
+</style>
+</head>
+<body>
+<h1>archsearch report</h1>
+<p class="muted">Generated {{ generated }} &middot; objectives:
+{% for name, direction in objectives.items() %}<b>{{ name }}</b> ({{ direction }}){% if not loop.last %}, {% endif %}
+{% endfor %}</p>
+{% for s in studies %}
+<section id="study-{{ loop.index }}">
+<h2>Study {{ s.name }}</h2>
+<table class="meta">
+<tr><td>status</td><td class="text">{{ s.status }}</td></tr>
+<tr><td>created</td><td class="text">{{ s.created_at }}</td></tr>
+<tr><td>archsearch version</td><td class="text">{{ s.version }}</td></tr>
+<tr><td>git commit</td><td class="text">{{ s.git_commit }}</td></tr>
+<tr><td>hardware</td><td class="text">{{ s.hardware }}</td></tr>
+</table>
+<h3>Trials by status</h3>
+<table class="counts">
+<tr>{% for k in s.counts %}<th>{{ k }}</th>{% endfor %}</tr>
+<tr>{% for v in s.counts.values() %}<td>{{ v }}</td>{% endfor %}</tr>
+</table>
+<h3>Pareto front ({{ s.front_rows | length }} trials)</h3>
+{% if s.front_rows %}
+<table class="front">
+<tr>{% for c in s.front_columns %}<th class="text">{{ c }}</th>{% endfor %}</tr>
+{% for row in s.front_rows %}
+<tr>{% for v in row %}<td>{{ v }}</td>{% endfor %}</tr>
+{% endfor %}
+</table>
+{% else %}<p class="muted">No completed trial has every objective: no front yet.</p>{% endif %}
+<h3>Figures</h3>
+{% for fig in s.figures %}
+<figure><img alt="{{ fig.caption }}" src="data:image/png;base64,{{ fig.data }}">
+<figcaption>{{ fig.caption }}</figcaption></figure>
+{% endfor %}
+<h3>Spec</h3>
+<pre>{{ s.spec }}</pre>
+</section>
+{% endfor %}
+</body>
+</html>
+"""
+
+
+def _decoded(value: Any) -> Any:
+    """JSON columns come back as text on some backends; the report wants the structure."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _dump(value: Any) -> str:
+    """YAML when available (how specs are written), JSON otherwise."""
+    try:
+        import yaml
+
+        return yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
+    except Exception:  # unserialisable objects or no PyYAML: JSON with str() fallback still shows it
+        return json.dumps(value, indent=2, default=str)
+
+
+def _study_objectives(record: Mapping[str, Any]) -> dict[str, str]:
+    objectives = _decoded(record.get("objectives")) or []
+    return {o["name"]: o["direction"] for o in objectives}
+
+
+def varying_config_columns(frame: pd.DataFrame) -> list[str]:
+    """Config columns whose value differs between trials: the searched knobs (constants would be noise)."""
+
+    def varies(column: str) -> bool:
+        # JSON text, so list and dict values (unhashable) compare too.
+        return frame[column].map(lambda v: json.dumps(v, sort_keys=True, default=str)).nunique(dropna=False) > 1
+
+    # The seed is a replicate index, not a searched knob.
+    return [c for c in frame.columns if c.startswith("config.") and c != "config.seed" and varies(c)]
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return ""
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.6g}"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    finally:
+        plt.close(fig)  # a report over many studies must not keep every figure alive
+    return buffer.getvalue()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "study"
+
+
+def _study_section(
+    store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
+) -> dict[str, Any]:
+    record = store.study(name)
+    objectives = dict(objectives) if objectives else _study_objectives(record)
+    trials = store.trials(name)
+    counts = store.counts(name)
+    varying = varying_config_columns(trials)
+    present = all(o in trials.columns for o in objectives) and not trials.empty
+    mask = front_mask(trials, objectives) if present else np.zeros(len(trials), dtype=bool)
+    front = trials[mask]
+    if len(front):
+        first, direction = next(iter(objectives.items()))
+        front = front.sort_values(first, ascending=direction == "min")
+    columns = ["number", *objectives, *varying]
+    rows = [[_cell(r.get(c)) for c in columns] for r in front.to_dict("records")]
+
+    figs: list[tuple[str, str, Any]] = []
+    if present and len(objectives) >= 2:
+        pair = dict(list(objectives.items())[:2])
+        caption = "Pareto front of " + " vs ".join(pair) + (f", coloured by {color_by}" if color_by else "")
+        figs.append(("pareto", caption, figures.pareto_scatter(trials, pair, color_by)))
+        figs.append(
+            (
+                "hypervolume",
+                "Hypervolume against finished trials",
+                figures.hypervolume_curve(hypervolume_progress(trials, objectives)),
+            )
+        )
+    if len(front):
+        numbers = [int(n) for n in front["number"]]
+        curves = store.learning_curves(name, numbers)
+        figs.append(("curves", "Learning curves of the front's trials", figures.learning_curves(curves, numbers)))
+    if present and varying:
+        objective, direction = next(iter(objectives.items()))
+        panels = varying[:_MAX_PARAM_PANELS]
+        figs.append(
+            (
+                "params",
+                f"{objective} against the searched parameters",
+                figures.objective_vs_params(trials, objective, panels, direction),
+            )
+        )
+
+    embedded = []
+    for key, caption, fig in figs:
+        data = _png(fig)
+        if png_dir is not None:
+            (png_dir / f"{_slug(name)}-{key}.png").write_bytes(data)
+        embedded.append({"caption": caption, "data": base64.b64encode(data).decode("ascii")})
+
+    hardware = _decoded(record.get("hardware"))
+    return {
+        "name": name,
+        "status": record.get("status"),
+        "created_at": record.get("created_at"),
+        "version": record.get("archsearch_version"),
+        "git_commit": record.get("git_commit") or "unknown",
+        "hardware": json.dumps(hardware, default=str) if hardware else "not recorded",
+        "counts": counts,
+        "front_columns": columns,
+        "front_rows": rows,
+        "figures": embedded,
+        "spec": _dump(_decoded(record.get("spec"))),
+    }
+
+
+def write_report(
+    store: Any,
+    studies: Sequence[str],
+    objectives: Mapping[str, str] | None,
+    out_path: str | Path,
+    png_dir: str | Path | None = None,
+    color_by: str | None = None,
+) -> Path:
+    """Write one offline HTML report for ``studies`` to ``out_path`` and return its path.
+
+    ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty;
+    the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``.
+    """
+    from jinja2 import Environment
+
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png_path = Path(png_dir) if png_dir is not None else None
+    if png_path is not None:
+        png_path.mkdir(parents=True, exist_ok=True)
+    sections = [_study_section(store, name, objectives, color_by, png_path) for name in studies]
+    shown = dict(objectives) if objectives else (_study_objectives(store.study(studies[0])) if studies else {})
+    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
+    html = env.from_string(_TEMPLATE).render(
+        studies=sections,
+        objectives=shown,
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+    out.write_text(html, encoding="utf-8")
+    return out

@@ -1,0 +1,138 @@
+"""The HTML report: self-contained, the right Pareto front, PNGs on request, and it renders in a real browser."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dashboards import figures
+from dashboards.report import write_report
+from harness.store import Store
+
+OBJECTIVES = {"top1": "max", "flops": "min"}
+STATUSES = ["completed"] * 8 + ["pruned", "failed", "diverged", "infeasible"]
+
+
+def _trial(number: int) -> dict:
+    """Deterministic trial: accuracy grows with depth/width, cost grows faster, so there is a real trade-off."""
+    rng = np.random.default_rng(number)
+    layout = "CCTT" if number % 2 else "TTTT"
+    depth = int(rng.choice([2, 4, 6, 8]))
+    width = int(rng.choice([64, 96, 128]))
+    flops = float(depth * width**2 * (0.7 if layout == "CCTT" else 1.0) * 1e3)
+    top1 = float(20 + 4 * depth + width / 10 + rng.normal(0, 3))
+    config = {
+        "model": {"layout": layout, "depth": depth, "embed_dim": width},
+        "training": {"lr": float(10 ** rng.uniform(-4, -2))},
+        "seed": 0,
+    }
+    return {"config": config, "flops": flops, "top1": top1}
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as s:
+        spec = {"name": "tiny", "description": "<script>alert('x')</script> & friends", "budget": {"trials": 12}}
+        s.create_study("tiny", spec, OBJECTIVES, hardware={"gpu": "none", "cpu_count": 2})
+        for number, status in enumerate(STATUSES):
+            t = _trial(number)
+            has_result = status in ("completed", "pruned")
+            n_epochs = 3 if status == "completed" else 1
+            epochs = [
+                {"epoch": e, "top1": t["top1"] * e / n_epochs, "train_loss": 2.5 / e} for e in range(1, n_epochs + 1)
+            ]
+            s.finish_trial(
+                "tiny",
+                number,
+                status=status,
+                config=t["config"],
+                measurement=None if status == "infeasible" else {"params": 1e6, "flops": t["flops"], "throughput": 10},
+                epochs=epochs if has_result else (),
+                final={"top1": t["top1"], "best_top1": t["top1"]} if has_result else None,
+                error="boom" if status == "failed" else None,
+            )
+        yield s
+
+
+def brute_force_front(store: Store) -> set[int]:
+    """Non-dominated completed trials, by the definition (O(n²)), independent of dashboards.pareto."""
+    rows = [
+        (int(r.number), float(r.top1), float(r.flops))
+        for r in store.trials("tiny").itertuples()
+        if r.status == "completed"
+    ]
+    front = set()
+    for n, acc, cost in rows:
+        dominated = any(a >= acc and c <= cost and (a > acc or c < cost) for m, a, c in rows if m != n)
+        if not dominated:
+            front.add(n)
+    return front
+
+
+def front_table_numbers(html: str) -> set[int]:
+    table = re.search(r'<table class="front">(.*?)</table>', html, re.S)
+    assert table, "no front table"
+    return {int(n) for n in re.findall(r"<tr><td>(\d+)</td>", table.group(1))}
+
+
+def test_report_is_self_contained_with_the_right_front(store: Store, tmp_path: Path):
+    out = write_report(store, ["tiny"], OBJECTIVES, tmp_path / "report.html", png_dir=tmp_path / "png",
+                       color_by="config.model.layout")  # fmt: skip
+    html = out.read_text()
+
+    assert not re.search(r'(src|href)\s*=\s*["\']?\s*(https?:)?//', html, re.I), "external reference in the report"
+    assert "<script" not in html and "&lt;script&gt;" in html  # the spec's text is escaped, never markup
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(images) == 4
+    assert all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+
+    assert front_table_numbers(html) == brute_force_front(store)
+    header = re.search(r'<table class="front">\s*<tr>(.*?)</tr>', html, re.S).group(1)
+    for column in ("number", "top1", "flops", "config.model.layout", "config.model.depth", "config.training.lr"):
+        assert f">{column}<" in header
+    assert ">config.seed<" not in header  # constant across trials: not a searched knob
+    assert "failed" in html and "infeasible" in html and "cpu_count" in html
+
+    pngs = sorted(p.name for p in (tmp_path / "png").glob("*.png"))
+    assert pngs == ["tiny-curves.png", "tiny-hypervolume.png", "tiny-params.png", "tiny-pareto.png"]
+
+
+def test_pareto_scatter_shows_failures_in_a_labelled_strip(store: Store):
+    fig = figures.pareto_scatter(store.trials("tiny"), OBJECTIVES, color_by="config.model.layout")
+    main, strip = fig.axes[:2]
+    assert main.get_xlabel() == "" and "flops (min" in strip.get_xlabel() and "top1 (max" in main.get_ylabel()
+    labels = strip.get_legend_handles_labels()[1]
+    assert labels == ["failed (1)", "diverged (1)", "infeasible (1)"]
+    assert any(label.startswith("Pareto front") for label in main.get_legend_handles_labels()[1])
+
+
+def _chromium() -> str:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome") or ""
+
+
+@pytest.mark.skipif(not _chromium(), reason="headless Chromium is not installed (apt-get install chromium)")
+def test_report_renders_in_headless_chromium(store: Store, tmp_path: Path):
+    from PIL import Image
+
+    out = write_report(store, ["tiny"], OBJECTIVES, tmp_path / "report.html", color_by="config.model.layout")
+    shot = tmp_path / "shot.png"
+    command = [
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,2400",
+        out.resolve().as_uri(),
+    ]  # fmt: skip
+    subprocess.run(command, capture_output=True, timeout=60, check=False)
+    assert shot.exists(), "Chromium wrote no screenshot"
+    with Image.open(shot) as image:
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is None or len(colours) > 50, "the screenshot is blank"
+    keep = Path("/tmp/archsearch_report_screenshot.png")
+    if keep.parent.is_dir():
+        shutil.copy(shot, keep)  # for looking at by hand; harmless where /tmp is not writable
