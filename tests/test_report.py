@@ -136,3 +136,34 @@ def test_report_renders_in_headless_chromium(store: Store, tmp_path: Path):
     keep = Path("/tmp/archsearch_report_screenshot.png")
     if keep.parent.is_dir():
         shutil.copy(shot, keep)  # for looking at by hand; harmless where /tmp is not writable
+
+
+def test_report_command_writes_the_file_and_rejects_bad_input(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with Store.open(url) as store:
+        store.create_study("s", {"name": "s"}, {"top1": "max", "flops": "min"})
+        for number, (top1, flops) in enumerate([(50.0, 3e6), (60.0, 5e6), (40.0, 6e6)]):
+            store.finish_trial(
+                "s",
+                number,
+                status="completed",
+                config={"model": {"layout": "CCTT", "depth": number}},
+                measurement={"flops": flops, "params": 10},
+                epochs=[{"epoch": 1, "top1": top1, "train_loss": 1.0}],
+                final={"top1": top1},
+            )
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["report", "s", "-o", str(out), "--png", str(tmp_path / "png"), "--store", url])
+    assert result.exit_code == 0, result.output
+    assert str(out) in result.output and out.exists() and any((tmp_path / "png").glob("*.png"))
+    for args, fragment in [
+        (["nope"], "study 'nope' not found"),
+        (["s", "--objectives", "top1:up,flops:min"], "must be max or min"),
+    ]:
+        bad = CliRunner().invoke(main, ["report", *args, "-o", str(tmp_path / "x.html"), "--store", url])
+        assert bad.exit_code == 2 and fragment in bad.output
+        assert not (tmp_path / "x.html").exists()
