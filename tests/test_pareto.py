@@ -187,6 +187,26 @@ def test_pareto_cli_filters_and_counts(study_store):
     assert [r["number"] for r in json.loads(result.output)] == [2]
 
 
+def test_pareto_across_two_studies(study_store):
+    with Store.open(study_store) as store:
+        store.create_study("other-gpu", {}, {"top1": "max", "flops": "min"})
+        store.finish_trial(
+            "other-gpu",
+            0,
+            status="completed",
+            config={"model": {"layout": "CCTT"}},
+            measurement={"flops": 4e6},
+            final={"top1": 71.0},
+        )
+    result = CliRunner().invoke(
+        main,
+        ["pareto", "s", "other-gpu", "--objectives", "top1:max,flops:min", "--store", study_store, "--format", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    front = {(r["study"], r["number"]) for r in json.loads(result.output)}
+    assert front == {("s", 1), ("other-gpu", 0), ("s", 2)}  # (s, 0) at 70 / 5e6 is now dominated
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

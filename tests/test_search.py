@@ -80,6 +80,13 @@ def test_a_multi_objective_search_matches_ray_optuna_and_the_store(local_ray, tm
     )
     assert result.exit_code == 0, result.output
     assert {row["number"] for row in json.loads(result.output)} == expected
+    # ... and so does the report's front table.
+    from dashboards.report import write_report
+
+    html = write_report(store, ["mo"], {"top1": "max", "flops": "min"}, tmp_path / "report.html").read_text()
+    table = html[html.index("Pareto front") :].split("</table>")[0]
+    shown = {int(n) for n in __import__("re").findall(r"<tr>\s*<td[^>]*>(\d+)</td>", table)}
+    assert shown == expected
 
 
 @pytest.mark.slow
