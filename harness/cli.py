@@ -411,3 +411,43 @@ def report_command(
     except (ParetoError, StoreError) as error:
         raise UsageError(str(error)) from None
     click.echo(f"report written to {Path(path).resolve()}")
+
+
+@main.command("reproduce")
+@click.argument("study", type=click.Choice(["coatnet-layouts"]))
+@click.option("--scale", type=click.Choice(["tiny", "small", "paper"]), default="tiny", show_default=True)
+@click.option("--seeds", type=click.IntRange(1, 100), default=2, show_default=True)
+@click.option(
+    "--protocol", "protocols", multiple=True, type=click.Choice(["generalisation", "capacity"]), help="Default: both."
+)
+@click.option("--dataset", default="synthetic", show_default=True, help="synthetic, cifar10, cifar100 or imagefolder.")
+@click.option("--data-dir", default=None)
+@click.option("--output", default="reproductions", show_default=True, type=click.Path(file_okay=False))
+@click.option("--address", default=None, help="Ray cluster to join; default: local Ray.")
+@store_option
+def reproduce_command(study, scale, seeds, protocols, dataset, data_dir, output, address, store_url) -> None:
+    """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
+    import sys
+
+    from harness.reproduce import reproduce_coatnet_layouts
+    from harness.store import StoreError, resolve_store_url
+    from trials.configio import ConfigError
+
+    url = resolve_store_url(store_url)
+    _open_store(url, create=True).close()
+    try:
+        written = reproduce_coatnet_layouts(
+            url,
+            scale=scale,
+            seeds=seeds,
+            protocols=tuple(protocols) or ("generalisation", "capacity"),
+            dataset=dataset,
+            data_dir=data_dir,
+            address=address,
+            output=Path(output),
+            command="archsearch " + " ".join(sys.argv[1:]),
+        )
+    except (ConfigError, StoreError, ValueError) as error:
+        raise UsageError(str(error).splitlines()[0]) from None
+    for path in written:
+        click.echo(f"wrote {Path(path).resolve()}")

@@ -32,9 +32,16 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, An
     training = dict(spec.training)
     data = dict(spec.data)
     staged: dict[str, dict[int, Any]] = {}
+    seed = spec.search.seed
     for name, value in params.items():
         section, field, index = param_target(name, spec.family)
-        if index is not None:
+        if section == "variant":
+            if value not in spec.variants:
+                raise ConfigError("params.variant", f"unknown variant {value!r}; define it under variants:")
+            model.update(spec.variants[value])
+        elif section == "seed":
+            seed = int(value)
+        elif index is not None:
             staged.setdefault(field, {})[index] = value
         elif section == "model":
             model[field] = value
@@ -57,7 +64,9 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, An
         raise ConfigError(f"model.{field}", error.message) from None
     if resolved.family != spec.family:
         raise ConfigError("base_model", f"is a {resolved.family} model but the spec's family is {spec.family}")
-    config = {"model": resolved.to_dict(), "data": data, "training": training, "seed": spec.search.seed}
+    config = {"model": resolved.to_dict(), "data": data, "training": training, "seed": seed}
+    if "variant" in params:
+        config["name"] = str(params["variant"])
     if spec.measure:
         config["measure"] = dict(spec.measure)
     return config

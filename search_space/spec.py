@@ -165,6 +165,9 @@ class SearchSpec(_Strict):
     training: dict[str, Any] = Field(default_factory=dict)
     measure: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Domain] = Field(default_factory=dict)
+    # Named bundles of model overrides, searched with `variant: {choice: [...]}` (e.g. matched-size
+    # layouts whose block counts and widths differ per layout).
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
     objectives: dict[str, Literal["max", "min"]]
     constraints: list[str] = Field(default_factory=list)
     search: SearchSettings = SearchSettings()
@@ -256,7 +259,10 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
 
 
 def param_target(name: str, family: str) -> tuple[str, str, int | None]:
-    """Where a searched parameter goes: ("model" | "training" | "data", field, stage index or None)."""
+    """Where a searched parameter goes: ("model" | "training" | "data", field, stage index or None);
+    ``variant`` selects a bundle of model overrides and ``seed`` the trial's seed (replicates)."""
+    if name in ("variant", "seed"):
+        return name, name, None
     if "." in name:
         section, _, field = name.partition(".")
         if section in ("model", "training", "data"):
