@@ -414,7 +414,7 @@ def report_command(
 
 
 @main.command("reproduce")
-@click.argument("study", type=click.Choice(["coatnet-layouts"]))
+@click.argument("study", type=click.Choice(["coatnet-layouts", "cait-depth", "cait-class-attention"]))
 @click.option("--scale", type=click.Choice(["tiny", "small", "paper"]), default="tiny", show_default=True)
 @click.option("--seeds", type=click.IntRange(1, 100), default=2, show_default=True)
 @click.option(
@@ -429,14 +429,15 @@ def reproduce_command(study, scale, seeds, protocols, dataset, data_dir, output,
     """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
     import sys
 
-    from harness.reproduce import reproduce_coatnet_layouts
+    from harness.reproduce import reproduce
     from harness.store import StoreError, resolve_store_url
     from trials.configio import ConfigError
 
     url = resolve_store_url(store_url)
     _open_store(url, create=True).close()
     try:
-        written = reproduce_coatnet_layouts(
+        written = reproduce(
+            study,
             url,
             scale=scale,
             seeds=seeds,

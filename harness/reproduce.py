@@ -91,6 +91,109 @@ def coatnet_layouts_spec(
     }
 
 
+CAIT_SCALES: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "base": {"preset": "cait_tiny32", "embed_dim": 64, "num_heads": 2},
+        "depths": (2, 8),
+        "split_depth": 4,
+        "train_size": 2000,
+        "val_size": 500,
+        "epochs": 3,
+    },
+    "small": {
+        "base": {"preset": "cait_tiny32", "embed_dim": 192, "num_heads": 4},
+        "depths": (6, 12, 18, 24),
+        "split_depth": 12,
+        "train_size": 20000,
+        "val_size": 5000,
+        "epochs": 50,
+    },
+    "paper": {
+        "base": {"preset": "cait_xxs24"},
+        "depths": (12, 24, 36),
+        "split_depth": 24,
+        "train_size": None,
+        "val_size": None,
+        "epochs": 400,
+    },
+}
+
+
+def _cait_common(
+    scale: str, dataset: str, data_dir: str | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    if scale not in CAIT_SCALES:
+        raise ValueError(f"unknown scale {scale!r}; use one of {', '.join(CAIT_SCALES)}")
+    settings = CAIT_SCALES[scale]
+    data: dict[str, Any] = {"name": dataset, "batch_size": 64 if scale == "tiny" else 256}
+    if data_dir:
+        data["data_dir"] = data_dir
+    if dataset == "synthetic" and settings["train_size"]:
+        data.update(num_classes=10, train_size=settings["train_size"], val_size=settings["val_size"])
+    return settings, data, {"epochs": settings["epochs"], "lr": 1e-3}
+
+
+def cait_depth_spec(scale: str, seeds: int, dataset: str = "synthetic", data_dir: str | None = None):
+    """Depth x residual scheme (no LayerScale, ReZero-style scalar gain at 0, LayerScale with the paper's
+    eps) x seeds; returns (spec, claims, paper ranking). Divergence is recorded, not hidden."""
+    settings, data, training = _cait_common(scale, dataset, data_dir)
+    schemes = {"off": "off", "rezero": "rezero", "layerscale": "paper"}
+    variants = {
+        f"d{depth}-{scheme}": {"depth": depth, "layer_scale": value, "cls_insert_layer": None}
+        for depth in settings["depths"]
+        for scheme, value in schemes.items()
+    }
+    deepest, shallowest = max(settings["depths"]), min(settings["depths"])
+    claims = [
+        (f"d{deepest}-layerscale", ">", f"d{deepest}-off"),
+        (f"d{deepest}-layerscale", ">=", f"d{deepest}-rezero"),
+        (f"d{deepest}-layerscale", ">=", f"d{shallowest}-layerscale"),
+    ]
+    spec = {
+        "name": f"cait-depth-{scale}",
+        "family": "cait",
+        "base_model": settings["base"],
+        "data": data,
+        "training": {**training, "grad_clip": None},  # no clipping: instability must be able to show
+        "measure": {"latency": False, "repeats": 2, "batch_size": 32},
+        "variants": variants,
+        "params": {"variant": {"choice": list(variants)}, "seed": {"choice": list(range(seeds))}},
+        "objectives": {"top1": "max", "flops": "min"},
+        "search": {"sampler": "grid", "n_trials": len(variants) * seeds, "concurrency": 2, "seed": 0},
+    }
+    ranking = "deep models train with LayerScale; without it the deepest baseline fails (CaiT Table 1/Fig. 3)"
+    return spec, claims, ranking
+
+
+def cait_class_attention_spec(scale: str, seeds: int, dataset: str = "synthetic", data_dir: str | None = None):
+    """SA+CA splits at a fixed total, and late class-token insertion for the CA-free baseline."""
+    settings, data, training = _cait_common(scale, dataset, data_dir)
+    d = settings["split_depth"]
+    variants = {
+        f"{d}+0": {"depth": d, "ca_depth": 0, "cls_insert_layer": 0},
+        f"{d}+0 cls@{d // 2}": {"depth": d, "ca_depth": 0, "cls_insert_layer": d // 2},
+        f"{d - 2}+2": {"depth": d - 2, "ca_depth": 2, "cls_insert_layer": None},
+        f"{d - 1}+1": {"depth": d - 1, "ca_depth": 1, "cls_insert_layer": None},
+        f"{d}+1": {"depth": d, "ca_depth": 1, "cls_insert_layer": None},
+        f"{d}+2": {"depth": d, "ca_depth": 2, "cls_insert_layer": None},
+    }
+    claims = [(f"{d}+2", ">", f"{d}+0"), (f"{d}+2", ">=", f"{d}+1"), (f"{d}+0 cls@{d // 2}", ">=", f"{d}+0")]
+    spec = {
+        "name": f"cait-class-attention-{scale}",
+        "family": "cait",
+        "base_model": settings["base"],
+        "data": data,
+        "training": training,
+        "measure": {"latency": False, "repeats": 2, "batch_size": 32},
+        "variants": variants,
+        "params": {"variant": {"choice": list(variants)}, "seed": {"choice": list(range(seeds))}},
+        "objectives": {"top1": "max", "flops": "min"},
+        "search": {"sampler": "grid", "n_trials": len(variants) * seeds, "concurrency": 2, "seed": 0},
+    }
+    ranking = f"{d}+2 best; class attention beats the CA-free baseline; late insertion helps it (CaiT Table 3)"
+    return spec, claims, ranking
+
+
 def accuracy_at_equal_loss(curves, trials) -> tuple[float, dict[int, float]]:
     """Eval top-1 of every trial interpolated at one training loss: the highest final training loss
     among the trials (a loss every run reached), as the paper's "at equal training loss"."""
@@ -119,8 +222,15 @@ class VariantSummary:
     n: int
 
 
-def summarise(store, study: str, protocol: str) -> tuple[list[VariantSummary], list[dict[str, str]], str]:
-    """Per-variant mean and 95% interval of the protocol's metric, and the verdict on each paper claim."""
+def summarise(
+    store, study: str, protocol: str, claims: list[tuple[str, str, str]] | None = None
+) -> tuple[list[VariantSummary], list[dict[str, str]], str]:
+    """Per-variant mean and 95% interval of the protocol's metric, and the verdict on each paper claim.
+
+    ``protocol``: ``generalisation`` (eval top-1 at equal training loss), ``capacity`` (final
+    training loss, lower is better) or ``accuracy`` (final eval top-1). Diverged trials are
+    counted per variant in the summary, not averaged in.
+    """
     from dashboards.stats import mean_ci, verdict
 
     trials = store.trials(study)
@@ -129,9 +239,12 @@ def summarise(store, study: str, protocol: str) -> tuple[list[VariantSummary], l
         level, values = accuracy_at_equal_loss(store.learning_curves(study), trials)
         trials = trials.assign(metric=trials["number"].map(values))
         metric, higher = f"eval top-1 at train loss {level:.3f}", True
-    else:
+    elif protocol == "capacity":
         trials = trials.assign(metric=trials["train_loss"])
         metric, higher = "final train loss", False
+    else:
+        trials = trials.assign(metric=trials["top1"])
+        metric, higher = "final eval top-1", True
     samples: dict[str, list[float]] = {}
     rows = []
     for variant, group in trials.groupby("config.name"):
@@ -151,18 +264,27 @@ def summarise(store, study: str, protocol: str) -> tuple[list[VariantSummary], l
             )
         )
     rows.sort(key=lambda r: -r.mean if higher else r.mean)
-    claims = []
-    for a, relation, b in PAPER_CLAIMS[protocol]:
-        if a in samples and b in samples:
-            claims.append(
+    verdicts = []
+    for a, relation, b in claims if claims is not None else PAPER_CLAIMS[protocol]:
+        if a in samples and b in samples and samples[a] and samples[b]:
+            verdicts.append(
                 {"claim": f"{a} {relation} {b}", "verdict": verdict(samples[a], samples[b], relation, higher)}
             )
-    return rows, claims, metric
+        else:
+            verdicts.append({"claim": f"{a} {relation} {b}", "verdict": "no data (a variant did not complete)"})
+    return rows, verdicts, metric
 
 
 def markdown_summary(
-    study: str, protocol: str, rows: list[VariantSummary], claims: list[dict[str, str]], command: str
+    study: str,
+    protocol: str,
+    rows: list[VariantSummary],
+    claims: list[dict[str, str]],
+    command: str,
+    paper_ranking: str | None = None,
+    outcomes: dict[str, dict[str, int]] | None = None,
 ) -> str:
+    """The study's summary: per-variant means and intervals, the ranking next to the paper's, verdicts."""
     lines = [
         f"# {study}",
         "",
@@ -182,7 +304,7 @@ def markdown_summary(
     lines += [
         "",
         f"Ranking found here: {found}",
-        f"Paper's ranking (CoAtNet Fig. 1): {PAPER_RANKING[protocol]}",
+        f"Paper's ranking: {paper_ranking or PAPER_RANKING.get(protocol, '-')}",
         "",
         "| paper's claim | here |",
         "|---|---|",
@@ -191,23 +313,47 @@ def markdown_summary(
         "'holds' / 'does not hold': the 95% interval of the difference decides it; 'inconclusive': "
         "it straddles zero at this scale and number of seeds.",
     ]
+    if outcomes:
+        lines += ["", "| variant | completed | diverged | failed |", "|---|---|---|---|"]
+        for variant, counts in sorted(outcomes.items()):
+            done, diverged, failed = (counts.get(k, 0) for k in ("completed", "diverged", "failed"))
+            lines.append(f"| {variant} | {done} | {diverged} | {failed} |")
+        lines.append("")
+        lines.append("Divergence is a result: a diverged run is counted here and left out of the means.")
     return "\n".join(lines) + "\n"
 
 
-def reproduce_coatnet_layouts(
+def plan(study: str, scale: str, seeds: int, protocols: tuple[str, ...], dataset: str, data_dir: str | None):
+    """(spec, protocol, claims, paper ranking) for each run a reproduction needs."""
+    if study == "coatnet-layouts":
+        return [
+            (coatnet_layouts_spec(scale, p, seeds, dataset, data_dir), p, PAPER_CLAIMS[p], PAPER_RANKING[p])
+            for p in protocols
+        ]
+    if study == "cait-depth":
+        spec, claims, ranking = cait_depth_spec(scale, seeds, dataset, data_dir)
+    elif study == "cait-class-attention":
+        spec, claims, ranking = cait_class_attention_spec(scale, seeds, dataset, data_dir)
+    else:
+        raise ValueError(f"unknown study {study!r}")
+    return [(spec, "accuracy", claims, ranking)]
+
+
+def reproduce(
+    study: str,
     store_url: str,
     *,
     scale: str,
     seeds: int,
-    protocols: tuple[str, ...],
-    dataset: str,
-    data_dir: str | None,
-    address: str | None,
+    protocols: tuple[str, ...] = ("generalisation", "capacity"),
+    dataset: str = "synthetic",
+    data_dir: str | None = None,
+    address: str | None = None,
     output: Path,
     command: str,
     results_dir: Path | None = None,
 ) -> list[Path]:
-    """Run each protocol's grid study, then write its Markdown summary and HTML report under ``output``."""
+    """Run the study's grid searches, then write a Markdown summary and an HTML report for each."""
     from dashboards.report import write_report
     from harness.search import run_search
     from harness.store import Store
@@ -215,15 +361,25 @@ def reproduce_coatnet_layouts(
 
     output.mkdir(parents=True, exist_ok=True)
     written = []
-    for protocol in protocols:
-        spec = load_spec(coatnet_layouts_spec(scale, protocol, seeds, dataset, data_dir))
+    for spec_dict, protocol, claims, ranking in plan(study, scale, seeds, protocols, dataset, data_dir):
+        spec = load_spec(spec_dict)
         run_search(spec, store_url, address=address, results_dir=results_dir)
         with Store.open(store_url, create=False) as store:
-            rows, claims, _ = summarise(store, spec.name, protocol)
+            rows, verdicts, _ = summarise(store, spec.name, protocol, claims)
+            trials = store.trials(spec.name)
+            outcomes = {
+                str(variant): group["status"].value_counts().to_dict()
+                for variant, group in trials.groupby("config.name")
+            }
             summary = output / f"{spec.name}.md"
-            summary.write_text(markdown_summary(spec.name, protocol, rows, claims, command))
+            summary.write_text(markdown_summary(spec.name, protocol, rows, verdicts, command, ranking, outcomes))
+            color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"
             report = write_report(
-                store, [spec.name], dict(spec.objectives), output / f"{spec.name}.html", color_by="config.model.layout"
+                store, [spec.name], dict(spec.objectives), output / f"{spec.name}.html", color_by=color
             )
         written += [summary, report]
     return written
+
+
+def reproduce_coatnet_layouts(store_url: str, **kwargs: Any) -> list[Path]:
+    return reproduce("coatnet-layouts", store_url, **kwargs)

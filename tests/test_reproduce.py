@@ -62,3 +62,34 @@ def test_tiny_layout_study_runs_and_reports(tmp_path):
     text = written[0].read_text()
     assert "Paper's ranking" in text and all(c["claim"] in text for c in claims)
     assert markdown_summary("x", "generalisation", rows, claims, "cmd").count("|") > 20
+
+
+def test_cait_study_plans():
+    from harness.reproduce import plan
+
+    (depth,) = plan("cait-depth", "tiny", 2, (), "synthetic", None)
+    spec = load_spec(depth[0])
+    assert {v["layer_scale"] for v in spec.variants.values()} == {"off", "rezero", "paper"}
+    assert spec.search.n_trials == len(spec.variants) * 2
+    (split,) = plan("cait-class-attention", "tiny", 1, (), "synthetic", None)
+    spec = load_spec(split[0])
+    assert {(v["depth"], v["ca_depth"]) for v in spec.variants.values()} >= {(4, 0), (2, 2), (3, 1), (4, 1), (4, 2)}
+    assert any(v["ca_depth"] == 0 and v["cls_insert_layer"] == 2 for v in spec.variants.values())  # late insertion
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", ["cait-depth", "cait-class-attention"])
+def test_tiny_cait_studies_run_and_report(tmp_path, study):
+    from harness.reproduce import reproduce
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        written = reproduce(
+            study, url, scale="tiny", seeds=1, output=tmp_path / "out", command="test", results_dir=tmp_path / "ray"
+        )
+    finally:
+        ray.shutdown()
+    summary = written[0].read_text()
+    assert "Paper's ranking" in summary and "| variant | completed | diverged | failed |" in summary
+    assert written[1].exists()
