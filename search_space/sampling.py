@@ -82,8 +82,8 @@ def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dic
     return values, violations
 
 
-_NATIVE = {"synthetic": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
-_CLASSES = {"cifar10": 10, "cifar100": 100}
+_NATIVE = {"synthetic": 32, "digits": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100}
 
 
 def data_shape(data: dict[str, Any], default_classes: int) -> dict[str, int]:

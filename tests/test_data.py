@@ -377,3 +377,31 @@ def test_image_folder_val_fraction_and_missing_folders(tmp_path):
     with pytest.raises(ConfigError, match="train") as info:
         build_data(DataConfig(name="imagefolder", data_dir=str(tmp_path / "missing")))
     assert info.value.field == "data_dir"
+
+
+def test_digits_is_real_bundled_data_split_by_seed():
+    pytest.importorskip("sklearn")
+    bundle = build_data(DataConfig(name="digits", batch_size=64))
+    assert bundle.num_classes == 10 and bundle.image_size == 32
+    assert bundle.train_size + bundle.val_size == 1797
+    assert bundle.val_size == round(1797 * 0.2)
+    images, labels = next(iter(bundle.val))
+    assert images.shape == (128, 3, 32, 32) and labels.max() <= 9  # eval batches: 2 x batch_size
+    again = build_data(DataConfig(name="digits", batch_size=64))
+    assert torch.equal(next(iter(again.val))[1], labels)  # the split is fixed by the seed
+
+
+def test_a_small_coatnet_learns_digits():
+    pytest.importorskip("sklearn")
+    from trials.runner import run_trial
+
+    result = run_trial(
+        {
+            "model": "coatnet_tiny32",
+            "data": {"name": "digits", "batch_size": 64},
+            "training": {"epochs": 3, "lr": 2e-3},
+            "measure": {"flops": False, "throughput": False, "latency": False},
+        }
+    )
+    assert result.status == "completed", result.error
+    assert result.final["top1"] > 60.0, result.final  # chance is 10%

@@ -41,10 +41,12 @@ from torch.utils.data import DataLoader, Dataset
 from .configio import ConfigError, from_mapping, is_int, is_number, require
 from .synthetic import MAX_CLASSES, make_synthetic
 
-DATASETS = ("synthetic", "cifar10", "cifar100", "imagefolder")
-IN_MEMORY_DATASETS = ("synthetic", "cifar10", "cifar100")
+DATASETS = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
+IN_MEMORY_DATASETS = ("synthetic", "digits", "cifar10", "cifar100")
+BUNDLED_DATASETS = ("synthetic", "digits")  # need no data_dir
 CIFAR_DATASETS = ("cifar10", "cifar100")
-NATIVE_IMAGE_SIZE = {"synthetic": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+NATIVE_IMAGE_SIZE = {"synthetic": 32, "digits": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+DIGITS_VAL_FRACTION = 0.2  # scikit-learn's digits has no official split: hold out 20%, fixed by seed
 CIFAR_NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 
 # Published per-channel statistics of the training splits (mean, std), in [0, 1] units.
@@ -183,7 +185,7 @@ class DataConfig:
             object.__setattr__(self, "data_dir", os.fspath(self.data_dir))
         if self.data_dir is not None:
             require(isinstance(self.data_dir, str) and self.data_dir != "", "data_dir", "must be a path")
-        elif self.name != "synthetic":
+        elif self.name not in BUNDLED_DATASETS:
             raise ConfigError("data_dir", f"is required for {self.name}: the directory that holds the dataset")
         _check_bool("download", self.download)
         _check_bool("verify", self.verify)
@@ -568,6 +570,27 @@ def _synthetic_splits(config: DataConfig) -> tuple[_Split, _Split]:
     return train, val
 
 
+def _digits_splits(config: DataConfig) -> tuple[_Split, _Split]:
+    """scikit-learn's 1,797 real handwritten digits (8x8, 17 grey levels), as 32x32 RGB uint8.
+
+    Bundled with scikit-learn (the ``digits`` extra), so it needs no download: a small real
+    dataset for CPU-scale studies.
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise ConfigError("name", "digits needs scikit-learn: pip install 'archsearch[digits]'") from None
+    bunch = load_digits()
+    pixels = torch.as_tensor(bunch.images, dtype=torch.float32)[:, None] * (255.0 / 16.0)
+    size = NATIVE_IMAGE_SIZE["digits"]
+    images = F.interpolate(pixels, size=(size, size), mode="bilinear", align_corners=False)
+    images = images.clamp(0, 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+    everything = _Split(images, torch.as_tensor(bunch.target, dtype=torch.int64))
+    fraction = config.val_fraction or DIGITS_VAL_FRACTION
+    keep, held = split_indices(len(everything.labels), fraction, config.seed)
+    return everything.subset(keep), everything.subset(held)
+
+
 def _hold_out(train: _Split, config: DataConfig) -> tuple[_Split, _Split]:
     keep, held = split_indices(len(train.labels), config.val_fraction, config.seed)
     return train.subset(keep), train.subset(held)
@@ -758,6 +781,9 @@ def _build_in_memory(config: DataConfig, device: torch.device) -> DataBundle:
     if config.name == "synthetic":
         train, val = _synthetic_splits(config)
         num_classes, stats = config.num_classes, channel_stats(train.images)
+    elif config.name == "digits":
+        train, val = _digits_splits(config)
+        num_classes, stats = 10, channel_stats(train.images)
     else:
         train, val = _cifar_splits(config)
         num_classes = CIFAR_NUM_CLASSES[config.name]
