@@ -246,3 +246,77 @@ def objective_vs_params(
     fig.suptitle(f"{objective} against the searched parameters ({len(done)} completed trials)")
     fig.tight_layout()
     return fig
+
+
+def loss_vs_accuracy(curves: pd.DataFrame, variant_of: Mapping[int, str]) -> Figure:
+    """The CoAtNet paper's Fig. 1 form: each run's path of (training loss, eval top-1) over epochs,
+    coloured by variant, so generalisation reads as accuracy at equal training loss."""
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    names = sorted(set(variant_of.values()))
+    palette = dict(zip(names, sns.color_palette("tab10", len(names)), strict=False))
+    seen: set[str] = set()
+    for number, group in curves.groupby("number"):
+        variant = variant_of.get(int(number))
+        if variant is None:
+            continue
+        g = group.sort_values("epoch")
+        ax.plot(
+            g["train_loss"],
+            g["top1"],
+            marker="o",
+            ms=3,
+            color=palette[variant],
+            label=None if variant in seen else variant,
+            alpha=0.85,
+        )
+        seen.add(variant)
+    ax.invert_xaxis()  # training proceeds left to right
+    ax.set_xlabel("training loss (lower is further in training)")
+    ax.set_ylabel("eval top-1 (%)")
+    ax.set_title("Eval accuracy against training loss, per run")
+    ax.legend(title="variant", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def variant_intervals(rows: Sequence[Any], metric: str) -> Figure:
+    """Mean and 95% interval of a metric per variant (points with error bars), best first.
+
+    ``rows`` are ``harness.reproduce.VariantSummary``-like objects (variant, mean, low, high).
+    Variants named ``d<depth>-<scheme>`` (the CaiT depth study) are drawn as accuracy against
+    depth, one line per residual scheme.
+    """
+    import re
+
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    depth_named = [re.fullmatch(r"d(\d+)-(\w+)", r.variant) for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if rows and all(depth_named):
+        schemes = sorted({m.group(2) for m in depth_named})
+        for scheme in schemes:
+            points = sorted(
+                (int(m.group(1)), r) for m, r in zip(depth_named, rows, strict=True) if m.group(2) == scheme
+            )
+            xs = [d for d, _ in points]
+            ys = [r.mean for _, r in points]
+            errors = [0.0 if not np.isfinite(r.high) else r.high - r.mean for _, r in points]
+            ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=4, label=scheme)
+        ax.set_xlabel("depth (self-attention blocks)")
+        ax.legend(title="residual scheme")
+    else:
+        ys = np.arange(len(rows))
+        means = [r.mean for r in rows]
+        errors = [0.0 if not np.isfinite(r.high) else r.high - r.mean for r in rows]
+        ax.errorbar(means, ys, xerr=errors, fmt="o", capsize=4)
+        ax.set_yticks(ys, [r.variant for r in rows])
+        ax.invert_yaxis()
+        ax.set_ylabel("variant")
+    ax.set_title(f"{metric}: mean and 95% interval over seeds")
+    ax.set_ylabel(metric) if rows and all(depth_named) else ax.set_xlabel(metric)
+    fig.tight_layout()
+    return fig

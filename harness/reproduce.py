@@ -371,14 +371,42 @@ def reproduce(
                 str(variant): group["status"].value_counts().to_dict()
                 for variant, group in trials.groupby("config.name")
             }
+            figures = _study_figures(store, spec.name, rows, output)
             summary = output / f"{spec.name}.md"
-            summary.write_text(markdown_summary(spec.name, protocol, rows, verdicts, command, ranking, outcomes))
+            text = markdown_summary(spec.name, protocol, rows, verdicts, command, ranking, outcomes)
+            text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
+            summary.write_text(text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"
             report = write_report(
                 store, [spec.name], dict(spec.objectives), output / f"{spec.name}.html", color_by=color
             )
-        written += [summary, report]
+        written += [summary, report, *(path for _, path in figures)]
     return written
+
+
+def _study_figures(store, study: str, rows: list[VariantSummary], output: Path) -> list[tuple[str, Path]]:
+    """The reproduction's own figures: accuracy against training loss per run (CoAtNet Fig. 1 form),
+    and the metric per variant with its interval (accuracy against depth for the depth study)."""
+    import matplotlib.pyplot as plt
+
+    from dashboards.figures import loss_vs_accuracy, variant_intervals
+
+    trials = store.trials(study)
+    variant_of = {int(n): str(v) for n, v in zip(trials["number"], trials["config.name"], strict=True)}
+    made = []
+    for title, suffix, figure in (
+        (
+            "eval accuracy against training loss",
+            "loss-vs-accuracy",
+            loss_vs_accuracy(store.learning_curves(study), variant_of),
+        ),
+        ("metric per variant", "variants", variant_intervals(rows, rows[0].metric if rows else "metric")),
+    ):
+        path = output / f"{study}-{suffix}.png"
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        made.append((title, path))
+    return made
 
 
 def reproduce_coatnet_layouts(store_url: str, **kwargs: Any) -> list[Path]:

@@ -47,7 +47,8 @@ def test_tiny_layout_study_runs_and_reports(tmp_path):
         )
     finally:
         ray.shutdown()
-    assert {p.suffix for p in written} == {".md", ".html"}
+    assert {p.suffix for p in written} == {".md", ".html", ".png"}
+    assert any(p.name.endswith("loss-vs-accuracy.png") for p in written)
     with Store.open(url, create=False) as store:
         trials = store.trials("coatnet-layouts-generalisation-tiny")
         rows, claims, _ = summarise(store, "coatnet-layouts-generalisation-tiny", "generalisation")
@@ -92,4 +93,5 @@ def test_tiny_cait_studies_run_and_report(tmp_path, study):
         ray.shutdown()
     summary = written[0].read_text()
     assert "Paper's ranking" in summary and "| variant | completed | diverged | failed |" in summary
+    assert "-variants.png)" in summary and all(p.exists() for p in written)
     assert written[1].exists()
