@@ -69,6 +69,8 @@ def coatnet_layouts_spec(
         data["data_dir"] = data_dir
     if dataset == "synthetic" and settings["train_size"]:
         data.update(num_classes=10, train_size=settings["train_size"] * factor, val_size=settings["val_size"])
+    if dataset == "digits":
+        data["batch_size"] = 32  # 1,437 training images
     if protocol == "generalisation":  # no augmentation, no regularisation (the paper's setting)
         data["augment"] = {"random_crop": False, "hflip": False}
         training = {"epochs": settings["epochs"], "weight_decay": 0.0, "label_smoothing": 0.0, "lr": 2e-3}
@@ -78,7 +80,7 @@ def coatnet_layouts_spec(
         model_extra = {}
     base_model = settings["base"] if isinstance(settings["base"], dict) else {"preset": settings["base"]}
     return {
-        "name": f"coatnet-layouts-{protocol}-{scale}",
+        "name": f"coatnet-layouts-{protocol}-{scale}" + ("" if dataset == "synthetic" else f"-{dataset}"),
         "family": "coatnet",
         "base_model": {**base_model, **model_extra},
         "data": data,
@@ -150,7 +152,7 @@ def cait_depth_spec(scale: str, seeds: int, dataset: str = "synthetic", data_dir
         (f"d{deepest}-layerscale", ">=", f"d{shallowest}-layerscale"),
     ]
     spec = {
-        "name": f"cait-depth-{scale}",
+        "name": f"cait-depth-{scale}" + ("" if dataset == "synthetic" else f"-{dataset}"),
         "family": "cait",
         "base_model": settings["base"],
         "data": data,
@@ -179,7 +181,7 @@ def cait_class_attention_spec(scale: str, seeds: int, dataset: str = "synthetic"
     }
     claims = [(f"{d}+2", ">", f"{d}+0"), (f"{d}+2", ">=", f"{d}+1"), (f"{d}+0 cls@{d // 2}", ">=", f"{d}+0")]
     spec = {
-        "name": f"cait-class-attention-{scale}",
+        "name": f"cait-class-attention-{scale}" + ("" if dataset == "synthetic" else f"-{dataset}"),
         "family": "cait",
         "base_model": settings["base"],
         "data": data,
