@@ -435,6 +435,27 @@ class Store:
         columns = ["name", "status", "objectives", "trials", *TRIAL_STATUSES, "created_at", "updated_at"]
         return pd.DataFrame(rows, columns=[*columns, "archsearch_version"])
 
+    def _trial_rows(self, study: str, columns: list) -> Any:
+        """DataFrame of ``columns`` (trials outer-joined with measurements) for one study, by number,
+        with the ``final`` metrics JSON expanded into columns (a measured cost column wins a clash)."""
+        import pandas as pd
+
+        study_id = self._study_id(study)
+        trial, meas = Trial.__table__, Measurement.__table__
+        query = (
+            select(trial.c.number, trial.c.final, *columns)
+            .select_from(trial.outerjoin(meas, meas.c.trial_id == trial.c.id))
+            .where(trial.c.study_id == study_id)
+            .order_by(trial.c.number)
+        )
+        with self.engine.connect() as conn:
+            result = conn.execute(query)
+            # Plain tuples: DataFrame construction from Row objects is ~10x slower.
+            frame = pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
+        finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
+        finals = finals.drop(columns=[c for c in finals.columns if c in frame.columns])
+        return pd.concat([frame, finals], axis=1)
+
     def trials(self, study: str, *, flatten_config: bool = True):
         """One row per trial: number, status, cost, final and best metrics, and the config.
 
@@ -443,68 +464,39 @@ class Store:
         """
         import pandas as pd
 
-        study_id = self._study_id(study)
         trial, meas = Trial.__table__, Measurement.__table__
-        columns = [
-            trial.c.number,
-            trial.c.status,
-            trial.c.config,
-            trial.c.final,
-            trial.c.error,
-            trial.c.seed,
-            trial.c.optuna_number,
-            trial.c.host,
-            trial.c.device,
-            trial.c.started_at,
-            trial.c.ended_at,
-            trial.c.diverged_at_step,
-            # The measurement's device is where the cost was measured: "cost_device" beside the
-            # trial's own "device" (where it ran).
-            *[meas.c[name].label("cost_device" if name == "device" else name) for name in MEASUREMENT_FIELDS],
-        ]
-        query = (
-            select(*columns)
-            .select_from(trial.outerjoin(meas, meas.c.trial_id == trial.c.id))
-            .where(trial.c.study_id == study_id)
-            .order_by(trial.c.number)
+        frame = self._trial_rows(
+            study,
+            [
+                trial.c.status,
+                trial.c.config,
+                trial.c.error,
+                trial.c.seed,
+                trial.c.optuna_number,
+                trial.c.host,
+                trial.c.device,
+                trial.c.started_at,
+                trial.c.ended_at,
+                trial.c.diverged_at_step,
+                # The measurement's device is where the cost was measured: "cost_device" beside
+                # the trial's own "device" (where it ran).
+                *[meas.c[name].label("cost_device" if name == "device" else name) for name in MEASUREMENT_FIELDS],
+            ],
         )
-        with self.engine.connect() as conn:
-            result = conn.execute(query)
-            frame = pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
         if frame.empty:
-            return frame.drop(columns=["config", "final"])
-        finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
-        finals = finals.drop(columns=[c for c in finals.columns if c in frame.columns])  # measured cost wins
+            return frame.drop(columns=["config"])
         configs = [_decoded(c) or {} for c in frame.pop("config")]
-        parts = [frame]
-        if flatten_config:
-            flat = pd.json_normalize(configs, sep=".").set_index(frame.index)
-            parts.append(flat.add_prefix("config."))
-        else:
-            frame["config"] = configs
-        parts.append(finals)
-        return pd.concat(parts, axis=1)
+        if not flatten_config:
+            return frame.assign(config=configs)
+        flat = pd.json_normalize(configs, sep=".").set_index(frame.index).add_prefix("config.")
+        return pd.concat([frame, flat], axis=1)
 
     def outcomes(self, study: str):
         """Lean per-trial frame for Pareto queries: number, status, cost columns and final metrics,
         without the configs (whose JSON decoding dominates :meth:`trials` on large studies)."""
-        import pandas as pd
-
-        study_id = self._study_id(study)
-        trial, meas = Trial.__table__, Measurement.__table__
+        meas = Measurement.__table__
         cost = ("params", "flops", "throughput", "latency_ms")
-        query = (
-            select(trial.c.number, trial.c.status, trial.c.final, *[meas.c[name] for name in cost])
-            .select_from(trial.outerjoin(meas, meas.c.trial_id == trial.c.id))
-            .where(trial.c.study_id == study_id)
-            .order_by(trial.c.number)
-        )
-        with self.engine.connect() as conn:
-            result = conn.execute(query)
-            frame = pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
-        finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
-        finals = finals.drop(columns=[c for c in finals.columns if c in frame.columns])
-        return pd.concat([frame, finals], axis=1)
+        return self._trial_rows(study, [Trial.__table__.c.status, *[meas.c[name] for name in cost]])
 
     def learning_curves(self, study: str, numbers: Iterable[int] | None = None):
         """Per-epoch metrics of a study's trials (all, or those ``numbers``), one row per epoch."""
