@@ -35,7 +35,34 @@ def _label(name: str, direction: str | None) -> str:
 
 
 def _numeric(series: pd.Series) -> pd.Series:
-    return pd.to_numeric(series, errors="coerce")
+    """Numbers as floats; anything else (text, lists, None, booleans) as NaN."""
+    if series.dtype.kind in "iuf":
+        return series.astype(float)
+    return series.map(
+        lambda v: float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else np.nan
+    )
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and np.isnan(value))
+
+
+def category_labels(values: pd.Series) -> pd.Series:
+    """Config values as category labels: text as is, lists and dicts as JSON, missing values as "missing".
+
+    Config columns of a study mix types (a key only some families have, a list-valued knob), and
+    text and floats cannot be sorted together: labels are always strings.
+    """
+    import json
+
+    def label(value: Any) -> str:
+        if _is_missing(value):
+            return "missing"
+        if isinstance(value, (list, dict)):
+            return json.dumps(value, default=str)
+        return str(value)
+
+    return values.map(label).astype(object)
 
 
 def _maybe_log(ax: Any, values: pd.Series, axis: str) -> None:
@@ -67,23 +94,32 @@ def _colours(values: pd.Series) -> tuple[list[Any], dict[str, Any] | None, Any]:
     import seaborn as sns
 
     numeric = _numeric(values)
-    if numeric.notna().all() and values.nunique() > _MAX_CATEGORIES:
+    labels = category_labels(values)
+    if numeric.notna().all() and labels.nunique() > _MAX_CATEGORIES:
         norm = matplotlib.colors.Normalize(numeric.min(), numeric.max())
         cmap = matplotlib.colormaps["viridis"]
         mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
         return [cmap(norm(v)) for v in numeric], None, mappable
-    labels = values.astype(str)
     categories = sorted(labels.unique())
     palette = dict(zip(categories, sns.color_palette("tab10", len(categories)), strict=True))
     return [palette[v] for v in labels], palette, None
 
 
-def pareto_scatter(frame: pd.DataFrame, objectives: Mapping[str, str], color_by: str | None = None) -> Figure:
+_ANNOTATE_AT_MOST = 30  # front members labelled with their trial number; more labels would overlap
+
+
+def pareto_scatter(
+    frame: pd.DataFrame, objectives: Mapping[str, str], color_by: str | None = None, *, density: bool = False
+) -> Figure:
     """Every trial faint, the Pareto front highlighted and joined by a step line, failures in a strip below.
 
     Failed, diverged and infeasible trials have no accuracy, so they cannot sit in the objective
     plane; hiding them would hide how much of the budget they cost, so they get a labelled strip
     under the main axes (at their cost when it was measured, at the left edge otherwise).
+
+    With ``density`` (a large study), the trials are drawn as a hexbin density with a log colour
+    scale instead of one marker each, and everything below the front is rasterised, so the figure
+    costs the same at 100,000 trials as at 2,000; ``color_by`` then colours the front's members only.
     """
     import seaborn as sns
 
@@ -99,28 +135,38 @@ def pareto_scatter(frame: pd.DataFrame, objectives: Mapping[str, str], color_by:
         2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [6, 1], "hspace": 0.05}
     )
     if color_by is not None and color_by in frame:
-        colours, legend, mappable = _colours(frame[color_by])
+        colour_rows = front if density else np.ones(len(frame), dtype=bool)
+        picked, legend, mappable = _colours(frame.loc[colour_rows, color_by])
+        colours: list[Any] = ["tab:blue"] * len(frame)
+        for i, colour in zip(np.flatnonzero(colour_rows), picked, strict=True):
+            colours[i] = colour
     else:
         colours, legend, mappable = ["tab:blue"] * len(frame), None, None
 
     plotted = np.isfinite(x) & np.isfinite(y) & status.isin(["completed", "pruned", "running"]).to_numpy()
-    for state, marker in (("completed", "o"), ("pruned", "^"), ("running", "D")):
-        rows = plotted & (status == state).to_numpy() & ~front
-        if rows.any():
-            ax.scatter(
-                x[rows], y[rows], c=[colours[i] for i in np.flatnonzero(rows)], marker=marker, alpha=0.35, s=30,
-                edgecolors="none", label=f"{state} ({int(rows.sum())})",
-            )  # fmt: skip
+    log_x = _log_scale(x[plotted])
+    if density:
+        _density(ax, x[plotted].to_numpy(), y[plotted].to_numpy(), log_x, fig)
+    else:
+        for state, marker in (("completed", "o"), ("pruned", "^"), ("running", "D")):
+            rows = plotted & (status == state).to_numpy() & ~front
+            if rows.any():
+                ax.scatter(
+                    x[rows], y[rows], c=[colours[i] for i in np.flatnonzero(rows)], marker=marker, alpha=0.35, s=30,
+                    edgecolors="none", label=f"{state} ({int(rows.sum())})",
+                )  # fmt: skip
     if front.any():
         order = np.argsort(x[front].to_numpy())
         fx, fy = x[front].to_numpy()[order], y[front].to_numpy()[order]
         ax.step(fx, fy, where="post", color="black", linewidth=1.2, zorder=3)
         ax.scatter(
-            x[front], y[front], c=[colours[i] for i in np.flatnonzero(front)], s=110, edgecolors="black",
-            linewidths=1.5, zorder=4, label=f"Pareto front ({int(front.sum())})",
+            x[front], y[front], c=[colours[i] for i in np.flatnonzero(front)], s=110 if front.sum() <= 200 else 30,
+            edgecolors="black", linewidths=1.5 if front.sum() <= 200 else 0.5, zorder=4,
+            label=f"Pareto front ({int(front.sum())})",
         )  # fmt: skip
-        for number, px, py in zip(frame.loc[front, "number"], x[front], y[front], strict=True):
-            ax.annotate(f"#{number}", (px, py), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        if front.sum() <= _ANNOTATE_AT_MOST:
+            for number, px, py in zip(frame.loc[front, "number"], x[front], y[front], strict=True):
+                ax.annotate(f"#{number}", (px, py), textcoords="offset points", xytext=(5, 5), fontsize=8)
 
     # Failures strip: one row per status, at the measured cost or pinned at the left edge.
     known_x = x[np.isfinite(x)]
@@ -131,14 +177,19 @@ def pareto_scatter(frame: pd.DataFrame, objectives: Mapping[str, str], color_by:
         if not rows.any():
             continue
         xs = x[rows].fillna(left)
-        strip.scatter(xs, np.full(len(xs), row), marker=marker, s=60, color="tab:red", label=f"{state} ({len(xs)})")
+        many = len(xs) > 500
+        strip.scatter(
+            xs, np.full(len(xs), row), marker=marker, s=12 if many else 60, alpha=0.3 if many else 1.0,
+            color="tab:red", label=f"{state} ({len(xs)})", rasterized=many,
+        )  # fmt: skip
     strip.set_yticks(range(len(strip_rows)), strip_rows)
     strip.set_ylim(-0.7, len(strip_rows) - 0.3)
     strip.set_ylabel("no result", fontsize=8)
     if strip.get_legend_handles_labels()[0]:
         strip.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
 
-    _maybe_log(ax, x, "x")
+    if log_x:
+        ax.set_xscale("log")
     ax.set_ylabel(_label(y_name, objectives[y_name]))
     strip.set_xlabel(_label(x_name, objectives[x_name]))
     handles, labels = ax.get_legend_handles_labels()
@@ -149,9 +200,27 @@ def pareto_scatter(frame: pd.DataFrame, objectives: Mapping[str, str], color_by:
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     if mappable is not None:
         fig.colorbar(mappable, ax=[ax, strip], label=color_by, pad=0.25)
-    ax.set_title(f"{y_name} vs {x_name}: {len(frame)} trials, {int(front.sum())} on the front")
+    ax.set_title(f"{y_name} vs {x_name}: {len(frame):,} trials, {int(front.sum())} on the front")
     fig.subplots_adjust(right=0.72)
     return fig
+
+
+def _log_scale(values: pd.Series) -> bool:
+    """Log scale for positive quantities spanning orders of magnitude (FLOPs, params, lr)."""
+    finite = values[np.isfinite(values)]
+    return bool(len(finite) >= 2 and (finite > 0).all() and finite.max() / finite.min() > 50)
+
+
+def _density(ax: Any, x: np.ndarray, y: np.ndarray, log_x: bool, fig: Figure) -> None:
+    """All trials as a hexbin count density (log colour scale), rasterised: constant cost at any size."""
+    if len(x) == 0:
+        return
+    hexes = ax.hexbin(
+        x, y, gridsize=60, bins="log", mincnt=1, cmap="Blues", xscale="log" if log_x else "linear",
+        linewidths=0.0, rasterized=True, zorder=1,
+    )  # fmt: skip
+    colorbar = fig.colorbar(hexes, ax=ax, pad=0.01, fraction=0.04)
+    colorbar.set_label(f"trials per cell ({len(x):,} in all)", fontsize=8)
 
 
 def hypervolume_curve(progress: pd.DataFrame) -> Figure:
@@ -161,8 +230,16 @@ def hypervolume_curve(progress: pd.DataFrame) -> Figure:
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(8, 4))
     if len(progress):
-        ax.step(progress["n_finished"], progress["hypervolume"], where="post", color="tab:blue")
-        ax.plot(progress["n_finished"], progress["hypervolume"], "o", color="tab:blue", markersize=3)
+        # A step curve is fully described by the points where it changes (and its end): at 100k
+        # trials that is a few hundred points instead of 100k.
+        values = progress["hypervolume"].to_numpy()
+        changes = np.ones(len(values), dtype=bool)
+        changes[1:] = values[1:] != values[:-1]
+        changes[-1] = True
+        steps = progress[changes]
+        ax.step(steps["n_finished"], steps["hypervolume"], where="post", color="tab:blue")
+        if len(steps) <= 200:
+            ax.plot(steps["n_finished"], steps["hypervolume"], "o", color="tab:blue", markersize=3)
     else:
         ax.text(0.5, 0.5, "no finished trials yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("finished trials")
@@ -231,10 +308,12 @@ def objective_vs_params(
         if values.dropna().empty:
             ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
         elif _is_categorical(values):
-            data = pd.DataFrame({short: values.astype(str), objective: done[objective]})
+            data = pd.DataFrame({short: category_labels(values), objective: done[objective]})
             order = sorted(data[short].unique())
             sns.boxplot(data=data, x=short, y=objective, order=order, ax=ax, color="0.9", fliersize=0)
             sns.stripplot(data=data, x=short, y=objective, order=order, ax=ax, size=4, alpha=0.8)
+            if len(order) > 4 or max(len(o) for o in order) > 8:
+                ax.tick_params(axis="x", labelrotation=60, labelsize=7)
         else:
             xs = _numeric(values)
             ax.scatter(xs, done[objective], s=18, alpha=0.8)

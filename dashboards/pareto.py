@@ -2,6 +2,10 @@
 
 Only completed trials can be on a front; pruned, failed, diverged and infeasible trials are
 excluded but counted, so a report can say what the front was chosen from.
+
+Queries stay near-linear in the number of trials: the objectives (and any filtered config key)
+come from the store in one lean query per study, the front is moocore's O(n log n) filter
+(:mod:`dashboards.multiobjective`), and configs are decoded only for the rows on the front.
 """
 
 from __future__ import annotations
@@ -11,9 +15,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.pareto_front import non_dominated
+from dashboards.multiobjective import DIRECTIONS, ObjectiveError, hypervolume, hypervolume_history, non_dominated
 
-DIRECTIONS = ("max", "min")
+__all__ = [
+    "DIRECTIONS",
+    "FINISHED_STATUSES",
+    "FrontQuery",
+    "ParetoError",
+    "front_mask",
+    "hypervolume",
+    "hypervolume_progress",
+    "non_dominated",
+    "pareto_front",
+    "parse_objectives",
+    "parse_where",
+    "query_front",
+    "study_front",
+]
+
+# Statuses that end a trial that ran (infeasible ones never ran; running ones have not ended).
+FINISHED_STATUSES = ("completed", "pruned", "failed", "diverged")
 
 
 class ParetoError(ValueError):
@@ -46,25 +67,44 @@ def parse_where(items: Iterable[str]) -> dict[str, str]:
     return where
 
 
-def minimisation_points(frame, objectives: Mapping[str, str]) -> np.ndarray:
-    signs = np.array([-1.0 if d == "max" else 1.0 for d in objectives.values()])
-    return frame[list(objectives)].to_numpy(dtype=float) * signs
+def _numeric(frame, column: str) -> np.ndarray:
+    import pandas as pd
+
+    return pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
 
 
 def front_mask(frame, objectives: Mapping[str, str]) -> np.ndarray:
-    """Rows of ``frame`` on the front: completed, all objectives known, and non-dominated."""
+    """Rows of ``frame`` on the front: completed, every objective finite, and non-dominated."""
     mask = np.zeros(len(frame), dtype=bool)
-    candidates = (frame["status"] == "completed").to_numpy() & frame[list(objectives)].notna().all(axis=1).to_numpy()
+    if len(frame) == 0 or any(m not in frame.columns for m in objectives):
+        return mask
+    points = np.column_stack([_numeric(frame, m) for m in objectives])
+    candidates = (frame["status"] == "completed").to_numpy() & np.all(np.isfinite(points), axis=1)
     if candidates.any():
-        mask[np.flatnonzero(candidates)] = non_dominated(minimisation_points(frame[candidates], objectives))
+        mask[np.flatnonzero(candidates)] = non_dominated(points[candidates], list(objectives.values()))
     return mask
 
 
-def _column_for(frame, key: str) -> str:
-    """A filter key: a column (``config.model.layout``) or the last part of a config column (``layout``)."""
-    if key in frame.columns:
+def _sorted_front(frame, objectives: Mapping[str, str]):
+    first, direction = next(iter(objectives.items()))
+    front = frame[front_mask(frame, objectives)]
+    return front.sort_values([first, "number"], ascending=[direction == "min", True], kind="stable")
+
+
+def pareto_front(trials, objectives: Mapping[str, str]):
+    """Rows of a trials DataFrame (``Store.trials`` or ``Store.outcomes``) on the front, best first."""
+    if trials.empty or "status" not in trials:
+        return trials.iloc[0:0]
+    return _sorted_front(trials, objectives)
+
+
+def _resolve_config_key(key: str, columns: Sequence[str]) -> str:
+    """A filter key: a config column (``config.model.layout``) or the last part of one (``layout``)."""
+    if key in columns:
         return key
-    matches = [c for c in frame.columns if c.startswith("config.") and c.rsplit(".", 1)[-1] == key]
+    if not key.startswith("config.") and f"config.{key}" in columns:
+        return f"config.{key}"
+    matches = [c for c in columns if c.rsplit(".", 1)[-1] == key]
     if len(matches) == 1:
         return matches[0]
     if not matches:
@@ -73,113 +113,108 @@ def _column_for(frame, key: str) -> str:
 
 
 def _matches(series, value: str):
-    as_text = series.astype(str)
+    as_text = series.map(lambda v: "None" if v is None else str(v))
     try:
         number = float(value)
     except ValueError:
         return as_text == value
-    numeric = series.apply(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+    numeric = series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
     return (numeric & (series.where(numeric, np.nan).astype(float) == number)) | (as_text == value)
 
 
 @dataclass
 class FrontQuery:
-    trials: object  # DataFrame: every matching trial, with "study" and "on_front" columns
-    front: object  # DataFrame: the front, sorted by the first objective
+    trials: object  # DataFrame: every matching trial (lean: study, number, status, costs, objectives, filters)
+    front: object  # DataFrame: the front, best first by the first objective, with its configs
     counts: dict[str, int]  # matching trials by status
 
 
+def _study_outcomes(store, study: str, objectives: Mapping[str, str], where: Mapping[str, str]):
+    from harness.store import StoreError
+
+    keys = {}
+    if where:
+        columns = store.config_columns(study)
+        keys = {key: _resolve_config_key(key, columns) for key in where}
+    try:
+        frame = store.outcomes(study, list(objectives), config_keys=sorted(set(keys.values())))
+    except StoreError as error:
+        raise ParetoError(str(error)) from None
+    for key, value in where.items():
+        frame = frame[_matches(frame[keys[key]], value)]
+    return frame.assign(study=study)
+
+
 def query_front(
-    store, studies: Sequence[str], objectives: Mapping[str, str], where: Mapping[str, str] | None = None
+    store,
+    studies: Sequence[str],
+    objectives: Mapping[str, str],
+    where: Mapping[str, str] | None = None,
+    *,
+    with_configs: bool = True,
 ) -> FrontQuery:
-    """The front of ``objectives`` over the trials of ``studies`` that match ``where``."""
+    """The front of ``objectives`` over the trials of ``studies`` that match ``where``.
+
+    Reads only number, status, costs and the objectives (plus filtered config keys) of every
+    trial; the configs of the front's members are added when ``with_configs``.
+    """
     import pandas as pd
 
     frames = []
     for study in studies:
-        frame = store.trials(study)
-        if frame.empty:
+        if not any(n for status, n in store.counts(study).items() if status != "epochs"):
             raise ParetoError(f"study {study!r} has no trials yet")
-        frames.append(frame.assign(study=study))
-    trials = pd.concat(frames, ignore_index=True)
-    for metric in objectives:
-        if metric not in trials.columns:
-            known = sorted(c for c in trials.columns if not c.startswith("config.") and trials[c].dtype.kind in "fi")
-            raise ParetoError(f"unknown metric {metric!r}; known: {', '.join(known)}")
-    for key, value in (where or {}).items():
-        trials = trials[_matches(trials[_column_for(trials, key)], value)]
+        frames.append(_study_outcomes(store, study, objectives, where or {}))
+    trials = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
     if trials.empty:
         raise ParetoError("no trial matches the filters")
     trials = trials.assign(on_front=front_mask(trials, objectives))
-    first, direction = next(iter(objectives.items()))
-    front = trials[trials["on_front"]].sort_values(first, ascending=direction == "min")
+    front = _sorted_front(trials, objectives)
+    if with_configs and len(front):
+        front = _attach_configs(store, front)
     counts = trials["status"].value_counts().to_dict()
-    return FrontQuery(trials=trials, front=front, counts={k: int(v) for k, v in counts.items()})
+    return FrontQuery(trials=trials, front=front, counts={str(k): int(v) for k, v in counts.items()})
 
 
-def hypervolume(points: np.ndarray, directions: Sequence[str], reference: Sequence[float] | None = None) -> float:
-    """Hypervolume dominated by ``points`` (rows) w.r.t. ``reference``, for 2 or 3 objectives.
+def _attach_configs(store, rows):
+    """``rows`` (with ``study`` and ``number``) joined with their flattened configs, order kept."""
+    import pandas as pd
 
-    Directions say which way is better per column. The default reference is the worst value of
-    each objective among the points (so the extreme points contribute zero volume): give one
-    explicitly to compare fronts.
-    """
-    pts = np.asarray(points, dtype=float)
-    if pts.ndim != 2 or pts.shape[1] != len(directions):
-        raise ParetoError(f"points must be (n, {len(directions)}), got {pts.shape}")
-    signs = np.array([-1.0 if d == "max" else 1.0 for d in directions])
-    pts = pts * signs  # now every objective is minimised
-    ref = pts.max(axis=0) if reference is None else np.asarray(reference, dtype=float) * signs
-    pts = pts[np.all(pts < ref, axis=1)]
-    if len(pts) == 0:
-        return 0.0
-    pts = pts[non_dominated(pts)]
-    if pts.shape[1] == 2:
-        return _hv2(pts, ref)
-    if pts.shape[1] == 3:
-        # Slice along the third objective: between consecutive z levels the dominated area is the
-        # 2-D hypervolume of the points at or below that level.
-        order = np.argsort(pts[:, 2])
-        pts = pts[order]
-        volume = 0.0
-        levels = [*pts[:, 2].tolist(), ref[2]]
-        for i in range(len(pts)):
-            depth = levels[i + 1] - levels[i]
-            if depth > 0:
-                volume += _hv2(pts[: i + 1, :2], ref[:2]) * depth
-        return float(volume)
-    raise ParetoError("hypervolume supports 2 or 3 objectives")
+    pieces = []
+    for study, group in rows.groupby("study", sort=False):
+        configs = store.configs(study, group["number"].tolist())
+        keep = [c for c in configs.columns if c == "number" or c not in group.columns]
+        pieces.append(group.reset_index().merge(configs[keep], on="number", how="left").set_index("index"))
+    return pd.concat(pieces).loc[rows.index]
 
 
-def _hv2(pts: np.ndarray, ref: np.ndarray) -> float:
-    front = pts[non_dominated(pts)]
-    front = front[np.argsort(front[:, 0])]
-    area, previous_y = 0.0, ref[1]
-    for x, y in front:
-        if y < previous_y:
-            area += (ref[0] - x) * (previous_y - y)
-            previous_y = y
-    return float(area)
+def study_front(store, study: str, objectives: Mapping[str, str]):
+    """The front of one study with its members' configs (the search's end-of-run summary); empty without trials."""
+    import pandas as pd
+
+    try:
+        return query_front(store, [study], objectives).front
+    except ParetoError:
+        return pd.DataFrame(columns=["study", "number", "status", *objectives])
 
 
 def hypervolume_progress(frame, objectives: Mapping[str, str], reference: Sequence[float] | None = None):
     """Hypervolume of the front of the first n finished trials, for each n (search progress).
 
-    The reference is fixed for the whole curve (given, or the worst completed value of each
-    objective) so the curve is monotone.
+    Trials are taken in finish order (``ended_at``, then number; by number when no end time is
+    recorded), in one incremental pass. The reference is fixed for the whole curve (given, or the
+    worst completed value of each objective), so the curve never decreases.
     """
     import pandas as pd
 
-    finished = frame[frame["status"].isin(["completed", "pruned", "failed", "diverged"])].sort_values("number")
-    done = finished[(finished["status"] == "completed") & finished[list(objectives)].notna().all(axis=1)]
-    directions = list(objectives.values())
-    if reference is None and len(done):
-        worst = [done[m].min() if d == "max" else done[m].max() for m, d in objectives.items()]
-        reference = worst
-    rows = []
-    for n in range(1, len(finished) + 1):
-        subset = finished.iloc[:n]
-        subset = subset[(subset["status"] == "completed") & subset[list(objectives)].notna().all(axis=1)]
-        value = hypervolume(subset[list(objectives)].to_numpy(float), directions, reference) if len(subset) else 0.0
-        rows.append({"n_finished": n, "hypervolume": value})
-    return pd.DataFrame(rows, columns=["n_finished", "hypervolume"])
+    finished = frame[frame["status"].isin(FINISHED_STATUSES)]
+    order = ["ended_at", "number"] if "ended_at" in finished and finished["ended_at"].notna().all() else ["number"]
+    finished = finished.sort_values(order, kind="stable")
+    names = list(objectives)
+    points = np.column_stack([_numeric(finished, m) for m in names]) if len(finished) else np.empty((0, len(names)))
+    usable = (finished["status"] == "completed").to_numpy()
+    try:
+        values = hypervolume_history(points, usable, list(objectives.values()), reference)
+    except ObjectiveError as error:
+        raise ParetoError(str(error)) from None
+    return pd.DataFrame({"n_finished": np.arange(1, len(finished) + 1), "hypervolume": values})

@@ -67,7 +67,9 @@ figcaption { color: #555; font-size: 0.9em; }
 <tr>{% for k in s.counts %}<th>{{ k }}</th>{% endfor %}</tr>
 <tr>{% for v in s.counts.values() %}<td>{{ v }}</td>{% endfor %}</tr>
 </table>
-<h3>Pareto front ({{ s.front_rows | length }} trials)</h3>
+<h3>Pareto front ({{ s.front_total }} trials)</h3>
+{% for note in s.notes %}<p class="muted">{{ note }}</p>
+{% endfor %}
 {% if s.front_rows %}
 <table class="front">
 <tr>{% for c in s.front_columns %}<th class="text">{{ c }}</th>{% endfor %}</tr>
@@ -151,71 +153,123 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "study"
 
 
-def _study_section(
-    store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
-) -> dict[str, Any]:
-    record = store.study(name)
-    objectives = dict(objectives) if objectives else _study_objectives(record)
-    trials = store.trials(name)
-    counts = store.counts(name)
-    varying = varying_config_columns(trials)
-    present = all(o in trials.columns for o in objectives) and not trials.empty
-    mask = front_mask(trials, objectives) if present else np.zeros(len(trials), dtype=bool)
-    front = trials[mask]
-    if len(front):
-        first, direction = next(iter(objectives.items()))
-        front = front.sort_values(first, ascending=direction == "min")
-    columns = ["number", *objectives, *varying]
-    rows = [[_cell(r.get(c)) for c in columns] for r in front.to_dict("records")]
+# Up to this many trials a report draws every trial and decodes every config, as for any small study.
+# Above it, trials are drawn as a density with the front on top, and the objective-vs-parameter
+# panels use a stated random sample of the completed trials, so the report's time and size stay flat.
+LARGE_STUDY = 2_000
+PARAM_SAMPLE = 2_000  # completed trials whose configs the parameter panels of a large study show
+MAX_CURVES = 10  # learning curves of at most this many front members (the best by the first objective)
+MAX_FRONT_ROWS = 50  # rows of the front table; the total is stated
 
-    figs: list[tuple[str, str, Any]] = []
-    if present and len(objectives) >= 2:
-        pair = dict(list(objectives.items())[:2])
-        caption = "Pareto front of " + " vs ".join(pair) + (f", coloured by {color_by}" if color_by else "")
-        figs.append(("pareto", caption, figures.pareto_scatter(trials, pair, color_by)))
-        figs.append(
-            (
-                "hypervolume",
-                "Hypervolume against finished trials",
-                figures.hypervolume_curve(hypervolume_progress(trials, objectives)),
-            )
-        )
-    if len(front):
-        numbers = [int(n) for n in front["number"]]
-        curves = store.learning_curves(name, numbers)
-        figs.append(("curves", "Learning curves of the front's trials", figures.learning_curves(curves, numbers)))
-    if present and varying:
-        objective, direction = next(iter(objectives.items()))
-        panels = varying[:_MAX_PARAM_PANELS]
-        figs.append(
-            (
-                "params",
-                f"{objective} against the searched parameters",
-                figures.objective_vs_params(trials, objective, panels, direction),
-            )
-        )
 
-    embedded = []
-    for key, caption, fig in figs:
-        data = _png(fig)
-        if png_dir is not None:
-            (png_dir / f"{_slug(name)}-{key}.png").write_bytes(data)
-        embedded.append({"caption": caption, "data": base64.b64encode(data).decode("ascii")})
-
+def _empty_section(record: Mapping[str, Any]) -> dict[str, Any]:
     hardware = _decoded(record.get("hardware"))
     return {
-        "name": name,
+        "name": record.get("name"),
         "status": record.get("status"),
         "created_at": record.get("created_at"),
         "version": record.get("archsearch_version"),
         "git_commit": record.get("git_commit") or "unknown",
         "hardware": json.dumps(hardware, default=str) if hardware else "not recorded",
-        "counts": counts,
-        "front_columns": columns,
-        "front_rows": rows,
-        "figures": embedded,
         "spec": _dump(_decoded(record.get("spec"))),
+        "notes": [],
+        "figures": [],
+        "front_rows": [],
+        "front_columns": [],
+        "front_total": 0,
     }
+
+
+def _sample_numbers(outcomes: pd.DataFrame, size: int, seed: int = 0) -> np.ndarray:
+    """A reproducible random sample of the completed trials' numbers (all of them when there are few)."""
+    completed = outcomes.loc[outcomes["status"] == "completed", "number"].to_numpy()
+    if len(completed) <= size:
+        return completed
+    return np.sort(np.random.default_rng(seed).choice(completed, size=size, replace=False))
+
+
+def _study_section(
+    store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
+) -> dict[str, Any]:
+    from harness.store import StoreError
+
+    record = store.study(name)
+    objectives = dict(objectives) if objectives else _study_objectives(record)
+    section = _empty_section({**record, "name": name})
+    counts = store.counts(name)
+    section["counts"] = counts
+    try:
+        outcomes = store.outcomes(name, list(objectives))
+        present = len(objectives) >= 2
+    except StoreError as error:  # an objective this study never recorded: a report without the front
+        section["notes"].append(str(error))
+        outcomes = store.outcomes(name, [])
+        present = False
+    large = len(outcomes) > LARGE_STUDY
+    mask = front_mask(outcomes, objectives) if present else np.zeros(len(outcomes), dtype=bool)
+    outcomes = outcomes.assign(on_front=mask)
+    front = outcomes[mask]
+    first, direction = next(iter(objectives.items()))
+    if len(front):
+        front = front.sort_values([first, "number"], ascending=[direction == "min", True], kind="stable")
+    shown_front = front.head(MAX_FRONT_ROWS)
+    curve_numbers = [int(n) for n in front["number"].head(MAX_CURVES)]
+
+    # Configs: every trial's for a small study; for a large one, the shown front's and a random sample's.
+    sample = _sample_numbers(outcomes, PARAM_SAMPLE) if large else outcomes["number"].to_numpy()
+    wanted = np.union1d(sample, shown_front["number"].to_numpy())
+    configs = store.configs(name, wanted.tolist())
+    frame = outcomes.merge(configs, on="number", how="left") if len(configs.columns) > 1 else outcomes
+    sampled = frame[frame["number"].isin(sample)]
+    varying = varying_config_columns(sampled if large else frame)
+    columns = ["number", *objectives, *varying]
+    shown = frame.set_index("number").loc[shown_front["number"]].reset_index()
+    section["front_columns"] = columns
+    section["front_rows"] = [[_cell(r.get(c)) for c in columns] for r in shown.to_dict("records")]
+    section["front_total"] = len(front)
+    if len(front) > len(shown_front):
+        section["notes"].append(
+            f"The front has {len(front):,} trials: the table shows the {len(shown_front)} best by {first}."
+        )
+
+    figs: list[tuple[str, str, Any]] = []
+    if present:
+        pair = dict(list(objectives.items())[:2])
+        caption = "Pareto front of " + " vs ".join(pair) + (f", coloured by {color_by}" if color_by else "")
+        if large:
+            caption += f" (all {len(outcomes):,} trials as a density; the front's members as points)"
+        figs.append(("pareto", caption, figures.pareto_scatter(frame, pair, color_by, density=large)))
+        figs.append(
+            (
+                "hypervolume",
+                "Hypervolume against finished trials",
+                figures.hypervolume_curve(hypervolume_progress(outcomes, objectives)),
+            )
+        )
+    if curve_numbers:
+        curves = store.learning_curves(name, curve_numbers)
+        if len(front) > len(curve_numbers):
+            caption = (
+                f"Learning curves of the {len(curve_numbers)} front members with the best {first} "
+                f"(of {len(front):,} on the front)"
+            )
+        else:
+            caption = "Learning curves of the front's trials"
+        figs.append(("curves", caption, figures.learning_curves(curves, curve_numbers)))
+    if present and varying:
+        panels = varying[:_MAX_PARAM_PANELS]
+        n_completed = int((outcomes["status"] == "completed").sum())
+        caption = f"{first} against the searched parameters"
+        if large and n_completed > len(sample):
+            caption += f" (a random sample of {len(sample):,} of {n_completed:,} completed trials, seed 0)"
+        figs.append(("params", caption, figures.objective_vs_params(sampled, first, panels, direction)))
+
+    for key, fig_caption, fig in figs:
+        data = _png(fig)
+        if png_dir is not None:
+            (png_dir / f"{_slug(name)}-{key}.png").write_bytes(data)
+        section["figures"].append({"caption": fig_caption, "data": base64.b64encode(data).decode("ascii")})
+    return section
 
 
 def write_report(

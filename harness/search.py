@@ -139,7 +139,7 @@ def run_search(
     import optuna
     from ray import tune
 
-    from harness.pareto_front import pareto_front
+    from dashboards.pareto import study_front
     from harness.store import Store, StoreError
 
     started = time.perf_counter()
@@ -169,7 +169,7 @@ def run_search(
         reconcile(store, name, _optuna_storage_url(store_url))
         store.set_study_status(name, "completed")
         counts = store.counts(name)
-        front = pareto_front(store.trials(name), dict(spec.objectives))
+        front = study_front(store, name, dict(spec.objectives))
     return SearchSummary(name, store.url, counts, front, time.perf_counter() - started)
 
 

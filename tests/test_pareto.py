@@ -222,3 +222,63 @@ def test_pareto_cli_bad_input_exits_2_with_one_line(study_store, args, fragment)
     assert result.exit_code == 2
     assert fragment in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(data=st.data())
+def test_incremental_hypervolume_progress_equals_the_hypervolume_of_every_prefix(data):
+    """The one-pass progress equals recomputing the front's hypervolume for each prefix (the definition)."""
+    dims = data.draw(st.integers(min_value=2, max_value=3))
+    n = data.draw(st.integers(min_value=1, max_value=30))
+    directions = data.draw(st.lists(st.sampled_from(["max", "min"]), min_size=dims, max_size=dims))
+    values = np.array(
+        data.draw(st.lists(st.lists(small_ints, min_size=dims, max_size=dims), min_size=n, max_size=n)), dtype=float
+    )
+    statuses = data.draw(
+        st.lists(st.sampled_from(["completed", "completed", "pruned", "failed"]), min_size=n, max_size=n)
+    )
+    names = [f"m{k}" for k in range(dims)]
+    objectives = dict(zip(names, directions, strict=True))
+    frame = pd.DataFrame(values, columns=names).assign(status=statuses, number=range(n))
+    reference = [-1.0 if d == "max" else 7.0 for d in directions]  # every point strictly inside
+    progress = hypervolume_progress(frame, objectives, reference=reference)
+    assert progress["n_finished"].tolist() == list(range(1, n + 1))
+    for k in range(n):
+        done = frame.iloc[: k + 1]
+        done = done[done["status"] == "completed"]
+        expected = hypervolume(done[names].to_numpy(), directions, reference) if len(done) else 0.0
+        assert progress["hypervolume"].iloc[k] == pytest.approx(expected), k
+
+
+def test_hypervolume_progress_follows_finish_order_and_skips_unfinished_trials():
+    frame = pd.DataFrame(
+        {
+            "number": [0, 1, 2, 3],
+            "status": ["completed", "completed", "running", "infeasible"],
+            "ended_at": pd.to_datetime(["2026-01-01 10:00", "2026-01-01 09:00", None, "2026-01-01 08:00"]),
+            "top1": [50.0, 60.0, 99.0, 99.0],
+            "flops": [2.0, 1.0, 0.5, 0.5],
+        }
+    )
+    progress = hypervolume_progress(frame, {"top1": "max", "flops": "min"}, reference=[0.0, 10.0])
+    # Trial 1 finished first (60 x 9 = 540); trial 0 (50, 2) is then dominated; 2 and 3 never finished.
+    assert progress["hypervolume"].tolist() == pytest.approx([540.0, 540.0])
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_hypervolume_progress_across_screening_blocks_matches_prefix_volumes(dims):
+    """Thousands of trials (several screening blocks), with slowly improving fronts as in a real search."""
+    rng = np.random.default_rng(dims)
+    n = 3000
+    drift = np.linspace(0.0, 1.0, n)[:, None]
+    values = rng.random((n, dims)) + drift  # later trials tend to be better (maximised)
+    statuses = rng.choice(["completed", "completed", "completed", "pruned", "failed"], size=n)
+    names = [f"m{k}" for k in range(dims)]
+    objectives = dict.fromkeys(names, "max")
+    frame = pd.DataFrame(values, columns=names).assign(status=statuses, number=range(n))
+    progress = hypervolume_progress(frame, objectives, reference=[0.0] * dims)
+    for k in [0, 1, 511, 512, 513, 1024, 1999, n - 1]:
+        done = frame.iloc[: k + 1]
+        done = done[done["status"] == "completed"]
+        expected = hypervolume(done[names].to_numpy(), ["max"] * dims, [0.0] * dims) if len(done) else 0.0
+        assert progress["hypervolume"].iloc[k] == pytest.approx(expected, rel=1e-12), k

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.pareto_front import non_dominated, pareto_front
+from dashboards.pareto import non_dominated, pareto_front
 from search_space.spec import load_spec
 
 ray = pytest.importorskip("ray")

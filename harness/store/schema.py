@@ -109,4 +109,7 @@ class EpochRecord(Base):
 
 
 MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns if c.name != "trial_id")
+NUMERIC_MEASUREMENT_FIELDS = tuple(
+    c.name for c in Measurement.__table__.columns if c.name != "trial_id" and c.type.python_type in (int, float)
+)
 EPOCH_FIELDS = tuple(c.name for c in EpochRecord.__table__.columns if c.name not in ("id", "trial_id"))

@@ -25,6 +25,7 @@ from .errors import StoreError
 from .schema import (
     EPOCH_FIELDS,
     MEASUREMENT_FIELDS,
+    NUMERIC_MEASUREMENT_FIELDS,
     STUDY_STATUSES,
     TRIAL_STATUSES,
     VERSION_TABLE,
@@ -435,68 +436,189 @@ class Store:
         columns = ["name", "status", "objectives", "trials", *TRIAL_STATUSES, "created_at", "updated_at"]
         return pd.DataFrame(rows, columns=[*columns, "archsearch_version"])
 
-    def _trial_rows(self, study: str, columns: list) -> Any:
-        """DataFrame of ``columns`` (trials outer-joined with measurements) for one study, by number,
-        with the ``final`` metrics JSON expanded into columns (a measured cost column wins a clash)."""
+    def _trial_rows(
+        self, study: str, columns: list, *, order_by: Any = None, limit: int | None = None, expand_final: bool = True
+    ) -> Any:
+        """DataFrame of ``columns`` (trials outer-joined with measurements) for one study, by number
+        (or ``order_by``, then number), at most ``limit`` rows, with the ``final`` metrics JSON expanded
+        into columns (a measured cost column wins a clash) unless ``expand_final`` is false."""
         import pandas as pd
 
         study_id = self._study_id(study)
         trial, meas = Trial.__table__, Measurement.__table__
+        selected = [trial.c.number, *([trial.c.final] if expand_final else []), *columns]
         query = (
-            select(trial.c.number, trial.c.final, *columns)
+            select(*selected)
             .select_from(trial.outerjoin(meas, meas.c.trial_id == trial.c.id))
             .where(trial.c.study_id == study_id)
-            .order_by(trial.c.number)
+            .order_by(*([order_by] if order_by is not None else []), trial.c.number)
         )
+        if limit is not None:
+            query = query.limit(limit)
         with self.engine.connect() as conn:
             result = conn.execute(query)
             # Plain tuples: DataFrame construction from Row objects is ~10x slower.
             frame = pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
+        if not expand_final:
+            return frame
         finals = pd.DataFrame([_decoded(f) or {} for f in frame.pop("final")], index=frame.index)
         finals = finals.drop(columns=[c for c in finals.columns if c in frame.columns])
         return pd.concat([frame, finals], axis=1)
 
-    def trials(self, study: str, *, flatten_config: bool = True):
+    def _trial_columns(self) -> list:
+        trial, meas = Trial.__table__, Measurement.__table__
+        return [
+            trial.c.status,
+            trial.c.config,
+            trial.c.error,
+            trial.c.seed,
+            trial.c.optuna_number,
+            trial.c.host,
+            trial.c.device,
+            trial.c.started_at,
+            trial.c.ended_at,
+            trial.c.diverged_at_step,
+            # The measurement's device is where the cost was measured: "cost_device" beside
+            # the trial's own "device" (where it ran).
+            *[meas.c[name].label("cost_device" if name == "device" else name) for name in MEASUREMENT_FIELDS],
+        ]
+
+    def trials(
+        self,
+        study: str,
+        *,
+        flatten_config: bool = True,
+        sort: str | None = None,
+        descending: bool = False,
+        limit: int | None = None,
+    ):
         """One row per trial: number, status, cost, final and best metrics, and the config.
 
         The config is flattened into ``config.``-prefixed columns (``config.model.depth``,
-        ``config.training.lr``), or kept as one ``config`` column of dicts.
+        ``config.training.lr``), or kept as one ``config`` column of dicts. ``sort`` (a metric: a
+        cost column such as ``flops``, a final metric such as ``top1``, or ``number``,
+        ``started_at``, ``ended_at``) orders the rows in SQL, missing values last, and ``limit``
+        keeps the first rows: only those rows' configs are decoded, so the top of a 100k-trial
+        study comes back in a fraction of a second.
         """
+        if limit is not None and limit < 0:
+            raise StoreError(f"limit must be >= 0, got {limit}")
+        order_by = None
+        if sort is not None:
+            expression = self._metric_expression(study, sort)
+            order_by = (expression.desc() if descending else expression.asc()).nulls_last()
+        frame = self._trial_rows(study, self._trial_columns(), order_by=order_by, limit=limit)
+        return self._with_configs(frame, flatten_config)
+
+    def _with_configs(self, frame, flatten: bool):
         import pandas as pd
 
-        trial, meas = Trial.__table__, Measurement.__table__
-        frame = self._trial_rows(
-            study,
-            [
-                trial.c.status,
-                trial.c.config,
-                trial.c.error,
-                trial.c.seed,
-                trial.c.optuna_number,
-                trial.c.host,
-                trial.c.device,
-                trial.c.started_at,
-                trial.c.ended_at,
-                trial.c.diverged_at_step,
-                # The measurement's device is where the cost was measured: "cost_device" beside
-                # the trial's own "device" (where it ran).
-                *[meas.c[name].label("cost_device" if name == "device" else name) for name in MEASUREMENT_FIELDS],
-            ],
-        )
         if frame.empty:
             return frame.drop(columns=["config"])
         configs = [_decoded(c) or {} for c in frame.pop("config")]
-        if not flatten_config:
+        if not flatten:
             return frame.assign(config=configs)
         flat = pd.json_normalize(configs, sep=".").set_index(frame.index).add_prefix("config.")
         return pd.concat([frame, flat], axis=1)
 
-    def outcomes(self, study: str):
-        """Lean per-trial frame for Pareto queries: number, status, cost columns and final metrics,
-        without the configs (whose JSON decoding dominates :meth:`trials` on large studies)."""
-        meas = Measurement.__table__
+    _SORTABLE_TRIAL_COLUMNS = ("number", "seed", "optuna_number", "started_at", "ended_at", "diverged_at_step")
+
+    def _metric_expression(self, study: str, name: str):
+        """The SQL expression of a metric: a trial column, a cost column, or a key of the final metrics."""
+        trial, meas = Trial.__table__, Measurement.__table__
+        if name in self._SORTABLE_TRIAL_COLUMNS:
+            return trial.c[name]
+        if name in MEASUREMENT_FIELDS:
+            return meas.c[name]
+        if name in self.final_metric_names(study):
+            return trial.c.final[name].as_float()
+        known = sorted({*self._SORTABLE_TRIAL_COLUMNS, *NUMERIC_MEASUREMENT_FIELDS, *self.final_metric_names(study)})
+        raise StoreError(f"unknown metric {name!r}; known: {', '.join(known)}")
+
+    def final_metric_names(self, study: str, sample: int = 1000) -> list[str]:
+        """Names of the final metrics recorded for a study's trials (from a sample of the latest trials)."""
+        study_id = self._study_id(study)
+        trial = Trial.__table__
+        query = (
+            select(trial.c.final)
+            .where(trial.c.study_id == study_id, trial.c.final.is_not(None))
+            .order_by(trial.c.number.desc())
+            .limit(sample)
+        )
+        names: dict[str, None] = {}
+        with self.engine.connect() as conn:
+            for final in conn.execute(query).scalars():
+                for key, value in (_decoded(final) or {}).items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        names.setdefault(key)
+        return sorted(names)
+
+    def outcomes(self, study: str, metrics: Sequence[str] | None = None, *, config_keys: Sequence[str] = ()):
+        """Lean per-trial frame for Pareto queries: number, status, ended_at, cost columns and metrics.
+
+        With ``metrics`` (e.g. the objectives), each is read in SQL (a cost column, or extracted
+        from the final-metrics JSON) and nothing else is decoded: one query, no JSON parsing in
+        Python. Without, every final metric is expanded (slower on large studies). ``config_keys``
+        (``config.model.layout``, ...) adds those config values, extracted in SQL. Unknown metrics
+        raise :class:`StoreError` naming them.
+        """
+        trial, meas = Trial.__table__, Measurement.__table__
         cost = ("params", "flops", "throughput", "latency_ms")
-        return self._trial_rows(study, [Trial.__table__.c.status, *[meas.c[name] for name in cost]])
+        columns = [trial.c.status, trial.c.ended_at, *[meas.c[name] for name in cost]]
+        for key in config_keys:
+            path = key.removeprefix("config.").split(".")
+            columns.append(trial.c.config[tuple(path)].label(key))
+        if metrics is None:
+            return self._trial_rows(study, columns)
+        for metric in dict.fromkeys(metrics):
+            if metric in cost:
+                continue
+            expression = self._metric_expression(study, metric)
+            columns.append(expression.label(metric))
+        return self._trial_rows(study, columns, expand_final=False)
+
+    def config_columns(self, study: str, sample: int = 500) -> list[str]:
+        """Flattened config column names (``config.model.depth``, ...) seen in a sample of a study's trials.
+
+        The sample is spread evenly over trial numbers, so a key searched from the start and one
+        added late both show up, without decoding every config of a large study.
+        """
+        import pandas as pd
+
+        study_id = self._study_id(study)
+        trial = Trial.__table__
+        with self.engine.connect() as conn:
+            total = conn.execute(select(func.count()).where(trial.c.study_id == study_id)).scalar_one()
+            stride = max(1, total // max(sample, 1))
+            query = select(trial.c.config).where(trial.c.study_id == study_id)
+            if stride > 1:
+                query = query.where(trial.c.number % stride == 0)
+            configs = [_decoded(c) or {} for c in conn.execute(query.limit(sample * 2)).scalars()]
+        if not configs:
+            return []
+        return [f"config.{c}" for c in pd.json_normalize(configs, sep=".").columns]
+
+    def configs(self, study: str, numbers: Iterable[int]):
+        """The flattened configs (``number`` + ``config.*`` columns) of the trials ``numbers`` only."""
+        import pandas as pd
+
+        study_id = self._study_id(study)
+        trial = Trial.__table__
+        wanted = sorted({int(n) for n in numbers})
+        rows: list[tuple[int, Any]] = []
+        with self.engine.connect() as conn:
+            for start in range(0, len(wanted), 500):  # bounded IN lists on every backend
+                chunk = wanted[start : start + 500]
+                query = select(trial.c.number, trial.c.config).where(
+                    trial.c.study_id == study_id, trial.c.number.in_(chunk)
+                )
+                rows.extend(tuple(r) for r in conn.execute(query))
+        rows.sort()
+        numbers_column = pd.Series([n for n, _ in rows], name="number", dtype="int64")
+        if not rows:
+            return pd.DataFrame({"number": numbers_column})
+        flat = pd.json_normalize([_decoded(c) or {} for _, c in rows], sep=".").add_prefix("config.")
+        return pd.concat([numbers_column, flat], axis=1)
 
     def learning_curves(self, study: str, numbers: Iterable[int] | None = None):
         """Per-epoch metrics of a study's trials (all, or those ``numbers``), one row per epoch."""
