@@ -290,14 +290,25 @@ def _is_categorical(values: pd.Series) -> bool:
 
 
 def objective_vs_params(
-    frame: pd.DataFrame, objective: str, params: Sequence[str], direction: str | None = None
+    frame: pd.DataFrame,
+    objective: str,
+    params: Sequence[str],
+    direction: str | None = None,
+    *,
+    of_total: int | None = None,
 ) -> Figure:
-    """One panel per searched parameter against an objective over completed trials: which knobs matter."""
+    """One panel per searched parameter against an objective over completed trials: which knobs matter.
+
+    ``of_total``: the number of completed trials in the study when ``frame`` is a random sample of
+    them (a large study); the title then says so.
+    """
     import seaborn as sns
 
     sns.set_theme(style="whitegrid")
     done = frame[(frame["status"] == "completed") & _numeric(frame[objective]).notna()].copy()
     done[objective] = _numeric(done[objective])
+    dense = len(done) <= 500  # few points: big, opaque markers; many: small, translucent, rasterised
+    alpha = 0.8 if dense else 0.3
     n = max(len(params), 1)
     cols = min(3, n)
     rows = (n + cols - 1) // cols
@@ -311,18 +322,21 @@ def objective_vs_params(
             data = pd.DataFrame({short: category_labels(values), objective: done[objective]})
             order = sorted(data[short].unique())
             sns.boxplot(data=data, x=short, y=objective, order=order, ax=ax, color="0.9", fliersize=0)
-            sns.stripplot(data=data, x=short, y=objective, order=order, ax=ax, size=4, alpha=0.8)
+            sns.stripplot(data=data, x=short, y=objective, order=order, ax=ax, size=4 if dense else 2, alpha=alpha)
             if len(order) > 4 or max(len(o) for o in order) > 8:
                 ax.tick_params(axis="x", labelrotation=60, labelsize=7)
         else:
             xs = _numeric(values)
-            ax.scatter(xs, done[objective], s=18, alpha=0.8)
+            ax.scatter(xs, done[objective], s=18 if dense else 6, alpha=alpha, rasterized=not dense)
             _maybe_log(ax, xs, "x")
         ax.set_xlabel(short)
         ax.set_ylabel(_label(objective, direction))
     for ax in list(axes.flat)[len(params) :]:
         ax.set_visible(False)
-    fig.suptitle(f"{objective} against the searched parameters ({len(done)} completed trials)")
+    shown = f"{len(done):,} completed trials"
+    if of_total is not None and of_total > len(done):
+        shown = f"a random sample of {len(done):,} of {of_total:,} completed trials"
+    fig.suptitle(f"{objective} against the searched parameters ({shown})")
     fig.tight_layout()
     return fig
 

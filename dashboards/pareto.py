@@ -130,16 +130,15 @@ class FrontQuery:
 
 
 def _study_outcomes(store, study: str, objectives: Mapping[str, str], where: Mapping[str, str]):
-    from harness.store import StoreError
-
+    known = store.metric_names(study)
+    for metric in objectives:
+        if metric not in known:
+            raise ParetoError(f"unknown metric {metric!r}; known: {', '.join(known)}")
     keys = {}
     if where:
         columns = store.config_columns(study)
         keys = {key: _resolve_config_key(key, columns) for key in where}
-    try:
-        frame = store.outcomes(study, list(objectives), config_keys=sorted(set(keys.values())))
-    except StoreError as error:
-        raise ParetoError(str(error)) from None
+    frame = store.outcomes(study, list(objectives), config_keys=sorted(set(keys.values())))
     for key, value in where.items():
         frame = frame[_matches(frame[keys[key]], value)]
     return frame.assign(study=study)

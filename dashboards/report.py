@@ -191,20 +191,20 @@ def _sample_numbers(outcomes: pd.DataFrame, size: int, seed: int = 0) -> np.ndar
 def _study_section(
     store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
 ) -> dict[str, Any]:
-    from harness.store import StoreError
-
     record = store.study(name)
     objectives = dict(objectives) if objectives else _study_objectives(record)
     section = _empty_section({**record, "name": name})
     counts = store.counts(name)
     section["counts"] = counts
-    try:
-        outcomes = store.outcomes(name, list(objectives))
-        present = len(objectives) >= 2
-    except StoreError as error:  # an objective this study never recorded: a report without the front
-        section["notes"].append(str(error))
-        outcomes = store.outcomes(name, [])
-        present = False
+    if not any(n for status, n in counts.items() if status != "epochs"):
+        section["notes"].append("This study has no trials yet.")
+        return section
+    known = set(store.metric_names(name))
+    missing = [m for m in objectives if m not in known]
+    if missing:  # all trials failed so far, or an objective this study never records
+        section["notes"].append(f"No trial has recorded {', '.join(missing)}.")
+    outcomes = store.outcomes(name, list(objectives), strict=False)
+    present = len(objectives) >= 2
     large = len(outcomes) > LARGE_STUDY
     mask = front_mask(outcomes, objectives) if present else np.zeros(len(outcomes), dtype=bool)
     outcomes = outcomes.assign(on_front=mask)
@@ -262,7 +262,9 @@ def _study_section(
         caption = f"{first} against the searched parameters"
         if large and n_completed > len(sample):
             caption += f" (a random sample of {len(sample):,} of {n_completed:,} completed trials, seed 0)"
-        figs.append(("params", caption, figures.objective_vs_params(sampled, first, panels, direction)))
+        figs.append(
+            ("params", caption, figures.objective_vs_params(sampled, first, panels, direction, of_total=n_completed))
+        )
 
     for key, fig_caption, fig in figs:
         data = _png(fig)

@@ -237,16 +237,29 @@ def studies_command(store_url: str | None, fmt: str) -> None:
 @click.argument("study")
 @store_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-def trials_command(study: str, store_url: str | None, fmt: str) -> None:
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Show at most N trials (after --sort).")
+@click.option(
+    "--sort",
+    "sort",
+    default=None,
+    metavar="METRIC[:asc|desc]",
+    help="Order by a metric (top1, flops, params, throughput, number, ended_at, ...), missing values last. "
+    "Without a direction, an objective of the study sorts best first; anything else ascending.",
+)
+def trials_command(study: str, store_url: str | None, fmt: str, limit: int | None, sort: str | None) -> None:
     """One row per trial of STUDY: number, status, config, params, FLOPs, throughput, final/best metrics.
 
-    The table shows only the config keys that vary across trials; CSV and JSON have all of them.
+    The table shows only the config keys that vary across the rows shown; CSV and JSON have all of them.
+    With --sort and --limit the ordering and the cut happen in the database, so the top of a
+    100,000-trial study comes back at once.
     """
     from harness.store import StoreError
 
     with _open_store(store_url, create=False) as store:
         try:
-            frame = store.trials(study)
+            metric, descending = _parse_sort(sort, store, study) if sort else (None, False)
+            frame = store.trials(study, sort=metric, descending=descending, limit=limit)
+            total = sum(n for status, n in store.counts(study).items() if status != "epochs")
         except StoreError as error:
             raise UsageError(str(error)) from None
     rows = _records(frame)
@@ -257,6 +270,23 @@ def trials_command(study: str, store_url: str | None, fmt: str) -> None:
     varying = [c for c in config_columns if frame[c].astype(str).nunique() > 1]
     metric_columns = [c for c in frame.columns if c not in config_columns and c in _METRIC_COLUMNS]
     click.echo(render(rows, "table", ["number", "status", *varying, "params", "flops", "throughput", *metric_columns]))
+    if len(frame) < total:
+        order = f", sorted by {metric} {'descending' if descending else 'ascending'}" if metric else ""
+        click.echo(f"{len(frame)} of {total} trials{order}")
+
+
+def _parse_sort(text: str, store, study: str) -> tuple[str, bool]:
+    """``top1:desc`` -> ("top1", True); a bare objective sorts best first (max -> descending)."""
+    metric, sep, direction = text.partition(":")
+    metric = metric.strip()
+    if not metric:
+        raise UsageError(f"--sort {text!r} is not METRIC[:asc|desc]")
+    if sep:
+        if direction not in ("asc", "desc"):
+            raise UsageError(f"--sort direction {direction!r} of {metric!r} must be asc or desc")
+        return metric, direction == "desc"
+    objectives = {o["name"]: o["direction"] for o in store.study(study).get("objectives") or []}
+    return metric, objectives.get(metric) == "max"
 
 
 _METRIC_COLUMNS = ("top1", "top5", "eval_loss", "train_loss", "best_top1", "epochs")

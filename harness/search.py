@@ -188,9 +188,9 @@ def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
         fixed["optuna"] += 1
-    trials = store.trials(name)
+    trials = store.trials(name, statuses=("running",))  # only those: a large study's configs stay undecoded
     if not trials.empty:
-        for _, row in trials[trials["status"] == "running"].iterrows():
+        for _, row in trials.iterrows():
             config = {k.removeprefix("config."): v for k, v in row.items() if k.startswith("config.")}
             store.finish_trial(
                 name,

@@ -167,3 +167,111 @@ def test_report_command_writes_the_file_and_rejects_bad_input(tmp_path):
         bad = CliRunner().invoke(main, ["report", *args, "-o", str(tmp_path / "x.html"), "--store", url])
         assert bad.exit_code == 2 and fragment in bad.output
         assert not (tmp_path / "x.html").exists()
+
+
+def _fill(store: Store, study: str, rows: list[tuple[str, dict, float | None, float | None]]) -> None:
+    store.create_study(study, {"name": study}, OBJECTIVES)
+    for number, (status, config, top1, flops) in enumerate(rows):
+        store.finish_trial(
+            study,
+            number,
+            status=status,
+            config=config,
+            measurement={"flops": flops, "params": 10} if flops is not None else None,
+            epochs=[{"epoch": 1, "top1": top1, "train_loss": 1.0}] if top1 is not None else (),
+            final={"top1": top1} if top1 is not None else None,
+        )
+
+
+def test_report_on_mixed_type_and_missing_config_values_exits_0(tmp_path):
+    """Config columns mixing text, numbers, lists, booleans and missing values; NaN objectives: a report."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    url = f"sqlite:///{tmp_path / 'mixed.db'}"
+    configs = [
+        {"model": {"layout": "CCTT", "width": 64, "depths": [2, 2, 3, 5]}, "flag": True},
+        {"model": {"layout": None, "width": "wide", "depths": [2, 2]}, "flag": False},
+        {"model": {"width": 96.5}, "extra": {"nested": 1}},
+        {"model": {"layout": 3, "width": None, "depths": None}, "flag": "yes"},
+        {"model": {"layout": "CTTT", "width": 128}},
+        {"model": {"layout": float("nan"), "width": 32}},
+    ]
+    rows = [
+        ("completed", configs[0], 60.0, 5e6),
+        ("completed", configs[1], 65.0, 7e6),
+        ("completed", configs[2], float("nan"), 3e6),  # stored as null: no top1
+        ("failed", configs[3], None, None),
+        ("completed", configs[4], 70.0, None),  # no cost measured
+        ("completed", configs[5], 55.0, 1e6),
+    ]
+    with Store.open(url) as store:
+        _fill(store, "mixed", rows)
+    out = tmp_path / "mixed.html"
+    result = CliRunner().invoke(
+        main, ["report", "mixed", "-o", str(out), "--store", url, "--color-by", "config.model.layout"]
+    )
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert front_table_numbers(html) == {0, 1, 5}  # 2 has no top1, 4 no flops, 3 failed
+    assert html.count("data:image/png;base64,") == 4
+
+
+@pytest.mark.parametrize(
+    ("rows", "front", "images"),
+    [
+        ([], set(), 0),  # no trials: nothing to draw
+        ([("failed", {"a": 1}, None, None), ("diverged", {"a": 2}, None, 5e6)], set(), 3),
+        ([("completed", {"a": 1}, 50.0, 5e6)], {0}, 3),  # one completed trial: front of one, nothing varies
+    ],
+    ids=["empty-study", "no-completed-trial", "one-completed-trial"],
+)
+def test_report_of_degenerate_studies(tmp_path, rows, front, images):
+    with Store.open(f"sqlite:///{tmp_path / 'd.db'}") as store:
+        _fill(store, "d", rows)
+        html = write_report(store, ["d"], None, tmp_path / "d.html").read_text()
+    if front:
+        assert front_table_numbers(html) == front
+    else:
+        assert "no front yet" in html
+    assert html.count("data:image/png;base64,") == images
+
+
+def test_report_of_a_large_study_draws_a_density_caps_the_table_and_samples_the_panels(tmp_path, monkeypatch):
+    from dashboards import report
+
+    monkeypatch.setattr(report, "LARGE_STUDY", 40)
+    monkeypatch.setattr(report, "PARAM_SAMPLE", 25)
+    monkeypatch.setattr(report, "MAX_FRONT_ROWS", 3)
+    monkeypatch.setattr(report, "MAX_CURVES", 2)
+    rng = np.random.default_rng(0)
+    rows = []
+    for number in range(120):
+        depth = int(rng.integers(2, 12))
+        top1 = 40 + 4 * depth + float(rng.normal(0, 1))
+        status = "completed" if number % 10 else "failed"
+        rows.append((status, {"model": {"depth": depth, "layout": "CCTT"}, "seed": number}, top1, depth * 1e6))
+    with Store.open(f"sqlite:///{tmp_path / 'big.db'}") as store:
+        _fill(store, "big", rows)
+        trials = store.trials("big")
+        out = write_report(store, ["big"], OBJECTIVES, tmp_path / "big.html", png_dir=tmp_path / "png")
+    html = out.read_text()
+    done = trials[trials["status"] == "completed"]
+    expected = {
+        int(r.number)
+        for r in done.itertuples()
+        if not any((o.top1 >= r.top1 and o.flops <= r.flops) and (o.top1 > r.top1 or o.flops < r.flops)
+                   for o in done.itertuples())
+    }  # fmt: skip
+    assert len(expected) > 3
+    shown = front_table_numbers(html)
+    assert len(shown) == 3 and shown <= expected
+    best = done[done["number"].isin(expected)].sort_values("top1", ascending=False)["number"].head(3)
+    assert shown == set(best)
+    assert f"The front has {len(expected)} trials: the table shows the 3 best by top1." in html
+    assert f"Pareto front ({len(expected)} trials)" in html
+    assert "all 120 trials as a density" in html
+    assert f"Learning curves of the 2 front members with the best top1 (of {len(expected)} on the front)" in html
+    assert "a random sample of 25 of 108 completed trials, seed 0" in html
+    assert (tmp_path / "png" / "big-pareto.png").exists()

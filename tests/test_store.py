@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect, text
@@ -302,3 +303,67 @@ def test_outcomes_is_the_lean_frame_of_trials(store):
         pd.testing.assert_series_equal(lean[column], full[column], check_dtype=False)
     assert lean["top1"].tolist()[0] == 31.0
     assert not any(c.startswith("config.") for c in lean.columns)
+
+
+def _ranked_study(store) -> None:
+    """Five trials with top1 in the final JSON and flops measured; one failed without metrics."""
+    for number, (status, top1, flops) in enumerate(
+        [("completed", 50.0, 4e6), ("completed", 70.0, 9e6), ("failed", None, None), ("completed", 60.0, 1e6),
+         ("pruned", 65.0, 2e6)]
+    ):  # fmt: skip
+        store.finish_trial(
+            "s1",
+            number,
+            status=status,
+            config={"model": {"depth": number, "layout": "CCTT" if number % 2 else None}},
+            measurement={"flops": flops, "params": 10 * number} if flops else None,
+            final={"top1": top1, "best_top1": top1} if top1 is not None else None,
+        )
+
+
+def test_outcomes_reads_only_the_named_metrics_in_sql(store):
+    _ranked_study(store)
+    lean = store.outcomes("s1", ["top1", "flops"], config_keys=["config.model.layout"])
+    assert list(lean["number"]) == [0, 1, 2, 3, 4]
+    assert lean["top1"].tolist()[:2] == [50.0, 70.0] and np.isnan(lean["top1"].iloc[2])
+    assert lean["flops"].tolist()[3] == 1e6
+    assert "best_top1" not in lean.columns  # not asked for: not decoded
+    layouts = [v if isinstance(v, str) else None for v in lean["config.model.layout"]]
+    assert layouts == [None, "CCTT", None, "CCTT", None]
+    with pytest.raises(StoreError, match=r"unknown metric 'accuracy'; known: .*top1"):
+        store.outcomes("s1", ["accuracy", "flops"])
+
+
+def test_trials_sorted_and_limited_in_the_database(store):
+    _ranked_study(store)
+    top = store.trials("s1", sort="top1", descending=True, limit=3)
+    assert top["number"].tolist() == [1, 4, 3]
+    assert top["config.model.depth"].tolist() == [1, 4, 3]
+    cheapest = store.trials("s1", sort="flops", limit=10)
+    assert cheapest["number"].tolist() == [3, 4, 0, 1, 2]  # the unmeasured trial last
+    assert store.trials("s1", sort="number", descending=True, limit=1)["number"].tolist() == [4]
+    with pytest.raises(StoreError, match="unknown metric 'colour'"):
+        store.trials("s1", sort="colour")
+    configs = store.configs("s1", [3, 1])
+    assert configs["number"].tolist() == [1, 3] and configs["config.model.depth"].tolist() == [1, 3]
+    assert "config.model.layout" in store.config_columns("s1")
+
+
+def test_cli_trials_limit_and_sort(store, store_url):
+    _ranked_study(store)
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["trials", "s1", "--store", store_url, "--sort", "top1", "--limit", "2", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert [r["number"] for r in json.loads(result.output)] == [1, 4]  # top1 is an objective to maximise: best first
+    result = runner.invoke(main, ["trials", "s1", "--store", store_url, "--sort", "top1:asc", "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    assert "2 of 5 trials, sorted by top1 ascending" in result.output
+    for args, fragment in [
+        (["--sort", "top1:up"], "must be asc or desc"),
+        (["--sort", "colour"], "unknown metric 'colour'"),
+        (["--limit", "-1"], "-1"),
+    ]:
+        bad = runner.invoke(main, ["trials", "s1", "--store", store_url, *args])
+        assert bad.exit_code == 2 and fragment in bad.output, bad.output

@@ -437,7 +437,14 @@ class Store:
         return pd.DataFrame(rows, columns=[*columns, "archsearch_version"])
 
     def _trial_rows(
-        self, study: str, columns: list, *, order_by: Any = None, limit: int | None = None, expand_final: bool = True
+        self,
+        study: str,
+        columns: list,
+        *,
+        order_by: Any = None,
+        limit: int | None = None,
+        expand_final: bool = True,
+        statuses: Sequence[str] | None = None,
     ) -> Any:
         """DataFrame of ``columns`` (trials outer-joined with measurements) for one study, by number
         (or ``order_by``, then number), at most ``limit`` rows, with the ``final`` metrics JSON expanded
@@ -453,6 +460,8 @@ class Store:
             .where(trial.c.study_id == study_id)
             .order_by(*([order_by] if order_by is not None else []), trial.c.number)
         )
+        if statuses is not None:
+            query = query.where(trial.c.status.in_(list(statuses)))
         if limit is not None:
             query = query.limit(limit)
         with self.engine.connect() as conn:
@@ -491,8 +500,10 @@ class Store:
         sort: str | None = None,
         descending: bool = False,
         limit: int | None = None,
+        statuses: Sequence[str] | None = None,
     ):
-        """One row per trial: number, status, cost, final and best metrics, and the config.
+        """One row per trial (of ``statuses`` only, when given): number, status, cost, final and best
+        metrics, and the config.
 
         The config is flattened into ``config.``-prefixed columns (``config.model.depth``,
         ``config.training.lr``), or kept as one ``config`` column of dicts. ``sort`` (a metric: a
@@ -507,7 +518,7 @@ class Store:
         if sort is not None:
             expression = self._metric_expression(study, sort)
             order_by = (expression.desc() if descending else expression.asc()).nulls_last()
-        frame = self._trial_rows(study, self._trial_columns(), order_by=order_by, limit=limit)
+        frame = self._trial_rows(study, self._trial_columns(), order_by=order_by, limit=limit, statuses=statuses)
         return self._with_configs(frame, flatten_config)
 
     def _with_configs(self, frame, flatten: bool):
@@ -532,8 +543,12 @@ class Store:
             return meas.c[name]
         if name in self.final_metric_names(study):
             return trial.c.final[name].as_float()
-        known = sorted({*self._SORTABLE_TRIAL_COLUMNS, *NUMERIC_MEASUREMENT_FIELDS, *self.final_metric_names(study)})
+        known = sorted({*self._SORTABLE_TRIAL_COLUMNS, *self.metric_names(study)})
         raise StoreError(f"unknown metric {name!r}; known: {', '.join(known)}")
+
+    def metric_names(self, study: str) -> list[str]:
+        """Every metric a query can name for this study: measured cost columns and recorded final metrics."""
+        return sorted({*NUMERIC_MEASUREMENT_FIELDS, *self.final_metric_names(study)})
 
     def final_metric_names(self, study: str, sample: int = 1000) -> list[str]:
         """Names of the final metrics recorded for a study's trials (from a sample of the latest trials)."""
@@ -553,14 +568,17 @@ class Store:
                         names.setdefault(key)
         return sorted(names)
 
-    def outcomes(self, study: str, metrics: Sequence[str] | None = None, *, config_keys: Sequence[str] = ()):
+    def outcomes(
+        self, study: str, metrics: Sequence[str] | None = None, *, config_keys: Sequence[str] = (), strict: bool = True
+    ):
         """Lean per-trial frame for Pareto queries: number, status, ended_at, cost columns and metrics.
 
         With ``metrics`` (e.g. the objectives), each is read in SQL (a cost column, or extracted
         from the final-metrics JSON) and nothing else is decoded: one query, no JSON parsing in
         Python. Without, every final metric is expanded (slower on large studies). ``config_keys``
         (``config.model.layout``, ...) adds those config values, extracted in SQL. Unknown metrics
-        raise :class:`StoreError` naming them.
+        raise :class:`StoreError` naming them, or with ``strict=False`` come back as missing values
+        (a study whose trials all failed has recorded no accuracy yet).
         """
         trial, meas = Trial.__table__, Measurement.__table__
         cost = ("params", "flops", "throughput", "latency_ms")
@@ -570,12 +588,18 @@ class Store:
             columns.append(trial.c.config[tuple(path)].label(key))
         if metrics is None:
             return self._trial_rows(study, columns)
+        unknown = []
         for metric in dict.fromkeys(metrics):
             if metric in cost:
                 continue
-            expression = self._metric_expression(study, metric)
-            columns.append(expression.label(metric))
-        return self._trial_rows(study, columns, expand_final=False)
+            try:
+                columns.append(self._metric_expression(study, metric).label(metric))
+            except StoreError:
+                if strict:
+                    raise
+                unknown.append(metric)
+        frame = self._trial_rows(study, columns, expand_final=False)
+        return frame.assign(**dict.fromkeys(unknown, float("nan"))) if unknown else frame
 
     def config_columns(self, study: str, sample: int = 500) -> list[str]:
         """Flattened config column names (``config.model.depth``, ...) seen in a sample of a study's trials.
