@@ -230,7 +230,7 @@ def studies_command(store_url: str | None, fmt: str) -> None:
         frame = store.studies()
     rows = _records(frame)
     columns = ["name", "status", "objectives", "trials", "completed", "pruned", "failed", "diverged", "infeasible"]
-    click.echo(render(rows, fmt, [*columns, "running", "updated_at"]))
+    click.echo(render(rows, fmt, [*columns, "running", "updated_at", "message"]))
 
 
 @main.command("trials")
@@ -340,13 +340,13 @@ def search_command(
     url = resolve_store_url(store_url)
     try:
         if spec_path is not None:
-            spec = load_spec(spec_path)
+            spec = load_spec(spec_path, check_paths=address is None)
         with _open_store(url, create=resume_study is None) as store:  # a bad URL fails here, before Ray starts
             if spec_path is None:
-                spec = load_spec(store.study(resume_study)["spec"])
+                spec = load_spec(store.study(resume_study)["spec"], check_paths=address is None)
     except (ConfigError, StoreError) as error:
         raise _fail_on_config_error(error) from None
-    from harness.search import run_search
+    from harness.search import SearchError, run_search
 
     try:
         summary = run_search(
@@ -357,10 +357,14 @@ def search_command(
             results_dir=results_dir,
             resume=resume_study is not None,
         )
-    except StoreError as error:
+    except (StoreError, SearchError) as error:
         raise UsageError(str(error)) from None
     counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v and k != "epochs")
     click.echo(f"\nstudy {summary.study} in {summary.store_url}: {counts} ({summary.wall_time_s:.0f}s)")
+    if summary.status != "completed":
+        # The study is recorded as failed with this reason (`archsearch studies` shows it).
+        click.echo(f"Error: search failed: {summary.message}", err=True)
+        raise SystemExit(2 if summary.spec_problem else 1)
     front = summary.front
     varying = [c for c in front.columns if c.startswith("config.") and front[c].astype(str).nunique() > 1]
     click.echo("Pareto front (" + ", ".join(f"{k}:{v}" for k, v in spec.objectives.items()) + "):")

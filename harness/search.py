@@ -16,6 +16,8 @@ from typing import Any
 
 from search_space.spec import SearchSpec
 
+HOPELESS_AFTER = 3  # this many failed trials, none completed, all with the same error: the search stops
+
 
 @dataclass
 class SearchSummary:
@@ -24,6 +26,17 @@ class SearchSummary:
     counts: dict[str, int]
     front: Any  # DataFrame of the Pareto front
     wall_time_s: float
+    status: str = "completed"  # the study's final status: completed, or failed (no trial completed)
+    message: str | None = None  # why it failed, in one line
+    spec_problem: bool = False  # the failure is the spec's (nothing feasible), not the trials'
+
+
+class SearchError(RuntimeError):
+    """The search cannot start here (e.g. it asks for GPUs the cluster does not have): one line, exit 2."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
 
 
 def _optuna_storage_url(store_url: str) -> str:
@@ -46,6 +59,31 @@ def _init_ray(address: str | None, spec: SearchSpec) -> None:
         # address="local": always a fresh local Ray, never a cluster someone else started here.
         cpus = max(os.cpu_count() or 1, int(spec.search.concurrency * spec.search.resources.cpus))
         ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+
+
+def check_resources(spec: SearchSpec) -> None:
+    """Every trial's resource request fits on some node of the Ray cluster; otherwise Ray would
+    queue the trials forever. Raises :class:`SearchError` naming ``search.resources``."""
+    import ray
+
+    wanted = spec.search.resources
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", True)]
+    most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
+    most_cpus = max((r.get("CPU", 0) for r in nodes), default=0)
+    if wanted.gpus > 0 and most_gpus == 0:
+        raise SearchError(
+            "search.resources.gpus",
+            f"each trial asks for {wanted.gpus:g} GPU but the Ray cluster has none; set gpus: 0 to train on CPUs, "
+            "or join a cluster with GPUs (--address)",
+        )
+    if wanted.gpus > most_gpus:
+        raise SearchError(
+            "search.resources.gpus", f"each trial asks for {wanted.gpus:g} GPUs but no node has more than {most_gpus:g}"
+        )
+    if wanted.cpus > most_cpus:
+        raise SearchError(
+            "search.resources.cpus", f"each trial asks for {wanted.cpus:g} CPUs but no node has more than {most_cpus:g}"
+        )
 
 
 def _hardware() -> dict[str, Any]:
@@ -80,7 +118,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
     from ray import tune
 
     from harness.searcher import ArchsearchSearch
-    from harness.tune_callbacks import ProgressCallback, StoreCallback
+    from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
     from search_space.sampling import make_sampler
 
     storage = optuna.storages.RDBStorage(_optuna_storage_url(store_url))
@@ -92,7 +130,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
 
         scheduler = ASHAScheduler(
             metric=es.metric,
-            mode=spec.objectives.get(es.metric, "max"),
+            mode=spec.objectives.get(es.metric, "min" if es.metric.endswith("loss") else "max"),
             time_attr="training_iteration",
             max_t=spec.training.get("epochs", 10),
             grace_period=es.grace_period,
@@ -100,6 +138,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
         )
     spec_dict = spec.model_dump(mode="json")
     callbacks = [StoreCallback(store_url, name, spec_dict), ProgressCallback(store_url, name, dict(spec.objectives))]
+    stopper = HopelessSearchStopper(store_url, name, min(HOPELESS_AFTER, spec.search.n_trials))
     return tune.Tuner(
         _trainable(spec),
         tune_config=tune.TuneConfig(
@@ -113,6 +152,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
             name=name,
             storage_path=str(storage_path),
             callbacks=callbacks,
+            stop=[stopper],  # a list: a bare callable Stopper would be wrapped as a per-trial function
             failure_config=tune.FailureConfig(max_failures=spec.search.retries),
             verbose=0,
         ),
@@ -155,29 +195,133 @@ def run_search(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
                 "or --name to start a new study"
             )
+        if resume:
+            store.mark_interrupted()
+            if store.study(name)["status"] == "running":
+                raise StoreError(
+                    f"study {name!r} is still running (its driver is alive): wait for it, or stop it first"
+                )
         _init_ray(address, spec)
+        check_resources(spec)  # before anything is written: a request no node can meet would wait forever
         store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=_hardware())
         store.set_study_status(name, "running")
     if resume and tune.Tuner.can_restore(str(experiment)):
         tuner = tune.Tuner.restore(str(experiment), trainable=_trainable(spec), resume_errored=True)
     else:
         if resume:
+            _set_status(
+                store_url, name, "interrupted", f"cannot resume: no Ray Tune experiment state under {experiment}"
+            )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
         tuner = _new_tuner(spec, store_url, name, storage_path)
-    tuner.fit()
+    with _Heartbeat(store_url, name):
+        try:
+            tuner.fit()
+        except BaseException as error:  # Ctrl-C, a crash in Ray: the study did not finish
+            _set_status(store_url, name, "interrupted", f"interrupted: {type(error).__name__}: {error}"[:500])
+            raise
     with Store.open(store_url) as store:
-        reconcile(store, name, _optuna_storage_url(store_url))
-        store.set_study_status(name, "completed")
+        stopped = hopeless_reason(store, name, min(HOPELESS_AFTER, spec.search.n_trials))
+        if stopped:  # trials still in flight were stopped with the search, not lost
+            reconcile(
+                store, name, _optuna_storage_url(store_url), stopped=f"stopped: every trial failed with: {stopped}"
+            )
+        else:
+            reconcile(store, name, _optuna_storage_url(store_url))
         counts = store.counts(name)
+        status, message, spec_problem = final_status(store, name, counts, spec)
+        store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
-    return SearchSummary(name, store.url, counts, front, time.perf_counter() - started)
+    return SearchSummary(name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem)
 
 
-def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
+def _set_status(store_url: str, name: str, status: str, message: str | None) -> None:
+    from harness.store import Store
+
+    try:
+        with Store.open(store_url) as store:
+            store.set_study_status(name, status, message=message)
+    except Exception:  # recording the status must never hide the original error
+        pass
+
+
+def final_status(store, name: str, counts: dict[str, int], spec: SearchSpec) -> tuple[str, str | None, bool]:
+    """(status, one-line reason, whether the spec is to blame) of a search that has ended.
+
+    ``completed`` if any trial completed; otherwise ``failed``, with the trials' common error, or
+    the constraint that excluded every sampled config.
+    """
+    if counts.get("completed", 0) > 0:
+        return "completed", None, False
+    ran = sum(counts.get(s, 0) for s in ("pruned", "failed", "diverged"))
+    from harness.failures import common_error
+
+    if ran == 0 and counts.get("infeasible", 0) > 0:
+        errors = store.trial_errors(name, ("infeasible",), limit=1)
+        detail = f": the last one {errors[0]}" if errors else ""
+        return (
+            "failed",
+            f"all {counts['infeasible']} sampled configurations were infeasible{detail}; "
+            f"the constraints {spec.constraints} leave (almost) nothing of the search space",
+            True,
+        )
+    common = common_error(store.trial_errors(name, ("failed",), limit=50))
+    if counts.get("failed", 0) and common:
+        return "failed", f"every trial failed ({counts['failed']}), all with: {common}", False
+    if ran == 0:
+        return "failed", "no trial ran", False
+    parts = ", ".join(f"{counts[s]} {s}" for s in ("failed", "diverged", "pruned") if counts.get(s))
+    return "failed", f"no trial completed ({parts})", False
+
+
+class _Heartbeat:
+    """Touches the study every ``HEARTBEAT_S`` while the search runs, so that a driver that dies on
+    another host is recognised (no heartbeat) and its study shown ``interrupted``."""
+
+    def __init__(self, store_url: str, name: str):
+        import threading
+
+        self.store_url, self.name = store_url, name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="archsearch-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        from harness.store import Store
+        from harness.store.store import HEARTBEAT_S
+
+        try:
+            with Store.open(self.store_url) as store:
+                while not self._stop.wait(HEARTBEAT_S):
+                    store.heartbeat(self.name)
+        except Exception:  # a missed heartbeat must never stop the search
+            return
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def hopeless_reason(store, name: str, after: int) -> str | None:
+    """The common error when no trial completed and at least ``after`` failed all the same way
+    (what :class:`harness.tune_callbacks.HopelessSearchStopper` stops a search on), else None."""
+    from harness.failures import common_error
+
+    counts = store.counts(name, epochs=False)
+    if counts["completed"] or counts["pruned"] or counts["failed"] < after:
+        return None
+    return common_error(store.trial_errors(name, ("failed",), limit=50))
+
+
+def reconcile(store, name: str, optuna_url: str, *, stopped: str | None = None) -> dict[str, int]:
     """After a search ends: no Optuna trial RUNNING, no store trial ``running``.
 
     Anything still running when the Tuner has returned was lost with an earlier driver: it is
-    told FAIL to Optuna and recorded ``failed`` (interrupted) in the store, once.
+    told FAIL to Optuna and recorded ``failed`` (interrupted) in the store, once. With
+    ``stopped`` (the search was ended on purpose), such trials are PRUNED / ``pruned`` with that reason.
     """
     import optuna
 
@@ -185,8 +329,9 @@ def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
 
     study = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(optuna_url))
     fixed = {"optuna": 0, "store": 0}
+    state = optuna.trial.TrialState.PRUNED if stopped else optuna.trial.TrialState.FAIL
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        study.tell(trial.number, state=state)
         fixed["optuna"] += 1
     trials = store.trials(name, statuses=("running",))  # only those: a large study's configs stay undecoded
     if not trials.empty:
@@ -195,9 +340,9 @@ def reconcile(store, name: str, optuna_url: str) -> dict[str, int]:
             store.finish_trial(
                 name,
                 int(row["number"]),
-                status="failed",
+                status="pruned" if stopped else "failed",
                 config=nest_keys(config),
-                error="interrupted: the search driver stopped while this trial ran, and it was not resumed",
+                error=stopped or "interrupted: the search driver stopped while this trial ran, and it was not resumed",
             )
             fixed["store"] += 1
     return fixed

@@ -15,9 +15,11 @@ The searcher is pickled for ``Tuner.restore``; it holds a store URL, never an op
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import optuna
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from search_space.sampling import SpaceFunction, build_trial_config
@@ -77,10 +79,14 @@ class ArchsearchSearch(OptunaSearch):
                 return {**params, NUMBER_KEY: ot_trial.number}
             self._record_infeasible(ot_trial, params, violations, build_error)
             del self._ot_trials[trial_id]
-        raise RuntimeError(
-            f"{MAX_INFEASIBLE_IN_A_ROW} infeasible configurations in a row: the constraints "
-            f"{self.spec.constraints} leave (almost) nothing of the search space"
+        # The sampler keeps proposing what the constraints exclude: end the search (cleanly; the
+        # driver then records the study as failed, with the reason) instead of raising inside Tune.
+        print(
+            f"[{self.archsearch_study}] stopping: {MAX_INFEASIBLE_IN_A_ROW} infeasible configurations in a row",
+            file=sys.stderr,
+            flush=True,
         )
+        return Searcher.FINISHED
 
     def _record_infeasible(self, ot_trial, params: dict, violations: list[float], build_error: str | None) -> None:
         self.infeasible += 1

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from ray.tune import Callback
+from ray.tune.stopper import Stopper
 
 from harness.searcher import NUMBER_KEY, STATUS_KEY
 
@@ -134,7 +135,7 @@ class ProgressCallback(Callback):
 
         now = time.monotonic()
         if self._front_size is None or now >= self._front_due:
-            outcomes = self._store.outcomes(self.study, list(self.objectives))
+            outcomes = self._store.outcomes(self.study, list(self.objectives), strict=False)
             self._front_size = int(front_mask(outcomes, self.objectives).sum())
             took = time.monotonic() - now
             self._front_due = now + self._FRONT_REFRESH_FACTOR * took
@@ -145,7 +146,7 @@ class ProgressCallback(Callback):
 
         if self._store is None:
             self._store = Store.open(self.store_url)
-        counts = self._store.counts(self.study)
+        counts = self._store.counts(self.study, epochs=False)
         return (
             f"[{self.study}] done {counts['completed']}  running {counts['running']}  pruned {counts['pruned']}  "
             f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "
@@ -160,3 +161,45 @@ class ProgressCallback(Callback):
         print(line, file=self.stream or sys.stderr, flush=True)
 
     on_trial_error = on_trial_complete
+
+
+class HopelessSearchStopper(Stopper):
+    """Stops the whole search when every trial so far failed, the last ``after`` of them (and all
+    the others) for the same reason: a broken environment or config that no sampled value fixes
+    would otherwise burn the whole budget. Each check is two COUNT queries (about a millisecond): trials
+    that fail at once fail in bursts, so it checks at every step of Tune's loop."""
+
+    def __init__(self, store_url: str, study: str, after: int = 3):
+        self.store_url = store_url
+        self.study = study
+        self.after = max(1, after)
+        self._store = None
+        self.reason: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None}
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        if self.reason is not None:
+            return True
+        from harness.failures import common_error
+        from harness.store import Store
+
+        if self._store is None:
+            self._store = Store.open(self.store_url)
+        counts = self._store.counts(self.study, epochs=False)
+        if counts["completed"] or counts["pruned"] or counts["failed"] < self.after:
+            return False
+        common = common_error(self._store.trial_errors(self.study, ("failed",), limit=50))
+        if common is None:
+            return False
+        self.reason = common
+        print(
+            f"[{self.study}] stopping: the first {counts['failed']} trials all failed with: {common}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True

@@ -238,8 +238,14 @@ def _error_path(location: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def load_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
-    """Validate a spec from a YAML path or a mapping; a ConfigError names the offending key path."""
+def load_spec(source: str | Path | Mapping[str, Any], *, check_paths: bool = True) -> SearchSpec:
+    """Validate a spec from a YAML path or a mapping; a ConfigError names the offending key path.
+
+    Beyond the schema, the spec must compile (:func:`search_space.validation.check_spec`): the
+    trial configs it generates are valid wherever the searched parameters do not reach, early
+    stopping fits the budget, and the constraints leave something to search. ``check_paths``
+    also requires an on-disk dataset's ``data_dir`` to exist on this machine.
+    """
     if isinstance(source, (str, Path)):
         from trials.trial_config import read_yaml
 
@@ -255,6 +261,9 @@ def load_spec(source: str | Path | Mapping[str, Any]) -> SearchSpec:
     for i, text in enumerate(spec.constraints):
         parse_constraint(text, f"constraints[{i}]")
     check_params(spec)
+    from .validation import check_spec
+
+    check_spec(spec, check_paths=check_paths)
     return spec
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .configio import ConfigError, check_fields, from_mapping, is_int, is_number, require, to_mapping
-from .data import DataConfig
+from .data_config import DataConfig
 from .models.build import resolve_config
 from .models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
 
@@ -61,8 +61,22 @@ class TrainingConfig:
                 "warmup_steps",
                 f"must be a non-negative integer, got {self.warmup_steps!r}",
             )
+        if self.steps is None:
+            require(
+                self.warmup_epochs <= self.epochs,
+                "warmup_epochs",
+                f"{self.warmup_epochs!r} is longer than the budget of {self.epochs} epochs",
+            )
+        elif self.warmup_steps is not None:
+            require(
+                self.warmup_steps <= self.steps,
+                "warmup_steps",
+                f"{self.warmup_steps!r} is longer than the budget of {self.steps} steps",
+            )
         require(
-            len(self.betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in self.betas),
+            isinstance(self.betas, (tuple, list))
+            and len(self.betas) == 2
+            and all(is_number(b) and 0 <= b < 1 for b in self.betas),
             "betas",
             f"must be two numbers in [0, 1), got {self.betas!r}",
         )
@@ -162,16 +176,36 @@ def load_trial_config(source: TrialConfig | Mapping[str, Any] | str | Path) -> T
         raise error.under("") from None
 
 
+MAX_CONFIG_BYTES = 1_000_000  # a spec or trial config is a page of YAML; anything larger is the wrong file
+
+
 def read_yaml(path: str | Path) -> Any:
-    """``yaml.safe_load`` a file with one-line errors for missing files and YAML syntax errors."""
+    """``yaml.safe_load`` a file, with one-line errors for a missing, oversized, binary or non-UTF-8
+    file and for YAML syntax errors (line and column)."""
     import yaml
 
     path = Path(path)
     if not path.is_file():
         raise ConfigError("", f"config file not found: {path}")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            "", f"{path}: {size:,} bytes is too large for a YAML config (at most {MAX_CONFIG_BYTES:,}); wrong file?"
+        )
+    raw = path.read_bytes()
+    if b"\x00" in raw:
+        raise ConfigError("", f"{path}: not a text file (it contains NUL bytes); a config is a YAML text file")
     try:
-        return yaml.safe_load(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            "", f"{path}: not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start}); a config is YAML text"
+        ) from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError("", f"{path}: invalid YAML{where}: {getattr(error, 'problem', error)}") from None
+    except RecursionError:
+        raise ConfigError("", f"{path}: invalid YAML: nested too deeply") from None

@@ -21,7 +21,9 @@ VERSION_TABLE = f"{PREFIX}alembic_version"
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
 TRIAL_STATUSES = ("running", "completed", "pruned", "failed", "diverged", "infeasible")
-STUDY_STATUSES = ("running", "completed", "interrupted")
+# running: a driver runs it now; completed: it ended with completed trials; failed: it ended without
+# any (every trial failed, or nothing was feasible); interrupted: its driver stopped before the end.
+STUDY_STATUSES = ("running", "completed", "failed", "interrupted")
 
 
 class Base(DeclarativeBase):
@@ -41,6 +43,8 @@ class Study(Base):
     archsearch_version: Mapped[str] = mapped_column(String(32))
     git_commit: Mapped[str | None] = mapped_column(String(64), nullable=True)
     hardware: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)  # since schema 0002
+    driver: Mapped[str | None] = mapped_column(String(255), nullable=True)  # "HOST PID START", since 0003
+    status_message: Mapped[str | None] = mapped_column(Text, nullable=True)  # since schema 0003
 
 
 class Trial(Base):

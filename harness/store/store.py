@@ -42,6 +42,8 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 _PG_MIGRATION_LOCK = 0x41524348  # "ARCH": one advisory lock id for schema migrations
 _RETRYABLE_PG_CODES = {"40001", "40P01"}  # serialization failure, deadlock detected
 _SQLITE_BUSY_TIMEOUT_MS = 60_000
+HEARTBEAT_S = 30.0  # a running search's driver touches its study this often
+HEARTBEAT_STALE_S = 600.0  # a driver on another host silent this long is taken as gone
 
 
 def _now() -> datetime:
@@ -243,6 +245,7 @@ class Store:
             "spec": dict(spec),
             "objectives": [dict(o) for o in objectives],
             "status": "running",
+            "driver": driver_identity(),
             "created_at": now,
             "updated_at": now,
             "archsearch_version": __version__,
@@ -263,15 +266,61 @@ class Store:
         self._study_ids[name] = study_id
         return study_id
 
-    def set_study_status(self, name: str, status: str) -> None:
+    def set_study_status(
+        self, name: str, status: str, *, message: str | None = None, driver: str | None = None
+    ) -> None:
+        """Set a study's status (with the one-line reason, when it failed or stopped).
+
+        ``running`` records ``driver`` (this process, by default: see :func:`driver_identity`) so
+        that a later command can tell a live search from one whose driver died; any other status
+        clears it.
+        """
         if status not in STUDY_STATUSES:
             raise StoreError(f"unknown study status {status!r}; use one of {', '.join(STUDY_STATUSES)}")
         study_id = self._study_id(name)
+        owner = (driver or driver_identity()) if status == "running" else None
+        values = {"status": status, "updated_at": _now(), "driver": owner, "status_message": message}
+        self._write(lambda conn: conn.execute(Study.__table__.update().where(Study.id == study_id).values(**values)))
+
+    def heartbeat(self, name: str) -> None:
+        """A running study's driver says it is alive (``updated_at``); see :meth:`mark_interrupted`."""
+        study_id = self._study_id(name)
         self._write(
             lambda conn: conn.execute(
-                Study.__table__.update().where(Study.id == study_id).values(status=status, updated_at=_now())
+                Study.__table__.update()
+                .where(Study.id == study_id, Study.status == "running")
+                .values(updated_at=_now())
             )
         )
+
+    def mark_interrupted(self, stale_after_s: float = HEARTBEAT_STALE_S) -> list[str]:
+        """Studies marked ``running`` whose driver is gone become ``interrupted``; returns their names.
+
+        A driver on this host is checked directly (its process, by PID and start time); one on
+        another host is taken as gone when it has not sent a heartbeat for ``stale_after_s``.
+        """
+        table = Study.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(table.c.id, table.c.name, table.c.driver, table.c.updated_at).where(table.c.status == "running")
+            ).all()
+        gone = []
+        now = _now()
+        for study_id, name, driver, updated_at in rows:
+            reason = _driver_gone(driver, updated_at, now, stale_after_s)
+            if reason is None:
+                continue
+
+            def write(conn, study_id=study_id, reason=reason) -> None:
+                conn.execute(
+                    table.update()
+                    .where(table.c.id == study_id, table.c.status == "running")
+                    .values(status="interrupted", driver=None, status_message=reason, updated_at=_now())
+                )
+
+            self._write(write)
+            gone.append(name)
+        return gone
 
     def _study_id(self, name: str) -> int:
         if name not in self._study_ids:
@@ -407,9 +456,13 @@ class Store:
 
     # -- queries -----------------------------------------------------------------------------------
     def studies(self):
-        """One row per study: name, status, objectives, times, version, trial counts by status."""
+        """One row per study: name, status (and why), objectives, times, version, trial counts by status.
+
+        Studies whose driver died are marked ``interrupted`` first, so the status shown is true.
+        """
         import pandas as pd
 
+        self.mark_interrupted()
         with self.engine.connect() as conn:
             studies = conn.execute(select(Study.__table__).order_by(Study.id)).mappings().all()
             counts = conn.execute(
@@ -431,10 +484,11 @@ class Store:
                     "created_at": s["created_at"],
                     "updated_at": s["updated_at"],
                     "archsearch_version": s["archsearch_version"],
+                    "message": s["status_message"],
                 }
             )
         columns = ["name", "status", "objectives", "trials", *TRIAL_STATUSES, "created_at", "updated_at"]
-        return pd.DataFrame(rows, columns=[*columns, "archsearch_version"])
+        return pd.DataFrame(rows, columns=[*columns, "archsearch_version", "message"])
 
     def _trial_rows(
         self,
@@ -644,6 +698,19 @@ class Store:
         flat = pd.json_normalize([_decoded(c) or {} for _, c in rows], sep=".").add_prefix("config.")
         return pd.concat([numbers_column, flat], axis=1)
 
+    def trial_errors(self, study: str, statuses: Sequence[str], limit: int = 50) -> list[str]:
+        """The errors of the latest ``limit`` trials with one of ``statuses`` (newest first)."""
+        study_id = self._study_id(study)
+        trial = Trial.__table__
+        query = (
+            select(trial.c.error)
+            .where(trial.c.study_id == study_id, trial.c.status.in_(list(statuses)))
+            .order_by(trial.c.number.desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [e or "" for e in conn.execute(query).scalars()]
+
     def learning_curves(self, study: str, numbers: Iterable[int] | None = None):
         """Per-epoch metrics of a study's trials (all, or those ``numbers``), one row per epoch."""
         import pandas as pd
@@ -662,8 +729,9 @@ class Store:
             result = conn.execute(query)
             return pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
 
-    def counts(self, study: str) -> dict[str, int]:
-        """Number of trials by status, and of epoch rows, for one study (cheap: COUNT queries)."""
+    def counts(self, study: str, *, epochs: bool = True) -> dict[str, int]:
+        """Number of trials by status, and of epoch rows (unless ``epochs=False``: the trial counts
+        alone are one indexed query, cheap enough to poll), for one study."""
         study_id = self._study_id(study)
         with self.engine.connect() as conn:
             by_status = dict(
@@ -671,12 +739,62 @@ class Store:
                     select(Trial.status, func.count()).where(Trial.study_id == study_id).group_by(Trial.status)
                 ).all()
             )
-            epochs = conn.execute(
+            if not epochs:
+                return {s: by_status.get(s, 0) for s in TRIAL_STATUSES}
+            n_epochs = conn.execute(
                 select(func.count())
                 .select_from(EpochRecord.__table__.join(Trial.__table__, Trial.id == EpochRecord.trial_id))
                 .where(Trial.study_id == study_id)
             ).scalar_one()
-        return {**{s: by_status.get(s, 0) for s in TRIAL_STATUSES}, "epochs": epochs}
+        return {**{s: by_status.get(s, 0) for s in TRIAL_STATUSES}, "epochs": n_epochs}
+
+
+def driver_identity(pid: int | None = None) -> str:
+    """``"HOST PID START"`` of a process (this one by default): START (the process's start time in
+    clock ticks since boot, from /proc) tells a live driver from a new process that reused its PID."""
+    import os
+    import socket
+
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()} {pid} {_process_start(pid) or 0}"
+
+
+def _process_start(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22 of proc(5), counted after the command name
+
+
+def _pid_alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _driver_gone(driver: str | None, updated_at: datetime | None, now: datetime, stale_after_s: float) -> str | None:
+    """Why a ``running`` study's driver is known to be gone, or None while it may be alive."""
+    import socket
+
+    host, pid, start = [*driver.split(), "", "", ""][:3] if driver else ("", "", "")
+    if host == socket.gethostname() and pid.isdigit():
+        alive = _pid_alive(int(pid)) and str(_process_start(int(pid)) or 0) == start
+        return None if alive else f"interrupted: its driver (pid {pid} on {host}) stopped before the search ended"
+    if updated_at is not None:
+        if updated_at.tzinfo is None:  # SQLite returns naive datetimes (stored in UTC)
+            updated_at = updated_at.replace(tzinfo=timezone.utc)
+        idle = (now - updated_at).total_seconds()
+        if idle > stale_after_s:
+            where = f" on {host}" if host else ""
+            return f"interrupted: no heartbeat from its driver{where} for {idle / 60:.0f} minutes"
+    return None
 
 
 def _last_per_epoch(epochs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -1,0 +1,196 @@
+"""Checks a spec must pass before anything is dispatched or written: the whole spec "compiles".
+
+A spec error that every trial would hit (``training.epochs: 0``, ``data.name: imagenet``) must be
+reported once, at the key that causes it, not as a study full of failed or infeasible trials.
+So :func:`check_spec` builds the trial configs of the search space's corners (every domain at its
+low end, then at its high end) and validates them as a trial would, checks the early-stopping
+settings against the budget and the metrics a trial reports, and prices a sample of the space
+with the closed-form cost model to make sure the constraints leave something to search.
+Standard library, pydantic and the torch-free config modules only: nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from trials.configio import ConfigError
+
+from .spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec, parse_constraint
+
+# Metrics a trial reports after every epoch, which a scheduler (ASHA) can compare across trials.
+PER_EPOCH_METRICS = ("top1", "top5", "eval_loss", "train_loss")
+FEASIBILITY_SAMPLES = 200  # random configs priced (besides the corners) to find one that meets the constraints
+
+
+def check_spec(spec: SearchSpec, *, check_paths: bool = True) -> None:
+    """Raise :class:`ConfigError` (naming the spec key) for anything that would fail every trial.
+
+    ``check_paths``: also require on-disk datasets' ``data_dir`` to exist here (off when the
+    trials run on a cluster whose workers may see paths this machine does not).
+    """
+    check_base_config(spec, check_paths=check_paths)
+    check_early_stopping(spec)
+    check_constraints_leave_something(spec)
+
+
+def corner(spec: SearchSpec, end: str) -> dict[str, Any]:
+    """Every searched parameter at its ``"low"`` or ``"high"`` end (first or last choice)."""
+    values: dict[str, Any] = {}
+    for name, domain in spec.params.items():
+        if isinstance(domain, FixedDomain):
+            values[name] = domain.fixed
+        elif isinstance(domain, IntDomain):
+            values[name] = domain.int[0] if end == "low" else domain.int[1]
+        elif isinstance(domain, FloatDomain):
+            values[name] = domain.float[0] if end == "low" else domain.float[1]
+        elif isinstance(domain, ChoiceDomain):
+            values[name] = domain.choice[0] if end == "low" else domain.choice[-1]
+    return values
+
+
+def _spec_key(spec: SearchSpec, field: str) -> str:
+    """Where in the spec the user wrote the setting a trial-config error names."""
+    section, _, rest = field.partition(".")
+    if section == "seed":
+        return "search.seed"
+    if section == "model":
+        return f"base_model.{rest}" if isinstance(spec.base_model, dict) and rest else "base_model"
+    return field
+
+
+BASE_CONFIG_SAMPLES = 20  # random configs validated besides the two corners
+
+
+def check_base_config(spec: SearchSpec, *, check_paths: bool = True) -> None:
+    """No setting makes every trial config invalid.
+
+    The configs at the space's two corners and a few random ones are built and validated as a
+    trial would validate them (torch-free). An error on a key that every one of them hits
+    (``training.epochs: 0``, ``data.name: imagenet``) is reported at that key; errors that only
+    some samples hit depend on the sampled values and are left to sampling time (infeasible).
+    """
+    from search_space.sampling import build_trial_config
+    from trials.trial_config import load_trial_config
+
+    rng = random.Random(spec.search.seed)
+    samples = [corner(spec, "low"), corner(spec, "high")]
+    samples += [_random_params(spec, rng) for _ in range(BASE_CONFIG_SAMPLES)]
+    failures: list[ConfigError] = []
+    for params in samples:
+        try:
+            trial = load_trial_config(build_trial_config(spec, params))
+        except ConfigError as error:
+            failures.append(error)
+            continue
+        if check_paths:
+            _check_data_dir(trial.data)
+        return  # a valid config exists: whatever else fails depends on the sampled values
+    fields = {error.field for error in failures}
+    if len(fields) == 1:  # every sample fails on the same key: no sampled value can fix it
+        error = failures[0]
+        raise ConfigError(_spec_key(spec, error.field), error.message)
+    model_only = all(f.startswith("model.") or f == "model" for f in fields)
+    if not model_only:  # different keys, but nothing valid at all: say what the first sample hit
+        error = next(e for e in failures if not e.field.startswith("model"))
+        raise ConfigError(_spec_key(spec, error.field), error.message)
+    # Only combinations of searched model values failed: infeasible at sampling time, not a spec error.
+
+
+def _check_data_dir(data: Any) -> None:
+    if data.data_dir is None or data.download:
+        return
+    path = Path(data.data_dir).expanduser()
+    if not path.is_dir():
+        raise ConfigError(
+            "data.data_dir",
+            f"{data.data_dir} is not a directory on this machine (with --address, workers check it themselves)",
+        )
+
+
+def check_early_stopping(spec: SearchSpec) -> None:
+    """ASHA's metric is reported every epoch, and its grace period fits in the budget."""
+    es = spec.search.early_stopping
+    if es is None:
+        return
+    if es.metric not in PER_EPOCH_METRICS:
+        raise ConfigError(
+            "search.early_stopping.metric",
+            f"{es.metric!r} is not reported every epoch; early stopping compares trials on one of "
+            f"{', '.join(PER_EPOCH_METRICS)}",
+        )
+    epochs = spec.training.get("epochs", 10)
+    if "steps" not in spec.training and isinstance(epochs, int) and es.grace_period > epochs:
+        raise ConfigError(
+            "search.early_stopping.grace_period",
+            f"{es.grace_period} is longer than the budget of {epochs} epochs: no trial could ever be stopped",
+        )
+
+
+def _random_params(spec: SearchSpec, rng: random.Random) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, domain in spec.params.items():
+        if isinstance(domain, FixedDomain):
+            values[name] = domain.fixed
+        elif isinstance(domain, IntDomain):
+            low, high = domain.int
+            if domain.log:
+                value = round(math.exp(rng.uniform(math.log(low), math.log(high))))
+                values[name] = min(high, max(low, low + (value - low) // domain.step * domain.step))
+            else:
+                values[name] = rng.randrange(low, high + 1, domain.step)
+        elif isinstance(domain, FloatDomain):
+            low, high = domain.float
+            if domain.log:
+                values[name] = math.exp(rng.uniform(math.log(low), math.log(high)))
+            else:
+                values[name] = rng.uniform(low, high)
+        elif isinstance(domain, ChoiceDomain):
+            values[name] = rng.choice(domain.choice)
+    return values
+
+
+def check_constraints_leave_something(spec: SearchSpec) -> None:
+    """At least one config of the space meets every constraint (closed-form cost, no model built).
+
+    The corners and :data:`FEASIBILITY_SAMPLES` random configs are priced; if none is feasible,
+    the error names the constraint that excluded the most of them and the best value the space
+    reached for its metric.
+    """
+    if not spec.constraints:
+        return
+    from search_space.sampling import build_trial_config, cost_violations
+
+    constraints = [parse_constraint(text, f"constraints[{i}]") for i, text in enumerate(spec.constraints)]
+    rng = random.Random(spec.search.seed)
+    candidates = [corner(spec, "low"), corner(spec, "high")]
+    candidates += [_random_params(spec, rng) for _ in range(FEASIBILITY_SAMPLES)]
+    priced = 0
+    best: dict[int, float] = {}
+    excluded = [0] * len(constraints)
+    for params in candidates:
+        try:
+            costs, violations = cost_violations(spec, build_trial_config(spec, params))
+        except (ConfigError, ValueError):
+            continue  # an invalid combination: infeasible at sampling time, not a verdict on the constraints
+        priced += 1
+        if all(v <= 0 for v in violations):
+            return
+        for i, (constraint, violation) in enumerate(zip(constraints, violations, strict=True)):
+            value = costs[constraint.metric]
+            better = min if constraint.op in ("<=", "<") else max
+            best[i] = better(best.get(i, value), value)
+            excluded[i] += violation > 0
+    if priced == 0:
+        return  # nothing could be built: check_params and sampling report why
+    worst = max(range(len(constraints)), key=lambda i: excluded[i])
+    constraint = constraints[worst]
+    extreme = "smallest" if constraint.op in ("<=", "<") else "largest"
+    raise ConfigError(
+        f"constraints[{worst}]",
+        f"{spec.constraints[worst]!r} leaves nothing of the search space: the {extreme} {constraint.metric} it "
+        f"reaches is {best[worst]:.4g} (cost model, over {priced} configs: the space's corners and a random sample); "
+        "relax the constraint or shrink the space",
+    )

@@ -1,0 +1,184 @@
+"""What data a trial uses, as validated configuration: no torch, so a spec can be checked anywhere.
+
+:class:`DataConfig` (and its :class:`AugmentConfig`) say which dataset a trial uses and how it is
+split, augmented and batched; :mod:`trials.data` turns one into batches. Keeping the
+configuration apart from the loading code lets ``archsearch search`` validate a whole spec
+before anything is dispatched, without importing torch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .configio import ConfigError, from_mapping, is_int, is_number, require
+
+DATASETS = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
+IN_MEMORY_DATASETS = ("synthetic", "digits", "cifar10", "cifar100")
+BUNDLED_DATASETS = ("synthetic", "digits")  # need no data_dir
+CIFAR_DATASETS = ("cifar10", "cifar100")
+NATIVE_IMAGE_SIZE = {"synthetic": 32, "digits": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+DIGITS_VAL_FRACTION = 0.2  # scikit-learn's digits has no official split: hold out 20%, fixed by seed
+CIFAR_NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
+
+# Classes of the built-in synthetic dataset: shapes x textures (trials.synthetic checks it).
+MAX_CLASSES = 100
+# RandAugment's magnitude scale in torchvision (num_magnitude_bins=31 -> magnitudes 0..30).
+MAX_RANDAUGMENT_MAGNITUDE = 30
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_bool(name: str, value: Any) -> None:
+    require(isinstance(value, bool), name, f"must be true or false, got {value!r}")
+
+
+def _check_optional_int(name: str, value: Any, minimum: int) -> None:
+    if value is not None:
+        require(is_int(value) and value >= minimum, name, f"must be an integer >= {minimum} or null, got {value!r}")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    require(is_int(value) and value >= minimum, name, f"must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Training-time augmentation. Validation data is never augmented.
+
+    ``random_crop``: pad-4 random crop at the native size for small images (CIFAR recipe),
+    ``RandomResizedCrop`` for imagefolder. ``randaugment``: ``(num_ops, magnitude)`` with
+    magnitude in 0..30, e.g. ``(2, 9)``; it forces the DataLoader path (per-sample PIL-style
+    ops). ``mixup_alpha``/``cutmix_alpha``: 0 disables; with both > 0 one of the two is
+    chosen per batch, as in DeiT.
+    """
+
+    random_crop: bool = True
+    hflip: bool = True
+    randaugment: tuple[int, int] | None = None
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_bool("random_crop", self.random_crop)
+        _check_bool("hflip", self.hflip)
+        if self.randaugment is not None:
+            object.__setattr__(self, "randaugment", _randaugment_pair(self.randaugment))
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            value = getattr(self, name)
+            ok = is_number(value) and math.isfinite(value) and value >= 0
+            require(ok, name, f"must be a number >= 0 (0 disables), got {value!r}")
+
+    @property
+    def mixes(self) -> bool:
+        """Whether MixUp or CutMix is on (the training loop then needs soft-target losses)."""
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+
+def _randaugment_pair(value: Any) -> tuple[int, int]:
+    """``(num_ops, magnitude)`` from a tuple or a YAML list, validated."""
+    message = f"must be null or [num_ops, magnitude] with num_ops >= 1 and magnitude in 0..30, got {value!r}"
+    require(isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2, "randaugment", message)
+    num_ops, magnitude = value
+    ok = is_int(num_ops) and num_ops >= 1 and is_int(magnitude) and 0 <= magnitude <= MAX_RANDAUGMENT_MAGNITUDE
+    require(ok, "randaugment", message)
+    return (num_ops, magnitude)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset a trial uses and how it is split, augmented and batched.
+
+    ``data_dir`` is required for cifar10/cifar100 (the folder holding ``cifar-10-batches-py/``
+    or ``cifar-100-python/``) and imagefolder (the folder holding ``train/<class>/...`` and
+    ``val/<class>/...``). ``download`` (cifar only) fetches CIFAR into ``data_dir`` when the
+    user asks. ``verify`` (cifar only) checks torchvision's published md5s; turn it off for
+    re-packed or subset copies. ``num_classes``/``train_size``/``val_size`` apply to
+    ``synthetic`` only. ``val_fraction`` > 0 holds out that fraction of the training split
+    (fixed by ``seed``) instead of using the official test split or the ``val/`` folder.
+    ``None`` means automatic for ``image_size`` (native: 32, or 224 for imagefolder),
+    ``eval_batch_size`` (2 x batch_size), ``num_workers`` (0 on the tensor path, else
+    min(8, cpus - 1)) and ``device_resident`` (in-memory data lives on the GPU under CUDA).
+    """
+
+    name: str = "synthetic"
+    data_dir: str | None = None
+    download: bool = False
+    verify: bool = True
+    image_size: int | None = None
+    num_classes: int = 10
+    train_size: int = 5000
+    val_size: int = 1000
+    val_fraction: float = 0.0
+    seed: int = 0
+    batch_size: int = 128
+    eval_batch_size: int | None = None
+    num_workers: int | None = None
+    device_resident: bool | None = None
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+    def __post_init__(self) -> None:
+        require(self.name in DATASETS, "name", f"unknown dataset {self.name!r}; valid names are {', '.join(DATASETS)}")
+        self._check_location()
+        if self.image_size is not None:
+            _check_int("image_size", self.image_size, 8)
+        if self.name == "synthetic":
+            ok = is_int(self.num_classes) and 2 <= self.num_classes <= MAX_CLASSES
+            require(
+                ok, "num_classes", f"must be an integer in 2..{MAX_CLASSES} for synthetic, got {self.num_classes!r}"
+            )
+        _check_int("train_size", self.train_size, 1)
+        _check_int("val_size", self.val_size, 1)
+        ok = is_number(self.val_fraction) and 0.0 <= self.val_fraction < 1.0
+        require(
+            ok, "val_fraction", f"must be a number in [0, 1) (0: use the official split), got {self.val_fraction!r}"
+        )
+        require(is_int(self.seed), "seed", f"must be an integer, got {self.seed!r}")
+        _check_int("batch_size", self.batch_size, 1)
+        _check_optional_int("eval_batch_size", self.eval_batch_size, 1)
+        _check_optional_int("num_workers", self.num_workers, 0)
+        if self.device_resident is not None:
+            _check_bool("device_resident", self.device_resident)
+        self._check_augment()
+
+    def _check_location(self) -> None:
+        if isinstance(self.data_dir, os.PathLike):
+            object.__setattr__(self, "data_dir", os.fspath(self.data_dir))
+        if self.data_dir is not None:
+            require(isinstance(self.data_dir, str) and self.data_dir != "", "data_dir", "must be a path")
+        elif self.name not in BUNDLED_DATASETS:
+            raise ConfigError("data_dir", f"is required for {self.name}: the directory that holds the dataset")
+        _check_bool("download", self.download)
+        _check_bool("verify", self.verify)
+        if self.download:
+            require(
+                self.name in CIFAR_DATASETS, "download", f"only cifar10/cifar100 can be downloaded, not {self.name}"
+            )
+
+    def _check_augment(self) -> None:
+        if isinstance(self.augment, Mapping):
+            object.__setattr__(self, "augment", from_mapping(AugmentConfig, self.augment, "augment"))
+        ok = isinstance(self.augment, AugmentConfig)
+        require(ok, "augment", f"must be a mapping of augmentation options, got {self.augment!r}")
+
+    @property
+    def resolved_image_size(self) -> int:
+        """The image side length models are built for."""
+        return self.image_size if self.image_size is not None else NATIVE_IMAGE_SIZE[self.name]
+
+    @property
+    def resolved_eval_batch_size(self) -> int:
+        return self.eval_batch_size if self.eval_batch_size is not None else 2 * self.batch_size
+
+    @property
+    def in_memory(self) -> bool:
+        return self.name in IN_MEMORY_DATASETS
+
+    def uses_loader(self) -> bool:
+        """Whether training batches come from a DataLoader (per-sample transforms) or the tensor path."""
+        return not self.in_memory or self.augment.randaugment is not None
