@@ -24,7 +24,9 @@ Each block type has its own function below; they all add into a :class:`_Tally`.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from trials.models.config import CaiTConfig, CoAtNetConfig
 
@@ -97,6 +99,19 @@ class _Tally:
         self.params += heads * heads + heads
         self.flops["attention"] += heads * heads * queries * keys
 
+    def repeat(self, times: int, block: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Count ``block(*args, **kwargs)`` (one call adding one block) ``times`` times: identical blocks cost the
+        same, so one is tallied and multiplied. O(1) in depth, so a spec asking for a billion
+        blocks is priced (and rejected by its budget) at once instead of looping forever."""
+        if times <= 0:
+            return None
+        params, flops = self.params, Counter(self.flops)
+        result = block(*args, **kwargs)
+        self.params += (self.params - params) * (times - 1)
+        for name in COMPONENTS:
+            self.flops[name] += (self.flops[name] - flops[name]) * (times - 1)
+        return result
+
     def cost(self) -> Cost:
         by_component = {name: int(self.flops[name]) for name in COMPONENTS}
         return Cost(params=self.params, flops=sum(by_component.values()), flops_by_component=by_component)
@@ -167,11 +182,10 @@ def _cait_cost(config: CaiTConfig) -> Cost:
     t.conv(config.in_chans, dim, config.patch_size, config.image_size // config.patch_size)
     t.parameter(patches * dim)  # positional embedding (patches only)
     t.parameter(dim)  # class token
-    for i in range(config.depth):
-        joined = i >= config.class_token_layer
-        _cait_self_attention_block(t, config, patches + (1 if joined else 0))
-    for _ in range(config.ca_depth):
-        _cait_class_attention_block(t, config)
+    before_cls = min(config.depth, max(config.class_token_layer, 0))  # blocks before the class token joins
+    t.repeat(before_cls, _cait_self_attention_block, t, config, patches)
+    t.repeat(config.depth - before_cls, _cait_self_attention_block, t, config, patches + 1)
+    t.repeat(config.ca_depth, _cait_class_attention_block, t, config)
     t.layer_norm(1 + patches, dim)  # final norm over all tokens, although the head reads only cls
     t.linear(1, dim, config.num_classes)
     return t.cost()
@@ -253,19 +267,24 @@ def _coatnet_cost(config: CoAtNetConfig) -> Cost:
         width, patch = config.dims[3], config.vit_patch_size
         side = _conv_out(config.image_size, patch, patch, 0)
         t.conv(config.in_chans, width, patch, side)
-        for _ in range(config.num_blocks()):
-            side = _coatnet_transformer_block(t, config, width, width, side, downsample=False)
+        t.repeat(
+            config.num_blocks(), lambda: _coatnet_transformer_block(t, config, width, width, side, downsample=False)
+        )
         _coatnet_head(t, config, width)
         return t.cost()
     side = _coatnet_conv_stem(t, config.in_chans, config.dims[0], config.depths[0], config.image_size)
     for stage, kind in enumerate(config.layout, start=1):
         dim = config.dims[stage]
-        for i in range(config.depths[stage]):
-            in_dim = config.dims[stage - 1] if i == 0 else dim
-            if kind == "C":
-                side = _coatnet_mbconv_block(t, config, in_dim, dim, side, stride=2 if i == 0 else 1)
-            else:
-                side = _coatnet_transformer_block(t, config, in_dim, dim, side, downsample=i == 0)
+        if config.depths[stage] == 0:
+            continue
+        in_dim = config.dims[stage - 1]
+        # The first block of a stage downsamples (and changes the width); the others are identical.
+        if kind == "C":
+            side = _coatnet_mbconv_block(t, config, in_dim, dim, side, stride=2)
+            t.repeat(config.depths[stage] - 1, _coatnet_mbconv_block, t, config, dim, dim, side, stride=1)
+        else:
+            side = _coatnet_transformer_block(t, config, in_dim, dim, side, downsample=True)
+            t.repeat(config.depths[stage] - 1, _coatnet_transformer_block, t, config, dim, dim, side, downsample=False)
     _coatnet_head(t, config, config.dims[4])
     return t.cost()
 

@@ -23,6 +23,7 @@ that TPE/NSGA-II can model them jointly. Torch is never imported here.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,6 +92,8 @@ class FloatDomain(_Strict):
     @model_validator(mode="after")
     def _check(self) -> FloatDomain:
         low, high = self.float
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError(f"bounds must be finite numbers, got [{low}, {high}]")
         if low > high:
             raise ValueError(f"low {low} is above high {high}")
         if self.log and low <= 0:
@@ -103,6 +106,17 @@ class FloatDomain(_Strict):
 
 class ChoiceDomain(_Strict):
     choice: list[Any] = Field(min_length=1)
+
+    @field_validator("choice")
+    @classmethod
+    def _scalars(cls, value: list[Any]) -> list[Any]:
+        # Optuna's categorical distributions take None, bool, int, float and str only.
+        for i, item in enumerate(value):
+            if item is not None and not isinstance(item, (bool, int, float, str)):
+                raise ValueError(f"choice[{i}]: {item!r} is not a number, string, boolean or null")
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError(f"choice[{i}]: {item!r} is not a finite number")
+        return value
 
     def candidates(self) -> list[Any]:
         return list(self.choice)

@@ -223,7 +223,9 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
     driver.wait()
     with Store.open(url, create=False) as store:
         before = store.counts("killed")
+        row = store.studies().set_index("name").loc["killed"]  # its driver is dead: not "running"
     assert 2 <= before["completed"] < 6
+    assert row["status"] == "interrupted" and "stopped before the search ended" in row["message"], row
 
     resumed = subprocess.run(
         [exe, "search", "--resume", "killed", *common], capture_output=True, text=True, timeout=600
@@ -234,6 +236,7 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
         counts = store.counts("killed")
     dispatched = trials[trials["status"] != "infeasible"]
     assert counts["running"] == 0
+    assert store_status(url, "killed") == "completed"
     assert (dispatched["status"] == "completed").sum() == 6, dispatched[["number", "status", "error"]]
     assert trials["number"].is_unique
     study = optuna.load_study(study_name="killed", storage=url)
@@ -243,3 +246,10 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
     assert {t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE} == set(
         dispatched[dispatched["status"] == "completed"]["number"]
     )
+
+
+def store_status(url: str, name: str) -> str:
+    from harness.store import Store
+
+    with Store.open(url, create=False) as store:
+        return store.study(name)["status"]
