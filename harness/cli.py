@@ -449,40 +449,64 @@ def report_command(
 
 @main.command("reproduce")
 @click.argument("study", type=click.Choice(["coatnet-layouts", "cait-depth", "cait-class-attention"]))
-@click.option("--scale", type=click.Choice(["tiny", "small", "paper"]), default="tiny", show_default=True)
-@click.option("--seeds", type=click.IntRange(1, 100), default=2, show_default=True)
+@click.option(
+    "--scale",
+    type=click.Choice(["tiny", "cpu", "small", "paper"]),
+    default="tiny",
+    show_default=True,
+    help="tiny: a smoke run; cpu: conclusive on a 2-core CPU; small: one GPU; paper: the papers' budgets.",
+)
+@click.option("--seeds", type=click.IntRange(1, 100), default=5, show_default=True)
 @click.option(
     "--protocol", "protocols", multiple=True, type=click.Choice(["generalisation", "capacity"]), help="Default: both."
 )
-@click.option("--dataset", default="synthetic", show_default=True, help="synthetic, cifar10, cifar100 or imagefolder.")
+@click.option("--dataset", default="synthetic", show_default=True, help="synthetic, digits, cifar10, cifar100, ...")
 @click.option("--data-dir", default=None)
 @click.option("--output", default="reproductions", show_default=True, type=click.Path(file_okay=False))
+@click.option("--margin", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Equivalence margin of '~' claims, in the metric's units (points of top-1).")  # fmt: skip
+@click.option("--large-margin", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="The difference a '>>' claim needs.")  # fmt: skip
+@click.option("--report-only", is_flag=True, help="Write the summaries again from the store; run nothing.")
 @click.option("--address", default=None, help="Ray cluster to join; default: local Ray.")
 @store_option
-def reproduce_command(study, scale, seeds, protocols, dataset, data_dir, output, address, store_url) -> None:
+def reproduce_command(
+    study, scale, seeds, protocols, dataset, data_dir, output, margin, large_margin, report_only, address, store_url
+) -> None:
     """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
-    import sys
+    import os
 
     from harness.reproduce import reproduce
     from harness.store import StoreError, resolve_store_url
     from trials.configio import ConfigError
 
     url = resolve_store_url(store_url)
-    _open_store(url, create=True).close()
+    _open_store(url, create=not report_only).close()
+    protocols = tuple(protocols) or ("generalisation", "capacity")
+    # The command as a reader can re-run it from where it ran: the output folder relative to there.
+    shown = ["archsearch reproduce", study, f"--scale {scale}", f"--seeds {seeds}"]
+    shown += [f"--protocol {p}" for p in protocols] if study == "coatnet-layouts" else []
+    shown += [f"--dataset {dataset}"] + ([f"--data-dir {data_dir}"] if data_dir else [])
+    shown += [f"--output {os.path.relpath(output)}"]
+    shown += [f"--margin {margin:g}"] if margin != 1.0 else []
+    shown += [f"--large-margin {large_margin:g}"] if large_margin != 5.0 else []
     try:
         written = reproduce(
             study,
             url,
             scale=scale,
             seeds=seeds,
-            protocols=tuple(protocols) or ("generalisation", "capacity"),
+            protocols=protocols,
             dataset=dataset,
             data_dir=data_dir,
             address=address,
             output=Path(output),
-            command="archsearch " + " ".join(sys.argv[1:]),
+            command=" ".join(shown),
+            margin=margin,
+            large_margin=large_margin,
+            run=not report_only,
         )
     except (ConfigError, StoreError, ValueError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
     for path in written:
-        click.echo(f"wrote {Path(path).resolve()}")
+        click.echo(f"wrote {os.path.relpath(path)}")

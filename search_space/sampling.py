@@ -64,6 +64,10 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, An
         raise ConfigError(f"model.{field}", error.message) from None
     if resolved.family != spec.family:
         raise ConfigError("base_model", f"is a {resolved.family} model but the spec's family is {spec.family}")
+    if "seed" in params and "seed" not in spec.data:
+        # A replicate seed also fixes the data (split, order, augmentation draws): every variant run
+        # with the same seed sees the same data, so variants can be compared per seed (paired).
+        data["seed"] = seed
     config = {"model": resolved.to_dict(), "data": data, "training": training, "seed": seed}
     if "variant" in params:
         config["name"] = str(params["variant"])

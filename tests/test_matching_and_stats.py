@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dashboards.stats import difference_ci, mean_ci, t_critical, verdict
+from dashboards.stats import assess, difference, mean_ci, t_critical, verdict
 from search_space.cost_model import estimate_params
 from search_space.matching import match_layouts
 from trials.models import PRESETS, preset_parameter_count
@@ -44,26 +44,70 @@ def test_mean_ci_known_values():
     assert one.mean == 5.0 and one.low == -math.inf and one.high == math.inf
 
 
-def test_welch_difference_known_value():
-    a, b = (
-        [20.0, 22.0, 24.0],
-        [10.0, 11.0, 12.0],
-    )  # var 4 and 1, n 3: se sqrt(5/3), df = (5/3)^2 / ((4/3)^2/2 + (1/3)^2/2)
-    ci = difference_ci(a, b)
-    df = (5 / 3) ** 2 / ((4 / 3) ** 2 / 2 + (1 / 3) ** 2 / 2)
-    assert ci.mean == pytest.approx(11.0)
-    assert ci.half_width == pytest.approx(t_critical(df) * math.sqrt(5 / 3), rel=1e-6)
+def test_welch_and_paired_intervals_equal_scipy():
+    from scipy import stats
+
+    a, b = [20.0, 22.0, 24.0, 21.0], [10.0, 11.0, 12.0, 14.5]
+    welch = difference(a, b)
+    expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert welch.test.startswith("Welch") and not welch.paired
+    assert (welch.interval().low, welch.interval().high) == pytest.approx((expected.low, expected.high), rel=1e-12)
+    paired = difference(dict(enumerate(a)), dict(enumerate(b)))
+    expected = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert paired.test == "paired t (4 seeds)" and paired.paired
+    assert (paired.interval().low, paired.interval().high) == pytest.approx((expected.low, expected.high), rel=1e-12)
+    # One-sided p-values are scipy's too.
+    assert paired.p_above(0.0) == pytest.approx(stats.ttest_rel(a, b, alternative="greater").pvalue, rel=1e-12)
+    assert welch.p_above(0.0) == pytest.approx(
+        stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue, rel=1e-12
+    )
 
 
-def test_verdicts_follow_from_the_intervals():
-    high, low, same = [80.0, 81.0, 82.0], [70.0, 71.0, 72.0], [80.5, 81.5, 81.0]
+def test_pairing_uses_the_common_seeds_and_removes_the_seed_effect():
+    seed_effect = {0: 0.0, 1: 10.0, 2: -8.0, 3: 4.0, 4: -3.0}
+    a = {s: 70.0 + e + 1.0 + 0.1 * s for s, e in seed_effect.items()}  # A beats B by ~1.2 on every seed
+    b = {s: 70.0 + e for s, e in seed_effect.items()}
+    assert verdict(a, b, ">").startswith("holds")  # paired: the seed-to-seed spread cancels
+    assert verdict(list(a.values()), list(b.values()), ">") == "inconclusive"  # unpaired: drowned in it
+    assert difference({**a, 9: 1.0}, b).test == "paired t (5 seeds)"  # seed 9 has no partner
+
+
+def test_two_seeds_with_a_huge_spread_are_inconclusive_for_every_relation():
+    a, b = {0: 10.0, 1: 90.0}, {0: 50.0, 1: 51.0}
+    for relation in (">", "~", ">=", ">>"):
+        assert verdict(a, b, relation) == "inconclusive (fewer than 3 seeds)"
+        assert verdict(b, a, relation) == "inconclusive (fewer than 3 seeds)"
+
+
+def test_verdicts_on_known_cases():
+    same = {s: 80.0 + 0.1 * (s % 2) for s in range(5)}
+    assert verdict(same, dict(same), "~") == "holds (equivalent within +-1)"  # identical within the margin
+    assert verdict(same, dict(same), ">=").startswith("holds")
+    assert verdict(same, dict(same), ">") == "inconclusive"
+    high = {s: 90.0 + 0.3 * ((s * 7) % 3) for s in range(5)}  # clear, large, consistent: ~10 points
+    low = {s: 80.0 + 0.2 * ((s * 5) % 3) for s in range(5)}
     assert verdict(high, low, ">") == "holds"
-    assert verdict(low, high, ">") == "does not hold"
-    assert verdict(high, same, ">") == "inconclusive"
-    assert verdict(high, same, "~") == "holds"
-    assert verdict(high, low, "~") == "does not hold"
-    assert verdict(same, high, ">=") == "holds"
-    assert verdict(low, high, ">=") == "does not hold"
-    assert verdict([0.5, 0.6, 0.55], [0.9, 1.0, 0.95], ">", higher_is_better=False) == "holds"  # a loss
+    assert verdict(high, low, ">>") == "holds (better by more than 5)"
+    assert verdict(high, low, "~").startswith("does not hold")
+    assert verdict(low, high, ">") == "does not hold (B is better)"
+    assert verdict(low, high, ">=") == "does not hold (B is better)"
+    small = {s: v + 2.0 for s, v in low.items()}  # better by 2: > holds, >> does not (below 5)
+    assert verdict(small, low, ">") == "holds"
+    assert verdict(small, low, ">>") == "does not hold (the difference is below 5)"
+    assert verdict(small, low, ">>", large_margin=1.0).startswith("holds")
+    loss_a, loss_b = {s: 0.5 + 0.01 * s for s in range(4)}, {s: 0.9 + 0.012 * s for s in range(4)}
+    assert verdict(loss_a, loss_b, ">", higher_is_better=False) == "holds"  # lower loss is better
     with pytest.raises(ValueError, match="unknown relation"):
-        verdict(high, low, ">>")
+        verdict(high, low, "<")
+
+
+def test_verdicts_say_how_they_were_reached_and_what_more_seeds_would_do():
+    a = {s: 71.0 + (s % 3) for s in range(5)}
+    b = {s: 70.0 + ((s + 1) % 3) for s in range(5)}
+    v = assess(a, b, ">", claim="A > B")
+    assert v.result == "inconclusive" and v.difference.test == "paired t (5 seeds)"
+    assert v.interval.low < v.difference.estimate < v.interval.high
+    assert "5 seeds resolve differences of" in v.power and "would need" in v.power
+    needed = int(v.power.split("would need ")[1].split()[0])
+    assert needed > 5  # the observed difference is below what 5 seeds resolve
+    assert assess(a, b, "~", margin=3.0).margin == 3.0

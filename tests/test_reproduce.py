@@ -59,10 +59,37 @@ def test_tiny_layout_study_runs_and_reports(tmp_path):
     assert params.max() / params.min() - 1 <= 0.10 and (abs(params / params["CCTT"] - 1) <= 0.05).all()
     assert {r.variant for r in rows} == set(LAYOUTS) and all(r.n == 2 for r in rows)
     assert [c["claim"] for c in claims] == [f"{a} {rel} {b}" for a, rel, b in PAPER_CLAIMS["generalisation"]]
-    assert {c["verdict"] for c in claims} <= {"holds", "does not hold", "inconclusive"}
+    assert {c["verdict"] for c in claims} == {"inconclusive (fewer than 3 seeds)"}  # 2 seeds decide nothing
+    assert all(c["test"] == "paired t (2 seeds)" for c in claims)  # every layout ran seeds 0 and 1
+    assert all(0.0 <= r.low <= r.high <= 100.0 for r in rows)  # accuracy intervals within [0, 100]
     text = written[0].read_text()
     assert "Paper's ranking" in text and all(c["claim"] in text for c in claims)
     assert markdown_summary("x", "generalisation", rows, claims, "cmd").count("|") > 20
+
+
+def test_a_replicate_seed_fixes_the_data_so_variants_pair_by_seed():
+    from search_space.sampling import build_trial_config
+
+    spec = load_spec(coatnet_layouts_spec("tiny", "generalisation", seeds=3))
+    one = build_trial_config(spec, {"variant": "CCTT", "seed": 2})
+    other = build_trial_config(spec, {"variant": "CTTT", "seed": 2})
+    assert one["data"]["seed"] == other["data"]["seed"] == one["seed"] == 2
+    assert build_trial_config(spec, {"variant": "CCTT", "seed": 1})["data"]["seed"] == 1
+
+
+def test_summary_states_the_test_margin_and_power(tmp_path):
+    from harness.reproduce import VariantSummary
+
+    rows = [VariantSummary("A", 1e6, 1e9, "top1", 99.0, 97.0, 100.0, 5, clipped=True)]
+    claims = [
+        {"claim": "A > B", "verdict": "holds", "difference": 2.5, "low": 1.0, "high": 4.0, "margin": None,
+         "test": "paired t (5 seeds)", "p": 0.003, "power": "5 seeds resolve differences of 1.2 or more"},
+        {"claim": "A ~ B", "verdict": "inconclusive (a variant did not complete)"},
+    ]  # fmt: skip
+    text = markdown_summary("s", "generalisation", rows, claims, "archsearch reproduce coatnet-layouts --output out")
+    assert "| A > B | holds | 2.500 | [1.000, 4.000] | - | paired t (5 seeds) | 0.003 |" in text
+    assert "[97.000, 100.000] *" in text and "clipped to the metric's possible range [0, 100]" in text
+    assert "no significant difference is never read as agreement" in text
 
 
 def test_cait_study_plans():
