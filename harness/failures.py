@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 def error_reason(error: str | None) -> str:
     """The line of an error that says what went wrong (the exception line at the end of a traceback)."""
@@ -13,3 +16,35 @@ def common_error(errors: list[str]) -> str | None:
     """The reason shared by every error, or None when they differ (or there are none)."""
     reasons = {error_reason(e) for e in errors}
     return reasons.pop() if len(reasons) == 1 and errors else None
+
+
+def searched_value(spec: dict, config: dict, name: str) -> Any:
+    """The value a sampled trial config holds for the spec's searched parameter ``name``."""
+    from search_space.spec import param_target
+
+    section, field, index = param_target(name, spec["family"])
+    if section == "variant":
+        return config.get("name")
+    if section == "seed":
+        return config.get("seed")
+    value = (config.get(section) or {}).get(field)
+    if index is not None and isinstance(value, list):
+        return value[index] if index < len(value) else None
+    return value
+
+
+def shared_searched_value(spec: dict, configs: list[dict]) -> tuple[str, Any] | None:
+    """A searched parameter (and its value) that every one of ``configs`` has in common, if any.
+
+    When every failed trial shares a sampled value, that value may be why they failed, and other
+    values may work: the search must go on. Failures spread over the space point at the setup.
+    """
+    if len(configs) < 2:
+        return None
+    for name, domain in (spec.get("params") or {}).items():
+        if not isinstance(domain, dict) or "fixed" in domain:
+            continue  # fixed: the same in every trial by design
+        values = {json.dumps(searched_value(spec, c, name), sort_keys=True, default=str) for c in configs}
+        if len(values) == 1:
+            return name, searched_value(spec, configs[0], name)
+    return None

@@ -138,7 +138,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
         )
     spec_dict = spec.model_dump(mode="json")
     callbacks = [StoreCallback(store_url, name, spec_dict), ProgressCallback(store_url, name, dict(spec.objectives))]
-    stopper = HopelessSearchStopper(store_url, name, min(HOPELESS_AFTER, spec.search.n_trials))
+    stopper = HopelessSearchStopper(store_url, name, min(HOPELESS_AFTER, spec.search.n_trials), spec_dict)
     return tune.Tuner(
         _trainable(spec),
         tune_config=tune.TuneConfig(
@@ -221,7 +221,7 @@ def run_search(
             _set_status(store_url, name, "interrupted", f"interrupted: {type(error).__name__}: {error}"[:500])
             raise
     with Store.open(store_url) as store:
-        stopped = hopeless_reason(store, name, min(HOPELESS_AFTER, spec.search.n_trials))
+        stopped = hopeless_reason(store, name, min(HOPELESS_AFTER, spec.search.n_trials), spec.model_dump(mode="json"))
         if stopped:  # trials still in flight were stopped with the search, not lost
             reconcile(
                 store, name, _optuna_storage_url(store_url), stopped=f"stopped: every trial failed with: {stopped}"
@@ -305,15 +305,20 @@ class _Heartbeat:
         self._thread.join(timeout=5)
 
 
-def hopeless_reason(store, name: str, after: int) -> str | None:
-    """The common error when no trial completed and at least ``after`` failed all the same way
-    (what :class:`harness.tune_callbacks.HopelessSearchStopper` stops a search on), else None."""
-    from harness.failures import common_error
+def hopeless_reason(store, name: str, after: int, spec: dict | None = None) -> str | None:
+    """The common error when no trial completed and at least ``after`` failed all the same way,
+    over different sampled values (what :class:`harness.tune_callbacks.HopelessSearchStopper`
+    stops a search on), else None."""
+    from harness.failures import common_error, shared_searched_value
 
     counts = store.counts(name, epochs=False)
     if counts["completed"] or counts["pruned"] or counts["failed"] < after:
         return None
-    return common_error(store.trial_errors(name, ("failed",), limit=50))
+    common = common_error(store.trial_errors(name, ("failed",), limit=50))
+    if common is None or spec is None:
+        return common
+    failed = store.trials(name, statuses=("failed",), limit=50, flatten_config=False)
+    return None if shared_searched_value(spec, list(failed.get("config", []))) else common
 
 
 def reconcile(store, name: str, optuna_url: str, *, stopped: str | None = None) -> dict[str, int]:

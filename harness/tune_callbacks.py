@@ -169,10 +169,11 @@ class HopelessSearchStopper(Stopper):
     would otherwise burn the whole budget. Each check is two COUNT queries (about a millisecond): trials
     that fail at once fail in bursts, so it checks at every step of Tune's loop."""
 
-    def __init__(self, store_url: str, study: str, after: int = 3):
+    def __init__(self, store_url: str, study: str, after: int = 3, spec: dict | None = None):
         self.store_url = store_url
         self.study = study
         self.after = max(1, after)
+        self.spec = spec
         self._store = None
         self.reason: str | None = None
 
@@ -194,7 +195,7 @@ class HopelessSearchStopper(Stopper):
         if counts["completed"] or counts["pruned"] or counts["failed"] < self.after:
             return False
         common = common_error(self._store.trial_errors(self.study, ("failed",), limit=50))
-        if common is None:
+        if common is None or self._may_depend_on_the_sample():
             return False
         self.reason = common
         print(
@@ -203,3 +204,13 @@ class HopelessSearchStopper(Stopper):
             flush=True,
         )
         return True
+
+    def _may_depend_on_the_sample(self) -> bool:
+        """Whether the failed trials all share the value of some searched parameter (that value,
+        e.g. ``data.name: cifar10`` without its files, may be the cause: other values may work)."""
+        from harness.failures import shared_searched_value
+
+        if self.spec is None:
+            return False
+        failed = self._store.trials(self.study, statuses=("failed",), limit=50, flatten_config=False)
+        return shared_searched_value(self.spec, list(failed.get("config", []))) is not None

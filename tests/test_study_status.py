@@ -125,6 +125,16 @@ def test_final_status_of_a_search(store, rows, expected, fragment, spec_problem)
     assert (message is None) if fragment is None else (fragment in message)
 
 
+def test_a_shared_sampled_value_keeps_a_failing_search_going():
+    from harness.failures import shared_searched_value
+
+    spec = {"family": "cait", "params": {"data.name": {"choice": ["synthetic", "cifar10"]}, "depth": {"int": [1, 4]}}}
+    same_data = [{"data": {"name": "cifar10"}, "model": {"depth": d}} for d in (1, 2, 3)]
+    assert shared_searched_value(spec, same_data) == ("data.name", "cifar10")  # cifar10 may be the cause
+    spread = [{"data": {"name": n}, "model": {"depth": d}} for n, d in (("cifar10", 1), ("synthetic", 2))]
+    assert shared_searched_value(spec, spread) is None  # fails whatever was sampled: the setup is broken
+
+
 def test_error_reasons():
     assert error_reason("Traceback (most recent call last):\n  File x\nRuntimeError: out of memory\n\n") == (
         "RuntimeError: out of memory"
@@ -152,7 +162,7 @@ def _spec(tmp_path, **changes) -> dict:
         "data": {"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
         "training": {"epochs": 1},
         "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
-        "params": {"depth": {"int": [1, 2]}},
+        "params": {"depth": {"int": [1, 2]}, "lr": {"float": [1e-4, 1e-2], "log": True}},
         "objectives": {"top1": "max", "flops": "min"},
         "search": {"sampler": "random", "n_trials": 8, "concurrency": 1, "seed": 0},
     }
@@ -170,14 +180,13 @@ def test_a_search_whose_trials_all_fail_the_same_way_stops_and_is_recorded_faile
     url = f"sqlite:///{tmp_path / 'store.db'}"
     result = CliRunner().invoke(main, ["search", str(path), "--store", url, "--results-dir", str(tmp_path / "ray")])
     assert result.exit_code == 1, result.output
-    assert "search failed: every trial failed (3), all with: ConfigError: data.data_dir: cifar10 not found" in (
-        result.output
-    )
+    assert "all with: ConfigError: data.data_dir: cifar10 not found" in result.output
     with Store.open(url, create=False) as store:
         counts = store.counts("broken")
         status, message = _status(store, "broken")
-    assert counts["failed"] == 3 and counts["completed"] == 0 and counts["running"] == 0  # 3 of the 8, then stop
-    assert status == "failed" and message.startswith("every trial failed (3)")
+    # Stopped early: at 3 failures, or a few more while the failures all shared a sampled depth.
+    assert 3 <= counts["failed"] < 8 and counts["completed"] == 0 and counts["running"] == 0
+    assert status == "failed" and message.startswith(f"every trial failed ({counts['failed']})")
     study = optuna.load_study(study_name="broken", storage=url)
     assert optuna.trial.TrialState.RUNNING not in {t.state for t in study.trials}
     listed = CliRunner().invoke(main, ["studies", "--store", url, "--format", "json"])
