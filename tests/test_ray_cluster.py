@@ -76,6 +76,8 @@ def cluster():
     address = f"127.0.0.1:{port}"
     started = []
     try:
+        # The token every node and client of this cluster shares, generated as a user does.
+        subprocess.run([str(RAY), "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
         head_log = root / "head.log"
         head = subprocess.Popen(
             [str(RAY), "start", "--head", "--port", str(port), "--temp-dir", str(root / "ray"), "--num-cpus", "2",
@@ -84,7 +86,7 @@ def cluster():
         )  # fmt: skip
         started.append(head)
         _wait_for(head_log, "will now block forever", head)
-        assert (home / ".ray" / "auth_token").is_file()  # Ray 2.60: token authentication on by default
+        assert (home / ".ray" / "auth_token").is_file()  # with a token there, Ray 2.60 turns authentication on
         worker_log = root / "worker.log"
         worker = subprocess.Popen(
             [str(RAY), "start", "--address", address, "--num-cpus", "1", "--block", "--disable-usage-stats"],
