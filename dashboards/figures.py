@@ -375,6 +375,13 @@ def loss_vs_accuracy(curves: pd.DataFrame, variant_of: Mapping[int, str]) -> Fig
     return fig
 
 
+def _error_bars(rows: Sequence[Any]) -> np.ndarray:
+    """(2, n) distances from each mean to its interval's ends (asymmetric once clipped to the metric's range)."""
+    below = [r.mean - r.low if np.isfinite(r.low) else 0.0 for r in rows]
+    above = [r.high - r.mean if np.isfinite(r.high) else 0.0 for r in rows]
+    return np.array([below, above])
+
+
 def variant_intervals(rows: Sequence[Any], metric: str) -> Figure:
     """Mean and 95% interval of a metric per variant (points with error bars), best first.
 
@@ -397,15 +404,13 @@ def variant_intervals(rows: Sequence[Any], metric: str) -> Figure:
             )
             xs = [d for d, _ in points]
             ys = [r.mean for _, r in points]
-            errors = [0.0 if not np.isfinite(r.high) else r.high - r.mean for _, r in points]
-            ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=4, label=scheme)
+            ax.errorbar(xs, ys, yerr=_error_bars([r for _, r in points]), marker="o", capsize=4, label=scheme)
         ax.set_xlabel("depth (self-attention blocks)")
         ax.legend(title="residual scheme")
     else:
         ys = np.arange(len(rows))
         means = [r.mean for r in rows]
-        errors = [0.0 if not np.isfinite(r.high) else r.high - r.mean for r in rows]
-        ax.errorbar(means, ys, xerr=errors, fmt="o", capsize=4)
+        ax.errorbar(means, ys, xerr=_error_bars(rows), fmt="o", capsize=4)
         ax.set_yticks(ys, [r.variant for r in rows])
         ax.invert_yaxis()
         ax.set_ylabel("variant")

@@ -314,10 +314,21 @@ def _records(frame) -> list[dict]:
 @main.command("search")
 @click.argument("spec_path", metavar="[SPEC.yaml]", required=False, type=click.Path(dir_okay=False))
 @store_option
-@click.option("--address", default=None, help="Ray cluster to join (auto, ray://HOST:PORT); default: local Ray.")
+@click.option(
+    "--address",
+    default=None,
+    help="Ray cluster to join: auto, HOST:PORT or ray://HOST:PORT (its token is found like Ray does: "
+    "$RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token); default: a local Ray.",
+)
 @click.option("--name", "study_name", default=None, help="Study name (default: the spec's name).")
 @click.option("--resume", "resume_study", default=None, metavar="STUDY", help="Continue an interrupted search.")
-@click.option("--results-dir", default=None, help="Where Ray Tune keeps trial checkpoints (default ./ray_results).")
+@click.option(
+    "--results-dir",
+    default=None,
+    help="Where Ray Tune keeps trial checkpoints: a directory (default ./ray_results), on a cluster one every "
+    "node mounts, or cloud storage (s3://bucket/path, gs://bucket/path).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Also show Ray's own banners and logs.")
 def search_command(
     spec_path: str | None,
     store_url: str | None,
@@ -325,6 +336,7 @@ def search_command(
     study_name: str | None,
     resume_study: str | None,
     results_dir: str | None,
+    verbose: bool,
 ) -> None:
     """Run a search: Optuna proposes, Ray Tune dispatches, every trial lands in the store.
 
@@ -346,6 +358,7 @@ def search_command(
                 spec = load_spec(store.study(resume_study)["spec"], check_paths=address is None)
     except (ConfigError, StoreError) as error:
         raise _fail_on_config_error(error) from None
+    from harness.cluster import ClusterError
     from harness.search import SearchError, run_search
 
     try:
@@ -356,8 +369,9 @@ def search_command(
             address=address,
             results_dir=results_dir,
             resume=resume_study is not None,
+            verbose=verbose,
         )
-    except (StoreError, SearchError) as error:
+    except (StoreError, SearchError, ClusterError) as error:
         raise UsageError(str(error)) from None
     counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v and k != "epochs")
     click.echo(f"\nstudy {summary.study} in {summary.store_url}: {counts} ({summary.wall_time_s:.0f}s)")

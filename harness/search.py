@@ -48,17 +48,62 @@ def _optuna_storage_url(store_url: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
+def _quiet_ray(verbose: bool) -> None:
+    """Keep the terminal to archsearch's own lines: Ray's banners and INFO logs only with ``verbose``.
+
+    The per-trial progress line and the final front are archsearch's; Ray Tune's experiment box,
+    TensorBoard hint and "wrote the experiment state" lines are not shown by default.
+    """
+    import logging
+
+    if verbose:
+        return
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter, silent at verbose=0
+    for name in ("ray", "ray.tune", "ray.train", "ray._private.authentication.authentication_token_setup"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _init_ray(address: str | None, spec: SearchSpec) -> None:
+    import logging
+
     import ray
 
     if ray.is_initialized():
         return
     if address:
-        ray.init(address=address, log_to_driver=False)
+        from harness.cluster import join
+
+        join(address)  # the cluster's token, a pre-flight check, one-line errors (ClusterError)
     else:
         # address="local": always a fresh local Ray, never a cluster someone else started here.
         cpus = max(os.cpu_count() or 1, int(spec.search.concurrency * spec.search.resources.cpus))
-        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+        )
+
+
+def storage_location(results_dir: str | Path | None) -> tuple[str, bool]:
+    """(Ray Tune's storage path, whether the user chose it): a local or shared directory, or a URI."""
+    if results_dir is None:
+        return str((Path.cwd() / "ray_results").resolve()), False
+    text = str(results_dir)
+    if "://" in text:  # s3://bucket/path, gs://..., file://...: Ray Tune's (pyarrow) filesystems
+        return text.rstrip("/"), True
+    return str(Path(text).expanduser().resolve()), True
+
+
+def check_storage(results_dir_chosen: bool, storage: str) -> None:
+    """On a cluster of several nodes, trial checkpoints must live where every node can read them."""
+    from harness.cluster import alive_nodes
+
+    nodes = alive_nodes()
+    if nodes > 1 and not results_dir_chosen:
+        raise SearchError(
+            "--results-dir",
+            f"the Ray cluster has {nodes} nodes, and trials checkpoint under {storage} on this machine only: a "
+            "trial retried on another node could not resume. Pass --results-dir with a directory every node "
+            "mounts (NFS, e.g. /shared/ray_results) or cloud storage (s3://bucket/path, gs://bucket/path)",
+        )
 
 
 def check_resources(spec: SearchSpec) -> None:
@@ -113,7 +158,7 @@ def _trainable(spec: SearchSpec):
     return tune.with_resources(tune.with_parameters(search_trainable, spec=spec.model_dump(mode="json")), resources)
 
 
-def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
+def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     import optuna
     from ray import tune
 
@@ -150,7 +195,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: Path):
         ),
         run_config=tune.RunConfig(
             name=name,
-            storage_path=str(storage_path),
+            storage_path=storage_path,
             callbacks=callbacks,
             stop=[stopper],  # a list: a bare callable Stopper would be wrapped as a per-trial function
             failure_config=tune.FailureConfig(max_failures=spec.search.retries),
@@ -167,6 +212,7 @@ def run_search(
     address: str | None = None,
     results_dir: str | Path | None = None,
     resume: bool = False,
+    verbose: bool = False,
 ) -> SearchSummary:
     """Run the search the spec describes; every trial lands in the store at ``store_url``.
 
@@ -185,8 +231,8 @@ def run_search(
     started = time.perf_counter()
     name = study_name or spec.name
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage_path = Path(results_dir or Path.cwd() / "ray_results").resolve()
-    experiment = storage_path / name
+    storage_path, chosen = storage_location(results_dir)
+    experiment = f"{storage_path}/{name}"
     with Store.open(store_url) as store:
         if resume and name not in store.study_names():
             raise StoreError(f"cannot resume: study {name!r} is not in {store.url}")
@@ -201,12 +247,17 @@ def run_search(
                 raise StoreError(
                     f"study {name!r} is still running (its driver is alive): wait for it, or stop it first"
                 )
+        _quiet_ray(verbose)
         _init_ray(address, spec)
-        check_resources(spec)  # before anything is written: a request no node can meet would wait forever
+        check_resources(spec)
+        if address:
+            check_storage(
+                chosen, storage_path
+            )  # before anything is written: a request no node can meet would wait forever
         store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=_hardware())
         store.set_study_status(name, "running")
-    if resume and tune.Tuner.can_restore(str(experiment)):
-        tuner = tune.Tuner.restore(str(experiment), trainable=_trainable(spec), resume_errored=True)
+    if resume and tune.Tuner.can_restore(experiment):
+        tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
     else:
         if resume:
             _set_status(

@@ -42,6 +42,9 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     params = dict(params)
     number = params.pop(NUMBER_KEY, None)
     config = build_trial_config(search_spec, params)
+    share = search_spec.search.resources.gpus
+    if 0 < share < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
+        config["gpu_memory_fraction"] = share
     resume_state = None
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -59,6 +62,9 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
         payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
         if trainer.finished:  # the whole budget ran: this is the trial's final result
             payload.update({f"final_{k}": v for k, v in final_metrics(trainer.history).items()})
+            payload["final_compiled"] = float(trainer.compiled)
+            if trainer.notes:  # e.g. a torch.compile fallback: kept with the trial's final record
+                payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)
             payload[STATUS_KEY] = "completed"
         with tempfile.TemporaryDirectory() as directory:

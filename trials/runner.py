@@ -32,6 +32,7 @@ class TrialResult:
     diverged_at_step: int | None = None
     stopped_early: bool = False
     wall_time_s: float = 0.0
+    notes: list[str] = field(default_factory=list)  # how it ran, when that matters (a compile fallback)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class TrialResult:
             "diverged_at_step": self.diverged_at_step,
             "stopped_early": self.stopped_early,
             "wall_time_s": self.wall_time_s,
+            "notes": list(self.notes),
         }
 
 
@@ -61,6 +63,11 @@ def final_metrics(history: list[EpochMetrics]) -> dict[str, float]:
         "epochs": last.epoch,
         "steps": last.step,
         "train_images_per_s": last.train_images_per_s,
+        **(
+            {"train_peak_memory_mb": max(m.peak_memory_mb for m in history if m.peak_memory_mb is not None)}
+            if any(m.peak_memory_mb is not None for m in history)
+            else {}
+        ),
     }
 
 
@@ -99,7 +106,7 @@ def run_trial(
             trainer.load_state_dict(resume_state)
         outcome = trainer.fit(callback=callback, progress=progress)
         result.epochs = list(outcome.history)
-        result.final = final_metrics(outcome.history)
+        result.final = {**final_metrics(outcome.history), "compiled": float(trainer.compiled)}
         result.stopped_early = outcome.stopped_early
         if outcome.diverged is not None:
             result.status = "diverged"
@@ -112,8 +119,31 @@ def run_trial(
         result.epochs = list(trainer.history)
         result.final = final_metrics(trainer.history)
         result.error = _error_text(error)
+        _release_memory(trainer.device)  # a reused worker (or a packed neighbour) gets the memory back
+    result.notes = list(trainer.notes)
     result.wall_time_s = time.perf_counter() - started
     return result
+
+
+def _release_memory(device) -> None:
+    if device.type != "cuda":
+        return
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _limit_gpu_memory(trial: TrialConfig, device) -> None:
+    """Cap this process's share of the GPU (several trials packed on one GPU, each its own process)."""
+    if device.type != "cuda":
+        return
+    import torch
+
+    # None: the whole GPU (also undoes a smaller share an earlier trial of this process set).
+    torch.cuda.set_per_process_memory_fraction(trial.gpu_memory_fraction or 1.0, device)
 
 
 def _build(trial: TrialConfig):
@@ -122,6 +152,7 @@ def _build(trial: TrialConfig):
     from .train import Trainer, resolve_device, resolve_dtype, seed_everything
 
     device = resolve_device(trial.device)
+    _limit_gpu_memory(trial, device)
     seed_everything(trial.seed)
     try:
         data = build_data(trial.data, device)

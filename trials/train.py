@@ -39,6 +39,7 @@ class EpochMetrics:
     epoch_time: float
     train_images_per_s: float
     data_wait_fraction: float
+    peak_memory_mb: float | None = None  # CUDA: the most memory allocated during the epoch
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -85,6 +86,8 @@ class WarmupCosine:
         progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
         return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
+
+CUDA_CHECK_EVERY = 32  # steps between divergence checks on CUDA (each check is one host sync)
 
 NO_DECAY_NAMES = ("pos_embed", "cls_token", "relative_bias", "gamma")
 
@@ -142,9 +145,17 @@ class Trainer:
             if config.warmup_steps is not None
             else round(config.warmup_epochs * self.steps_per_epoch)
         )
+        # Fused AdamW on CUDA (one kernel for the whole update); the foreach default elsewhere.
+        fused = {"fused": True} if device.type == "cuda" else {}
         self.optimizer = torch.optim.AdamW(
-            parameter_groups(self.model, config.weight_decay), lr=config.lr, betas=config.betas
+            parameter_groups(self.model, config.weight_decay), lr=config.lr, betas=config.betas, **fused
         )
+        self.check_every = config.divergence_check_every or (1 if device.type == "cpu" else CUDA_CHECK_EVERY)
+        self.notes: list[str] = []  # what the trial should know about how it ran (a compile fallback, ...)
+        self.compiled = self._compile_wanted(config.compile)
+        self._forward: Callable[[torch.Tensor], torch.Tensor] = self.model
+        if self.compiled:
+            self._forward = torch.compile(self.model)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, WarmupCosine(min(warmup, self.total_steps), self.total_steps, config.min_lr / config.lr)
         )
@@ -181,6 +192,33 @@ class Trainer:
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
 
+    # -- compilation ---------------------------------------------------------------------------
+    def _compile_wanted(self, setting: bool | str) -> bool:
+        if setting == "auto":
+            return self.device.type == "cuda"
+        return bool(setting)
+
+    def _compile_failed(self, error: Exception) -> None:
+        """torch.compile could not compile this model: run it eagerly, say so once, keep the note."""
+        import warnings
+
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        note = f"torch.compile failed ({type(error).__name__}: {reason}); the trial ran eagerly"
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
+        self.notes.append(note)
+        self.compiled = False
+        self._forward = self.model
+
+    def _logits(self, images: torch.Tensor) -> torch.Tensor:
+        """The model's forward pass, compiled when asked; a compile failure falls back to eager once."""
+        if not self.compiled:
+            return self.model(images)
+        try:
+            return self._forward(images)
+        except Exception as error:  # compilation happens on the first call: nothing was updated yet
+            self._compile_failed(error)
+            return self.model(images)
+
     # -- the loop ------------------------------------------------------------------------------
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
@@ -189,7 +227,14 @@ class Trainer:
         return images.contiguous(memory_format=torch.channels_last) if self.channels_last else images
 
     def train_epoch(self, progress: bool) -> tuple[float, float, float, int]:
-        """One epoch (or what is left of the step budget): mean loss, train seconds, wait seconds, images."""
+        """One epoch (or what is left of the step budget): mean loss, train seconds, wait seconds, images.
+
+        No host synchronisation per step: whether each step's loss and gradient norm are finite is
+        recorded on the device, and checked every ``check_every`` steps and at the end of the epoch
+        (one sync per check). A failed check finds the first bad step from the recorded flags and
+        raises :class:`Diverged` for it, exactly as a per-step check would; the few steps computed
+        past it belong to a trial that ends there anyway, and no checkpoint is taken mid-epoch.
+        """
         self.model.train()
         set_epoch = getattr(self.data.train, "set_epoch", None)
         if set_epoch is not None:
@@ -197,26 +242,32 @@ class Trainer:
         steps_left = min(self.steps_per_epoch, self.total_steps - self.step)
         bar = _progress_bar(steps_left, f"epoch {self.epoch + 1}/{self.total_epochs}", progress)
         loss_sum = torch.zeros((), device=self.device)
+        losses = torch.zeros(steps_left, device=self.device)
+        norms = torch.zeros(steps_left, device=self.device)
+        first_step, checked = self.step, 0
         images_seen, wait, batches = 0, 0.0, iter(self.data.train)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
         start = time.perf_counter()
-        for _ in range(steps_left):
+        for i in range(steps_left):
             t0 = time.perf_counter()
             images, labels = next(batches)
             wait += time.perf_counter() - t0
             images = self._prepare(images)
             images, targets = self.data.mix(images, labels) if self.data.mix is not None else (images, labels)
             with self._autocast():
-                loss = F.cross_entropy(self.model(images), targets, label_smoothing=self.config.label_smoothing)
+                loss = F.cross_entropy(self._logits(images), targets, label_smoothing=self.config.label_smoothing)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(
                 self.model.parameters(), self.config.grad_clip if self.config.grad_clip else math.inf
             )
             loss_value = loss.detach()
-            # One host sync per step: needed to stop at the first non-finite step, not an epoch later.
-            if not bool(torch.isfinite(loss_value) & torch.isfinite(grad_norm)):
-                what, value = ("loss", loss_value) if not torch.isfinite(loss_value) else ("gradient norm", grad_norm)
-                raise Diverged(self.step + 1, what, float(value))
+            losses[i] = loss_value  # device-side records: no host sync
+            norms[i] = grad_norm
+            if (i + 1) % self.check_every == 0:
+                self._check_finite(losses, norms, checked, i + 1, first_step)
+                checked = i + 1
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
@@ -224,12 +275,26 @@ class Trainer:
             images_seen += images.shape[0]
             if bar is not None:
                 bar.update(1)
+        self._check_finite(losses, norms, checked, steps_left, first_step)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - start
         if bar is not None:
             bar.close()
         return float(loss_sum) / max(steps_left, 1), elapsed, wait, images_seen
+
+    @staticmethod
+    def _check_finite(losses: torch.Tensor, norms: torch.Tensor, begin: int, end: int, first_step: int) -> None:
+        """Raise :class:`Diverged` for the first step in ``[begin, end)`` whose loss or gradient norm is not finite."""
+        if end <= begin:
+            return
+        finite = torch.isfinite(losses[begin:end]) & torch.isfinite(norms[begin:end])
+        if bool(finite.all()):  # the one host sync of this check
+            return
+        index = begin + int((~finite).nonzero()[0])
+        loss, norm = float(losses[index]), float(norms[index])
+        what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", norm)
+        raise Diverged(first_step + index + 1, what, value)
 
     @torch.inference_mode()
     def evaluate(self) -> tuple[float, float, float]:
@@ -242,7 +307,7 @@ class Trainer:
         k = min(5, self.data.num_classes)
         for images, labels in self.data.val:
             with self._autocast():
-                logits = self.model(self._prepare(images)).float()
+                logits = self._logits(self._prepare(images)).float()
             loss_sum += F.cross_entropy(logits, labels, reduction="sum").double()
             top = logits.topk(k, dim=1).indices
             hits = top == labels[:, None]
@@ -279,6 +344,9 @@ class Trainer:
                 epoch_time=seconds,
                 train_images_per_s=images / seconds if seconds > 0 else 0.0,
                 data_wait_fraction=wait / seconds if seconds > 0 else 0.0,
+                peak_memory_mb=(
+                    torch.cuda.max_memory_allocated(self.device) / 2**20 if self.device.type == "cuda" else None
+                ),
             )
             self.history.append(metrics)
             if callback is not None and callback(metrics, self):

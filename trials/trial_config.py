@@ -38,6 +38,12 @@ class TrainingConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     grad_clip: float | None = 1.0
     label_smoothing: float = 0.1
+    # torch.compile the model: "auto" (on for CUDA when the model compiles, off on CPU), true, false.
+    compile: bool | Literal["auto"] = "auto"
+    # Divergence (a non-finite loss or gradient) is recorded on the device every step and checked
+    # every this many steps and at the end of each epoch; None: every step on CPU (free there),
+    # every 32 steps on CUDA (one host sync per check instead of one per step).
+    divergence_check_every: int | None = None
 
     def __post_init__(self) -> None:
         require(is_int(self.epochs) and self.epochs >= 1, "epochs", f"must be a positive integer, got {self.epochs!r}")
@@ -85,6 +91,15 @@ class TrainingConfig:
                 is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip", f"must be > 0, got {self.grad_clip!r}"
             )
         require(
+            self.compile in (True, False, "auto"), "compile", f"must be true, false or auto, got {self.compile!r}"
+        )
+        if self.divergence_check_every is not None:
+            require(
+                is_int(self.divergence_check_every) and self.divergence_check_every >= 1,
+                "divergence_check_every",
+                f"must be a positive integer or null, got {self.divergence_check_every!r}",
+            )
+        require(
             is_number(self.label_smoothing) and 0 <= self.label_smoothing < 1,
             "label_smoothing",
             f"must be in [0, 1), got {self.label_smoothing!r}",
@@ -125,6 +140,9 @@ class TrialConfig:
     device: str = "auto"
     precision: Precision = "auto"
     name: str | None = None
+    # Share of the GPU's memory this trial may use (several trials packed on one GPU): an
+    # out-of-memory stays this trial's failure instead of killing a neighbour. None: all of it.
+    gpu_memory_fraction: float | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.model, (CaiTConfig, CoAtNetConfig)), "model", "must be a model config")
@@ -137,6 +155,12 @@ class TrialConfig:
         require(
             isinstance(self.device, str) and self.device != "", "device", "must be 'auto', 'cpu', 'cuda' or 'cuda:N'"
         )
+        if self.gpu_memory_fraction is not None:
+            require(
+                is_number(self.gpu_memory_fraction) and 0 < self.gpu_memory_fraction <= 1,
+                "gpu_memory_fraction",
+                f"must be a number in (0, 1] or null, got {self.gpu_memory_fraction!r}",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-friendly dict; ``load_trial_config`` of it gives back an equal config."""
