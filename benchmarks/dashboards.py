@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from sqlalchemy import insert, select  # noqa: E402
 
+from benchmarks.hostinfo import cpu_model, load_average  # noqa: E402
 from dashboards.pareto import front_mask, hypervolume, hypervolume_progress  # noqa: E402
 from harness.output import render_table  # noqa: E402
 from harness.store import Store  # noqa: E402
@@ -343,15 +344,7 @@ def header() -> str:
     import optuna
     import sqlalchemy
 
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor() or "unknown CPU",
-    )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpu, load = cpu_model(), load_average()
     return (
         f"host: {cpu} | {os.cpu_count()} CPUs | load average {load}\n"
         f"python {platform.python_version()} | pandas {pd.__version__} | SQLAlchemy {sqlalchemy.__version__} | "

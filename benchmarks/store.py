@@ -45,6 +45,7 @@ import sqlalchemy
 from sqlalchemy import Text, cast, create_engine, insert, select, text
 from sqlalchemy.engine import make_url
 
+from benchmarks.hostinfo import cpu_model, load_average
 from harness.output import render_table
 from harness.store import Store
 from harness.store.schema import EPOCH_FIELDS, MEASUREMENT_FIELDS, EpochRecord, Measurement, Trial
@@ -448,15 +449,7 @@ def postgres_description(admin_url: str) -> str:
 def header(postgres: str | None, sizes: Sizes) -> str:
     import psycopg
 
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor() or "unknown CPU",
-    )
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpu, load = cpu_model(), load_average()
     lines = [
         f"host: {platform.node()} | {cpu} | {os.cpu_count()} CPUs | load average {load} | {platform.platform()}",
         f"python {platform.python_version()} | SQLAlchemy {sqlalchemy.__version__} | pandas {pd.__version__} | "
