@@ -68,6 +68,8 @@ class ArchsearchSearch(OptunaSearch):
         return self._store
 
     def suggest(self, trial_id: str) -> dict | None:
+        if self._grid_done():
+            return Searcher.FINISHED
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
             params = super().suggest(trial_id)
             if params is None:
@@ -79,6 +81,8 @@ class ArchsearchSearch(OptunaSearch):
                 return {**params, NUMBER_KEY: ot_trial.number}
             self._record_infeasible(ot_trial, params, violations, build_error)
             del self._ot_trials[trial_id]
+            if self._grid_done():
+                return Searcher.FINISHED
         # The sampler keeps proposing what the constraints exclude: end the search (cleanly; the
         # driver then records the study as failed, with the reason) instead of raising inside Tune.
         print(
@@ -87,6 +91,16 @@ class ArchsearchSearch(OptunaSearch):
             flush=True,
         )
         return Searcher.FINISHED
+
+    def _grid_done(self) -> bool:
+        """A grid search ends when every grid point has been dispatched (see search_space.grid_sampler)."""
+        from search_space.grid_sampler import TuneGridSampler
+
+        return (
+            isinstance(self._sampler, TuneGridSampler)
+            and self._ot_study is not None
+            and self._sampler.all_started(self._ot_study)
+        )
 
     def _record_infeasible(self, ot_trial, params: dict, violations: list[float], build_error: str | None) -> None:
         self.infeasible += 1

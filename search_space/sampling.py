@@ -177,4 +177,6 @@ def make_sampler(spec: SearchSpec):
         return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
     if s.sampler == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
-    return optuna.samplers.GridSampler(grid_space(spec), seed=s.seed)
+    from search_space.grid_sampler import TuneGridSampler
+
+    return TuneGridSampler(grid_space(spec), seed=s.seed)

@@ -161,6 +161,27 @@ def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_pa
     assert not set(summary.front["number"]) & set(pruned.index)
 
 
+@pytest.mark.slow
+def test_a_grid_search_runs_each_point_once_and_ends_without_an_error(local_ray, tmp_path, capfd):
+    # 3 grid points, one of them infeasible, and more trials asked for than the grid has: each point
+    # runs (or is rejected) once, then the search ends, with no Optuna `Study.stop` error from Tune.
+    spec = tiny_spec(
+        training={"epochs": 1, "lr": 1e-3},
+        params={"embed_dim": {"choice": [32, 48, 64]}},
+        constraints=["params <= 80000"],
+        search={"sampler": "grid", "n_trials": 6, "concurrency": 2, "seed": 0},
+    )
+    summary, store, study = run(spec, tmp_path, "grid")
+    trials = store.trials("grid")
+    assert sorted(trials["config.model.embed_dim"]) == [32, 48, 64]
+    assert trials["number"].is_unique and len(study.trials) == 3
+    statuses = dict(zip(trials["config.model.embed_dim"], trials["status"], strict=True))
+    assert statuses[32] == statuses[48] == "completed" and statuses[64] == "infeasible"
+    assert summary.counts["completed"] == 2
+    err = capfd.readouterr().err
+    assert "Study.stop" not in err and "Error stopping trial" not in err
+
+
 def test_spec_errors_name_the_key_and_nothing_runs(tmp_path):
     from click.testing import CliRunner
 
