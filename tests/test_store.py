@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +146,19 @@ def test_finishing_a_trial_twice_keeps_one_complete_record(store):
     )
     assert (row["seed"], row["host"]) == (7, "node-1")  # kept from the start record
     assert row["config.model.depth"] == 4 and row["config.training.lr"] == 1e-3
+
+
+def test_a_retried_start_keeps_one_row_and_the_first_start_time(store):
+    store.start_trial("s1", 5, CONFIG, seed=7, host="node-1")
+    first = store.trials("s1").iloc[0]["started_at"]
+    store.finish_trial("s1", 5, status="failed", config=CONFIG, error="node lost")
+    time.sleep(0.01)
+    store.start_trial("s1", 5, CONFIG, seed=7, host="node-2")  # Ray Tune retries it elsewhere
+    rows = store.trials("s1")
+    assert len(rows) == 1
+    row = rows.iloc[0]
+    assert (row["status"], row["host"]) == ("running", "node-2")
+    assert row["started_at"] == first
 
 
 def test_a_failed_write_leaves_nothing_behind(store):

@@ -211,14 +211,28 @@ class Store:
             from sqlalchemy.dialects.sqlite import insert
         return insert(model)
 
-    def _upsert(self, conn, model, rows: Sequence[dict[str, Any]], keys: Sequence[str], returning=None):
+    def _upsert(
+        self,
+        conn,
+        model,
+        rows: Sequence[dict[str, Any]],
+        keys: Sequence[str],
+        returning=None,
+        keep: Sequence[str] = (),
+    ):
         """INSERT ... ON CONFLICT (keys) DO UPDATE for ``rows`` (all with the same columns).
 
-        The statement carries no values, so SQLAlchemy compiles it once and caches it; the rows
-        go as parameters (executemany for several rows).
+        Columns in ``keep`` keep the stored value when there is one (a first start time outlives a
+        retry). The statement carries no values, so SQLAlchemy compiles it once and caches it; the
+        rows go as parameters (executemany for several rows).
         """
         stmt = self._insert(conn, model)
-        updates = {name: stmt.excluded[name] for name in rows[0] if name not in keys}
+        table = model.__table__
+        updates = {
+            name: func.coalesce(table.c[name], stmt.excluded[name]) if name in keep else stmt.excluded[name]
+            for name in rows[0]
+            if name not in keys
+        }
         stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
         if returning is not None:
             return conn.execute(stmt.returning(returning), rows[0])
@@ -359,7 +373,7 @@ class Store:
         host: str | None = None,
         device: str | None = None,
     ) -> None:
-        """Record a trial as running (idempotent: a retried start keeps one row)."""
+        """Record a trial as running (idempotent: a retried start keeps one row and its first start time)."""
         row = {
             "study_id": self._study_id(study),
             "number": number,
@@ -371,7 +385,7 @@ class Store:
             "device": device,
             "started_at": _now(),
         }
-        self._write(lambda conn: self._upsert(conn, Trial, [row], ("study_id", "number")))
+        self._write(lambda conn: self._upsert(conn, Trial, [row], ("study_id", "number"), keep=("started_at",)))
 
     def record_epoch(self, study: str, number: int, metrics: Mapping[str, Any]) -> None:
         """Write (or rewrite) one epoch of a running trial's learning curve."""
