@@ -22,6 +22,7 @@ import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from search_space.grid_sampler import TuneGridSampler
 from search_space.sampling import SpaceFunction, build_trial_config
 from search_space.spec import SearchSpec
 
@@ -68,9 +69,9 @@ class ArchsearchSearch(OptunaSearch):
         return self._store
 
     def suggest(self, trial_id: str) -> dict | None:
-        if self._grid_done():
-            return Searcher.FINISHED
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
+            if self._grid_done():
+                return Searcher.FINISHED
             params = super().suggest(trial_id)
             if params is None:
                 return None
@@ -81,8 +82,6 @@ class ArchsearchSearch(OptunaSearch):
                 return {**params, NUMBER_KEY: ot_trial.number}
             self._record_infeasible(ot_trial, params, violations, build_error)
             del self._ot_trials[trial_id]
-            if self._grid_done():
-                return Searcher.FINISHED
         # The sampler keeps proposing what the constraints exclude: end the search (cleanly; the
         # driver then records the study as failed, with the reason) instead of raising inside Tune.
         print(
@@ -94,8 +93,6 @@ class ArchsearchSearch(OptunaSearch):
 
     def _grid_done(self) -> bool:
         """A grid search ends when every grid point has been dispatched (see search_space.grid_sampler)."""
-        from search_space.grid_sampler import TuneGridSampler
-
         return (
             isinstance(self._sampler, TuneGridSampler)
             and self._ot_study is not None
