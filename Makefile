@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean browser check-install
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,25 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
+# Headless Chromium (Debian's package) for the report's browser test; CI installs it (root, apt).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is not installed (apt-get install chromium): the report's browser test will be skipped"; fi; }
+
+# `pip install .` with no extras, in a fresh venv, runs a verdict and the reproduce command: every
+# package the code imports at run time is a declared dependency (CI runs this after the tests).
+check-install:
+	rm -rf .venv-plain && $(PYTHON) -m venv .venv-plain
+	.venv-plain/bin/python -m pip install --quiet --upgrade pip
+	.venv-plain/bin/python -m pip install --quiet -c constraints.txt .
+	cd /tmp && $(CURDIR)/.venv-plain/bin/archsearch reproduce coatnet-layouts --help > /dev/null
+	cd /tmp && $(CURDIR)/.venv-plain/bin/python -c "from dashboards.stats import verdict; \
+	  v = verdict({0: 81.6, 1: 81.9, 2: 81.4}, {0: 80.9, 1: 81.0, 2: 80.7}, '>'); print('verdict:', v); \
+	  assert v.startswith('holds'), v"
+	rm -rf .venv-plain build
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -32,4 +51,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/measure.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-plain *.egg-info .pytest_cache .ruff_cache

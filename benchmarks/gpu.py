@@ -10,8 +10,9 @@ by that much). One process, side by side:
 
 (a) bf16 training images/s and MFU at 224 of ``cait_s24`` and ``coatnet_0`` next to timm's
     ``cait_s24_224`` and ``coatnet_0_224`` (same batch, same precision, eager and compiled).
-    MFU = 2 x model multiply-adds x 3 (forward + backward) x images/s / the bf16 matmul rate
-    measured here (an 8192^3 matmul), so it is relative to what this GPU really does.
+    MFU = 2 x model multiply-adds x 3 (forward + backward) x images/s / peak, twice: against the
+    bf16 matmul rate measured here (an 8192^3 matmul: what this GPU really does) and against the
+    datasheet's dense bf16 peak (H100 SXM: 989 TFLOP/s; the figure used is named in the header).
 (b) one 32x32 trial (``coatnet_tiny32``, ``cait_tiny32``; CIFAR-sized synthetic data held on the
     device) through archsearch's own Trainer: images/s, data-wait share, step time, eager vs compiled.
 (c) trials per hour with 1, 2, 4 and 8 such trials packed on the GPU (separate processes, each
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from search_space.cost_model import estimate_cost  # noqa: E402
+from trials.gpu import configure_backends, datasheet_peak, mfu  # noqa: E402
 from trials.models import build_model, resolve_config  # noqa: E402
 from trials.timing import synchronize, time_once  # noqa: E402
 
@@ -113,7 +115,7 @@ def _rate(fn, device: torch.device, batch: int, warmup: int, repeats: int) -> tu
     return batch / statistics.median(times), statistics.median(times)
 
 
-def part_a(args, device: torch.device, peak: float) -> list[dict[str, Any]]:
+def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float] | None) -> list[dict[str, Any]]:
     """Training throughput and MFU at 224, ours vs timm, eager and compiled."""
     rows = []
     size, batch = args.image_size, args.batch_size
@@ -153,7 +155,8 @@ def part_a(args, device: torch.device, peak: float) -> list[dict[str, Any]]:
                         "train img/s": rate,
                         "step ms": step * 1e3,
                         "GMACs/img": macs / 1e9,
-                        "MFU %": 100 * 2 * macs * 3 * rate / peak,
+                        "MFU % (measured peak)": mfu(macs, rate, peak),
+                        "MFU % (datasheet)": mfu(macs, rate, datasheet[1]) if datasheet else None,
                     }
                 )
                 del model, forward
@@ -201,6 +204,8 @@ def part_b(args, device: torch.device) -> list[dict[str, Any]]:
                     "step ms": 1e3 * last.epoch_time / max(steps, 1),
                     "top1": last.top1,
                     "peak MB": last.peak_memory_mb,
+                    "reserved MB": last.peak_reserved_mb,
+                    "compile s": result.final.get("compile_s"),
                     "note": "; ".join(result.notes) or None,
                 }
             )
@@ -224,8 +229,10 @@ def part_c(args, device: torch.device) -> list[dict[str, Any]]:
     base = None
     for n in args.packing:
         config = _small_trial_config("coatnet_tiny32", str(device), False, args.small_train_size, args.small_epochs)
-        if device.type == "cuda":
-            config["gpu_memory_fraction"] = round(0.95 / n, 4)
+        if device.type == "cuda" and n > 1:
+            # The share a search gives a packed trial (resources.gpus: 1/n); run_trial turns it into
+            # the allocator cap with the one formula (trials.gpu.memory_cap_fraction).
+            config["gpu_memory_fraction"] = 1 / n
         started = time.perf_counter()
         children = [
             subprocess.Popen(
@@ -319,20 +326,23 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     if args.compile is None:
         args.compile = device.type == "cuda"  # inductor on a small CPU takes minutes per model
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    backends = configure_backends(device)  # the same cuDNN autotuning and TF32 settings as a trial
     peak = matmul_rate(device, 8192 if device.type == "cuda" and not args.quick else 1024)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    datasheet = datasheet_peak(name) if device.type == "cuda" else None
     header = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device": name,
         "torch": torch.__version__,
         "matmul TFLOP/s (measured)": peak / 1e12,
+        "datasheet peak": f"{datasheet[0]} {datasheet[1] / 1e12:g} TFLOP/s" if datasheet else "unknown for this device",
+        **backends,
         "python": platform.python_version(),
         "host cpus": os.cpu_count(),
     }
     print(" | ".join(f"{k}: {_cell(v)}" for k, v in header.items()), flush=True)
     results: dict[str, Any] = {"header": header}
     parts = {
-        "a": ("(a) training at 224: ours vs timm, MFU", lambda: part_a(args, device, peak)),
+        "a": ("(a) training at 224: ours vs timm, MFU", lambda: part_a(args, device, peak, datasheet)),
         "b": ("(b) one 32x32 trial: images/s, data wait, step time", lambda: part_b(args, device)),
         "c": ("(c) packed 32x32 trials per GPU", lambda: part_c(args, device)),
         "d": ("(d) inference fp32/bf16 and batch-1 latency: ours vs timm", lambda: part_d(args, device)),

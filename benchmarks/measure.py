@@ -129,6 +129,25 @@ def train_table(device: str, precision: str, steps: int) -> list[dict]:
     return rows
 
 
+def synthetic_table(repeats: int = 3) -> list[dict]:
+    """Generating the built-in synthetic dataset (it was a timed test; timing belongs here): median of repeats."""
+    import statistics
+    import time
+
+    from trials.synthetic import make_synthetic
+
+    rows = []
+    for n in (1_000, 10_000):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            make_synthetic(n, 10, seed=0)
+            times.append(time.perf_counter() - start)
+        median = statistics.median(times)
+        rows.append({"images": n, "median s": round(median, 3), "images/s": round(n / median)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--skip-flops", action="store_true")
@@ -144,6 +163,8 @@ def main() -> None:
     if not args.skip_flops:
         print("\nFLOPs at 224x224 (GMACs)")
         print(render_table(flop_table()))
+    print("\nSynthetic dataset generation (32x32, 10 classes)")
+    print(render_table(synthetic_table()))
     if not args.skip_train:
         print("\nTrial training throughput on synthetic (second epoch), with the share of time waiting for data")
         print(render_table(train_table(args.device, args.precision, args.steps)))

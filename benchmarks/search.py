@@ -99,7 +99,7 @@ def body_seconds(repeats: int) -> float:
     import torch
 
     from search_space.sampling import build_trial_config
-    from search_space.spec import load_spec
+    from search_space.validation import load_spec
     from trials.runner import run_trial
 
     spec = load_spec(trivial_spec(1, 1))
@@ -122,7 +122,7 @@ def body_seconds(repeats: int) -> float:
 def run_archsearch(n_trials: int, concurrency: int, workdir: Path) -> dict[str, Any]:
     from harness.search import run_search
     from harness.store import Store
-    from search_space.spec import load_spec
+    from search_space.validation import load_spec
 
     spec = load_spec(trivial_spec(n_trials, concurrency))
     url = f"sqlite:///{workdir / 'store.db'}"
@@ -288,7 +288,7 @@ def overhead_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main_job_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     from harness.search import run_search
     from harness.store import Store
-    from search_space.spec import load_spec
+    from search_space.validation import load_spec
     from trials.trial_config import read_yaml
 
     raw = read_yaml(QUICKSTART)

@@ -16,6 +16,8 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 
+import json
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -171,15 +173,18 @@ def pareto_scatter(
     # Failures strip: one row per status, at the measured cost or pinned at the left edge.
     known_x = x[np.isfinite(x)]
     left = known_x.min() if len(known_x) else 0.0
-    strip_rows = list(NO_RESULT_MARKERS)
+    strip_rows = []
+    jitter = np.random.default_rng(0)  # trials at the same cost (or none) side by side, not one marker
     for row, (state, marker) in enumerate(NO_RESULT_MARKERS.items()):
         rows = (status == state).to_numpy()
+        strip_rows.append(f"{state} ({int(rows.sum())})")
         if not rows.any():
             continue
         xs = x[rows].fillna(left)
         many = len(xs) > 500
+        ys = row + jitter.uniform(-0.3, 0.3, len(xs)) if len(xs) > 1 else np.full(len(xs), row)
         strip.scatter(
-            xs, np.full(len(xs), row), marker=marker, s=12 if many else 60, alpha=0.3 if many else 1.0,
+            xs, ys, marker=marker, s=12 if many else 40, alpha=0.3 if many else 0.8,
             color="tab:red", label=f"{state} ({len(xs)})", rasterized=many,
         )  # fmt: skip
     strip.set_yticks(range(len(strip_rows)), strip_rows)
@@ -200,7 +205,9 @@ def pareto_scatter(
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     if mappable is not None:
         fig.colorbar(mappable, ax=[ax, strip], label=color_by, pad=0.25)
-    ax.set_title(f"{y_name} vs {x_name}: {len(frame):,} trials, {int(front.sum())} on the front")
+    duplicates = int((status == "duplicate").sum())  # the same config as a trial shown: not drawn twice
+    shown = f"{len(frame) - duplicates:,} trials" + (f" (+{duplicates} duplicates)" if duplicates else "")
+    ax.set_title(f"{y_name} vs {x_name}: {shown}, {int(front.sum())} on the front")
     fig.subplots_adjust(right=0.72)
     return fig
 
@@ -289,6 +296,25 @@ def _is_categorical(values: pd.Series) -> bool:
     return _numeric(present).isna().any()
 
 
+def per_stage_columns(frame: pd.DataFrame, params: Sequence[str]) -> tuple[pd.DataFrame, list[str]]:
+    """List-valued parameters (CoAtNet's ``depths``, ``dims``) as one column per stage, ``depths[2]``,
+    keeping only the stages that vary: a panel per stage reads, a whole list as a tick label does not."""
+    out, names = frame.copy(), []
+    for param in params:
+        values = out[param] if param in out else pd.Series(dtype=object)
+        lists = values.dropna()
+        if lists.empty or not lists.map(lambda v: isinstance(v, (list, tuple))).all():
+            names.append(param)
+            continue
+        width = int(lists.map(len).max())
+        for i in range(width):
+            column = f"{param}[{i}]"
+            out[column] = values.map(lambda v, i=i: v[i] if isinstance(v, (list, tuple)) and len(v) > i else None)
+            if out[column].map(lambda v: json.dumps(v, default=str)).nunique() > 1:
+                names.append(column)
+    return out, names
+
+
 def objective_vs_params(
     frame: pd.DataFrame,
     objective: str,
@@ -303,10 +329,12 @@ def objective_vs_params(
     them (a large study); the title then says so.
     """
     import seaborn as sns
+    from matplotlib import ticker
 
     sns.set_theme(style="whitegrid")
     done = frame[(frame["status"] == "completed") & _numeric(frame[objective]).notna()].copy()
     done[objective] = _numeric(done[objective])
+    done, params = per_stage_columns(done, params)
     dense = len(done) <= 500  # few points: big, opaque markers; many: small, translucent, rasterised
     alpha = 0.8 if dense else 0.3
     n = max(len(params), 1)
@@ -329,6 +357,11 @@ def objective_vs_params(
             xs = _numeric(values)
             ax.scatter(xs, done[objective], s=18 if dense else 6, alpha=alpha, rasterized=not dense)
             _maybe_log(ax, xs, "x")
+            if ax.get_xscale() == "linear":  # 0.0025, 0.00275, ... would run together: 3 significant digits
+                whole = bool(np.all(np.mod(xs.dropna().to_numpy(dtype=float), 1) == 0))  # depths: 1, 2, 3
+                ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=4, integer=whole))
+                ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+            ax.tick_params(axis="x", labelsize=8)
         ax.set_xlabel(short)
         ax.set_ylabel(_label(objective, direction))
     for ax in list(axes.flat)[len(params) :]:

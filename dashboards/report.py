@@ -23,6 +23,8 @@ import pandas as pd
 from dashboards import figures
 from dashboards.pareto import front_mask, hypervolume_progress
 
+from .files import atomic_write
+
 _MAX_PARAM_PANELS = 12  # objective-vs-parameter panels per study; more is unreadable in a page
 
 _TEMPLATE = """<!DOCTYPE html>
@@ -60,7 +62,9 @@ figcaption { color: #555; font-size: 0.9em; }
 <tr><td>created</td><td class="text">{{ s.created_at }}</td></tr>
 <tr><td>archsearch version</td><td class="text">{{ s.version }}</td></tr>
 <tr><td>git commit</td><td class="text">{{ s.git_commit }}</td></tr>
-<tr><td>hardware</td><td class="text">{{ s.hardware }}</td></tr>
+<tr><td>hardware</td><td class="text">{% if s.hardware %}<table class="hardware">
+{% for k, v in s.hardware %}<tr><td class="text">{{ k }}</td><td class="text">{{ v }}</td></tr>
+{% endfor %}</table>{% else %}not recorded{% endif %}</td></tr>
 </table>
 <h3>Trials by status</h3>
 <table class="counts">
@@ -170,7 +174,7 @@ def _empty_section(record: Mapping[str, Any]) -> dict[str, Any]:
         "created_at": record.get("created_at"),
         "version": record.get("archsearch_version"),
         "git_commit": record.get("git_commit") or "unknown",
-        "hardware": json.dumps(hardware, default=str) if hardware else "not recorded",
+        "hardware": _hardware_rows(hardware),
         "spec": _dump(_decoded(record.get("spec"))),
         "notes": [],
         "figures": [],
@@ -178,6 +182,22 @@ def _empty_section(record: Mapping[str, Any]) -> dict[str, Any]:
         "front_columns": [],
         "front_total": 0,
     }
+
+
+def _hardware_rows(hardware: Any) -> list[tuple[str, str]]:
+    """The recorded hardware as (key, value) rows; lists joined, nested values as short text."""
+    if not isinstance(hardware, Mapping):
+        return [("recorded", str(hardware))] if hardware else []
+    rows = []
+    for key, value in hardware.items():
+        if isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value) or "none"
+        elif isinstance(value, float) and value.is_integer():
+            value = int(value)
+        elif isinstance(value, Mapping):
+            value = json.dumps(value, default=str)
+        rows.append((str(key), str(value)))
+    return rows
 
 
 def _sample_numbers(outcomes: pd.DataFrame, size: int, seed: int = 0) -> np.ndarray:
@@ -195,7 +215,7 @@ def _study_section(
     objectives = dict(objectives) if objectives else _study_objectives(record)
     section = _empty_section({**record, "name": name})
     counts = store.counts(name)
-    section["counts"] = counts
+    section["counts"] = {k: v for k, v in counts.items() if k != "epochs"}  # trial statuses only
     if not any(n for status, n in counts.items() if status != "epochs"):
         section["notes"].append("This study has no trials yet.")
         return section
@@ -269,7 +289,7 @@ def _study_section(
     for key, fig_caption, fig in figs:
         data = _png(fig)
         if png_dir is not None:
-            (png_dir / f"{_slug(name)}-{key}.png").write_bytes(data)
+            atomic_write(png_dir / f"{_slug(name)}-{key}.png", data)
         section["figures"].append({"caption": fig_caption, "data": base64.b64encode(data).decode("ascii")})
     return section
 
@@ -302,5 +322,4 @@ def write_report(
         objectives=shown,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
-    out.write_text(html, encoding="utf-8")
-    return out
+    return atomic_write(out, html)  # a failure leaves the previous report intact

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .output import FORMATS, nest_keys, render
+from .output import FORMATS, render
 
 
 class UsageError(click.ClickException):
@@ -61,8 +61,16 @@ def _key_settings(config) -> dict[str, str]:
     return {"settings": text}
 
 
+MAX_ERROR_LINE = 600  # characters: an error is one readable line, whatever value it quotes
+
+
+def _one_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 3] + "..."
+
+
 def _fail_on_config_error(error: Exception) -> UsageError:
-    return UsageError(str(error).splitlines()[0] if str(error) else type(error).__name__)
+    return UsageError(_one_line(str(error)) or type(error).__name__)
 
 
 @main.command("trial")
@@ -212,11 +220,11 @@ store_option = click.option(
 )
 
 
-def _open_store(url: str | None, *, create: bool):
+def _open_store(url: str | None, *, create: bool, read_only: bool = False):
     from harness.store import Store, StoreError
 
     try:
-        return Store.open(url, create=create)
+        return Store.open(url, create=create, read_only=read_only)
     except StoreError as error:
         raise UsageError(str(error)) from None
 
@@ -226,18 +234,20 @@ def _open_store(url: str | None, *, create: bool):
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def studies_command(store_url: str | None, fmt: str) -> None:
     """The studies in the store, with trial counts by status."""
-    with _open_store(store_url, create=False) as store:
+    with _open_store(store_url, create=False, read_only=True) as store:
         frame = store.studies()
     rows = _records(frame)
     columns = ["name", "status", "objectives", "trials", "completed", "pruned", "failed", "diverged", "infeasible"]
-    click.echo(render(rows, fmt, [*columns, "running", "updated_at", "message"]))
+    click.echo(render(rows, fmt, [*columns, "running", "interrupted", "updated_at", "message"]))
 
 
 @main.command("trials")
 @click.argument("study")
 @store_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="Show at most N trials (after --sort).")
+@click.option(
+    "--limit", type=click.IntRange(min=0, max=2**62), default=None, help="Show at most N trials (after --sort)."
+)
 @click.option(
     "--sort",
     "sort",
@@ -255,7 +265,7 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
     """
     from harness.store import StoreError
 
-    with _open_store(store_url, create=False) as store:
+    with _open_store(store_url, create=False, read_only=True) as store:
         try:
             metric, descending = _parse_sort(sort, store, study) if sort else (None, False)
             frame = store.trials(study, sort=metric, descending=descending, limit=limit)
@@ -269,7 +279,12 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
     config_columns = [c for c in frame.columns if c.startswith("config.")]
     varying = [c for c in config_columns if frame[c].astype(str).nunique() > 1]
     metric_columns = [c for c in frame.columns if c not in config_columns and c in _METRIC_COLUMNS]
-    click.echo(render(rows, "table", ["number", "status", *varying, "params", "flops", "throughput", *metric_columns]))
+    for row in rows:  # why a trial failed, in a few words (the whole error: --format json)
+        error = " ".join(str(row.get("error") or "").split())
+        row["error"] = error if len(error) <= 60 else error[:57] + "..."
+    error_column = ["error"] if any(row["error"] for row in rows) else []
+    columns = ["number", "status", *varying, "params", "flops", "throughput", *metric_columns, *error_column]
+    click.echo(render(rows, "table", columns))
     if len(frame) < total:
         order = f", sorted by {metric} {'descending' if descending else 'ascending'}" if metric else ""
         click.echo(f"{len(frame)} of {total} trials{order}")
@@ -344,22 +359,26 @@ def search_command(
     finished trials are kept, unfinished ones resume from their last epoch checkpoint.
     """
     from harness.store import StoreError, resolve_store_url
-    from search_space.spec import load_spec
+    from search_space.validation import load_spec
     from trials.configio import ConfigError
 
     if spec_path is None and resume_study is None:
         raise UsageError("give a SPEC.yaml to start a search, or --resume STUDY to continue one")
+    from harness.ray_setup import SearchError, check_study_name
+
     url = resolve_store_url(store_url)
     try:
         if spec_path is not None:
             spec = load_spec(spec_path, check_paths=address is None)
+        check_study_name(resume_study or study_name or spec.name)  # before anything is written
         with _open_store(url, create=resume_study is None) as store:  # a bad URL fails here, before Ray starts
             if spec_path is None:
                 spec = load_spec(store.study(resume_study)["spec"], check_paths=address is None)
-    except (ConfigError, StoreError) as error:
+    except (ConfigError, StoreError, SearchError) as error:
         raise _fail_on_config_error(error) from None
     from harness.cluster import ClusterError
-    from harness.search import SearchError, run_search
+    from harness.interrupts import SearchInterrupted
+    from harness.search import run_search
 
     try:
         summary = run_search(
@@ -373,57 +392,83 @@ def search_command(
         )
     except (StoreError, SearchError, ClusterError) as error:
         raise UsageError(str(error)) from None
+    except SearchInterrupted as interrupted:  # Ctrl-C, SIGTERM, a store outage: resumable, one line
+        click.echo(f"\n{interrupted}", err=True)
+        raise SystemExit(interrupted.exit_code) from None
+    except KeyboardInterrupt:  # before the search started: nothing ran
+        click.echo("\nsearch interrupted before any trial ran", err=True)
+        raise SystemExit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v and k != "epochs")
     click.echo(f"\nstudy {summary.study} in {summary.store_url}: {counts} ({summary.wall_time_s:.0f}s)")
     if summary.status != "completed":
         # The study is recorded as failed with this reason (`archsearch studies` shows it).
         click.echo(f"Error: search failed: {summary.message}", err=True)
         raise SystemExit(2 if summary.spec_problem else 1)
+    from dashboards.columns import searched_config_columns
+
     front = summary.front
-    varying = [c for c in front.columns if c.startswith("config.") and front[c].astype(str).nunique() > 1]
+    config_columns = [c for c in front.columns if c.startswith("config.")]
+    searched = searched_config_columns(spec.model_dump(mode="json"), config_columns)
+    varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
     click.echo("Pareto front (" + ", ".join(f"{k}:{v}" for k, v in spec.objectives.items()) + "):")
-    click.echo(render(_records(front), "table", ["number", *spec.objectives, *varying]))
+    click.echo(render(_records(front), "table", ["number", *spec.objectives, *dict.fromkeys([*searched, *varying])]))
+
+
+def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
+    """The objectives the studies were searched for (they must agree; otherwise pass --objectives)."""
+    import json
+
+    from dashboards.pareto import ParetoError
+
+    found = {}
+    for name in studies:
+        objectives = store.study(name)["objectives"]
+        objectives = json.loads(objectives) if isinstance(objectives, str) else objectives
+        found[name] = {o["name"]: o["direction"] for o in objectives}
+    distinct = {tuple(v.items()) for v in found.values()}
+    if len(distinct) > 1:
+        shown = "; ".join(f"{k}: " + ",".join(f"{m}:{d}" for m, d in v.items()) for k, v in found.items())
+        raise ParetoError(f"the studies have different objectives ({shown}): pass --objectives")
+    return next(iter(found.values()))
 
 
 @main.command("pareto")
 @click.argument("studies", nargs=-1, required=True)
-@click.option("--objectives", required=True, help="2 or 3 METRIC:max|min, e.g. top1:max,flops:min.")
+@click.option(
+    "--objectives",
+    default=None,
+    help="2 or 3 METRIC:max|min, e.g. top1:max,flops:min (default: the study's own objectives).",
+)
 @click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter by a config value (repeatable).")
 @store_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-def pareto_command(studies: tuple[str, ...], objectives: str, where: tuple[str, ...], store_url: str | None, fmt: str):
+def pareto_command(
+    studies: tuple[str, ...], objectives: str | None, where: tuple[str, ...], store_url: str | None, fmt: str
+):
     """The Pareto front of STUDY... (completed trials only; the others are counted)."""
+    from dashboards.columns import searched_config_columns
     from dashboards.pareto import ParetoError, parse_objectives, parse_where, query_front
     from harness.store import StoreError
 
     try:
-        wanted = parse_objectives(objectives)
         filters = parse_where(where)
-        with _open_store(store_url, create=False) as store:
+        with _open_store(store_url, create=False, read_only=True) as store:
+            wanted = parse_objectives(objectives) if objectives else _studies_objectives(store, studies)
             result = query_front(store, list(studies), wanted, filters)
     except (ParetoError, StoreError) as error:
         raise UsageError(str(error)) from None
     front = result.front
     config_columns = [c for c in front.columns if c.startswith("config.")]
-    if fmt == "json":
-        rows = []
-        for record in _records(front):
-            config = nest_keys({k.removeprefix("config."): v for k, v in record.items() if k.startswith("config.")})
-            rows.append(
-                {
-                    "study": record["study"],
-                    "number": record["number"],
-                    **{m: record[m] for m in wanted},
-                    "config": config,
-                }
-            )
-        click.echo(render(rows, "json"))
-        return
-    varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
-    columns = (
-        ["study", "number", *wanted, *varying] if fmt == "table" else ["study", "number", *wanted, *config_columns]
-    )
-    click.echo(render(_records(front), fmt, columns))
+    if fmt == "table":  # the searched parameters always, and whatever else differs between members
+        with _open_store(store_url, create=False, read_only=True) as store:
+            specs = [store.study(name)["spec"] for name in studies]
+        searched = [c for spec in specs for c in searched_config_columns(spec, config_columns)]
+        varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
+        columns = ["study", "number", *wanted, *dict.fromkeys([*searched, *varying])]
+    else:  # JSON and CSV: flat rows, one key per column, as `trials` writes them
+        columns = ["study", "number", *wanted, *config_columns]
+    rows = [{c: record.get(c) for c in columns} for record in _records(front)]
+    click.echo(render(rows, fmt, columns))
     if fmt == "table":
         counted = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
         click.echo(f"front of {len(front)} from {sum(result.counts.values())} trials ({counted})")
@@ -450,7 +495,7 @@ def report_command(
 
     try:
         wanted = parse_objectives(objectives) if objectives else None
-        with _open_store(store_url, create=False) as store:
+        with _open_store(store_url, create=False, read_only=True) as store:
             for study in studies:
                 store.study(study)  # unknown study: a one-line error before any work
             from dashboards.report import write_report
@@ -458,6 +503,12 @@ def report_command(
             path = write_report(store, list(studies), wanted, output, png_dir=png_dir, color_by=color_by)
     except (ParetoError, StoreError) as error:
         raise UsageError(str(error)) from None
+    except OSError as error:  # a non-directory or read-only place, a full disk: one line, exit 2
+        if isinstance(error, (FileExistsError, NotADirectoryError)):
+            reason = f"a file is in the way of its folder {Path(output).parent}"
+        else:
+            reason = error.strerror or str(error)
+        raise UsageError(f"cannot write the report to {output}: {reason}") from None
     click.echo(f"report written to {Path(path).resolve()}")
 
 

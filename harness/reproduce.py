@@ -51,7 +51,6 @@ SCALES: dict[str, dict[str, Any]] = {
     "cpu": {"base": "coatnet_tiny32", "train_size": 2000, "val_size": 500, "epochs": 10, "capacity_factor": 2},
     "paper": {"base": "coatnet_0", "train_size": None, "val_size": None, "epochs": 300, "capacity_factor": 1},
 }
-SCALE_NAMES = ("tiny", "cpu", "small", "paper")
 
 
 def coatnet_layouts_spec(
@@ -437,7 +436,7 @@ def reproduce(
     from dashboards.report import write_report
     from harness.search import run_search
     from harness.store import Store
-    from search_space.spec import load_spec
+    from search_space.validation import load_spec
 
     output.mkdir(parents=True, exist_ok=True)
     written = []
@@ -447,6 +446,8 @@ def reproduce(
             run_search(spec, store_url, address=address, results_dir=results_dir)
         with Store.open(store_url, create=False) as store:
             store.study(spec.name)  # with run=False: a one-line error if the study was never run
+            from dashboards.files import atomic_write
+
             rows, verdicts, _ = summarise(store, spec.name, protocol, claims, margin=margin, large_margin=large_margin)
             trials = store.trials(spec.name)
             outcomes = {
@@ -457,7 +458,7 @@ def reproduce(
             summary = output / f"{spec.name}.md"
             text = markdown_summary(spec.name, protocol, rows, verdicts, command, ranking, outcomes)
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
-            summary.write_text(text)
+            atomic_write(summary, text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"
             report = write_report(
                 store, [spec.name], dict(spec.objectives), output / f"{spec.name}.html", color_by=color
@@ -469,9 +470,12 @@ def reproduce(
 def _study_figures(store, study: str, rows: list[VariantSummary], output: Path) -> list[tuple[str, Path]]:
     """The reproduction's own figures: accuracy against training loss per run (CoAtNet Fig. 1 form),
     and the metric per variant with its interval (accuracy against depth for the depth study)."""
+    import io
+
     import matplotlib.pyplot as plt
 
     from dashboards.figures import loss_vs_accuracy, variant_intervals
+    from dashboards.files import atomic_write
 
     trials = store.trials(study)
     variant_of = {int(n): str(v) for n, v in zip(trials["number"], trials["config.name"], strict=True)}
@@ -485,8 +489,10 @@ def _study_figures(store, study: str, rows: list[VariantSummary], output: Path) 
         ("metric per variant", "variants", variant_intervals(rows, rows[0].metric if rows else "metric")),
     ):
         path = output / f"{study}-{suffix}.png"
-        figure.savefig(path, dpi=110)
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=110)
         plt.close(figure)
+        atomic_write(path, buffer.getvalue())
         made.append((title, path))
     return made
 

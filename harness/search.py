@@ -14,6 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.ray_setup import (
+    check_resources,
+    check_storage,
+    check_study_name,
+    experiment_path,
+    init_ray,
+    quiet_ray,
+    ray_hardware,
+    storage_location,
+)
+from harness.store.urls import optuna_storage_url
+from harness.study_outcome import final_status, hopeless_reason, reconcile, replay_finished
 from search_space.spec import SearchSpec
 
 HOPELESS_AFTER = 3  # this many failed trials, none completed, all with the same error: the search stops
@@ -31,124 +43,6 @@ class SearchSummary:
     spec_problem: bool = False  # the failure is the spec's (nothing feasible), not the trials'
 
 
-class SearchError(RuntimeError):
-    """The search cannot start here (e.g. it asks for GPUs the cluster does not have): one line, exit 2."""
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
-def _optuna_storage_url(store_url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    url = make_url(store_url)
-    if url.get_backend_name() == "postgresql":
-        url = url.set(drivername="postgresql+psycopg")
-    return url.render_as_string(hide_password=False)
-
-
-def _quiet_ray(verbose: bool) -> None:
-    """Keep the terminal to archsearch's own lines: Ray's banners and INFO logs only with ``verbose``.
-
-    The per-trial progress line and the final front are archsearch's; Ray Tune's experiment box,
-    TensorBoard hint and "wrote the experiment state" lines are not shown by default.
-    """
-    import logging
-
-    if verbose:
-        return
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter, silent at verbose=0
-    for name in ("ray", "ray.tune", "ray.train", "ray._private.authentication.authentication_token_setup"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def _init_ray(address: str | None, spec: SearchSpec) -> None:
-    import logging
-
-    import ray
-
-    if ray.is_initialized():
-        return
-    if address:
-        from harness.cluster import join
-
-        join(address)  # the cluster's token, a pre-flight check, one-line errors (ClusterError)
-    else:
-        # address="local": always a fresh local Ray, never a cluster someone else started here.
-        cpus = max(os.cpu_count() or 1, int(spec.search.concurrency * spec.search.resources.cpus))
-        ray.init(
-            address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
-        )
-
-
-def storage_location(results_dir: str | Path | None) -> tuple[str, bool]:
-    """(Ray Tune's storage path, whether the user chose it): a local or shared directory, or a URI."""
-    if results_dir is None:
-        return str((Path.cwd() / "ray_results").resolve()), False
-    text = str(results_dir)
-    if "://" in text:  # s3://bucket/path, gs://..., file://...: Ray Tune's (pyarrow) filesystems
-        return text.rstrip("/"), True
-    return str(Path(text).expanduser().resolve()), True
-
-
-def check_storage(results_dir_chosen: bool, storage: str) -> None:
-    """On a cluster of several nodes, trial checkpoints must live where every node can read them."""
-    from harness.cluster import alive_nodes
-
-    nodes = alive_nodes()
-    if nodes > 1 and not results_dir_chosen:
-        raise SearchError(
-            "--results-dir",
-            f"the Ray cluster has {nodes} nodes, and trials checkpoint under {storage} on this machine only: a "
-            "trial retried on another node could not resume. Pass --results-dir with a directory every node "
-            "mounts (NFS, e.g. /shared/ray_results) or cloud storage (s3://bucket/path, gs://bucket/path)",
-        )
-
-
-def check_resources(spec: SearchSpec) -> None:
-    """Every trial's resource request fits on some node of the Ray cluster; otherwise Ray would
-    queue the trials forever. Raises :class:`SearchError` naming ``search.resources``."""
-    import ray
-
-    wanted = spec.search.resources
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", True)]
-    most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
-    most_cpus = max((r.get("CPU", 0) for r in nodes), default=0)
-    if wanted.gpus > 0 and most_gpus == 0:
-        raise SearchError(
-            "search.resources.gpus",
-            f"each trial asks for {wanted.gpus:g} GPU but the Ray cluster has none; set gpus: 0 to train on CPUs, "
-            "or join a cluster with GPUs (--address)",
-        )
-    if wanted.gpus > most_gpus:
-        raise SearchError(
-            "search.resources.gpus", f"each trial asks for {wanted.gpus:g} GPUs but no node has more than {most_gpus:g}"
-        )
-    if wanted.cpus > most_cpus:
-        raise SearchError(
-            "search.resources.cpus", f"each trial asks for {wanted.cpus:g} CPUs but no node has more than {most_cpus:g}"
-        )
-
-
-def _hardware() -> dict[str, Any]:
-    """What the search runs on (recorded with the study, shown in reports)."""
-    import platform
-
-    import ray
-
-    resources = ray.cluster_resources()
-    gpu_names = sorted({k for k in resources if k.startswith("accelerator_type:")})
-    return {
-        "driver": platform.node(),
-        "platform": platform.platform(),
-        "cluster_cpus": resources.get("CPU", 0),
-        "cluster_gpus": resources.get("GPU", 0),
-        "gpu_types": [g.removeprefix("accelerator_type:") for g in gpu_names],
-        "nodes": len(ray.nodes()),
-    }
-
-
 def _trainable(spec: SearchSpec):
     from ray import tune
 
@@ -162,11 +56,12 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     import optuna
     from ray import tune
 
+    from harness.interrupts import InterruptCallback
     from harness.searcher import ArchsearchSearch
     from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
     from search_space.sampling import make_sampler
 
-    storage = optuna.storages.RDBStorage(_optuna_storage_url(store_url))
+    storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
     scheduler = None
     es = spec.search.early_stopping
@@ -182,7 +77,11 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
             reduction_factor=es.reduction_factor,
         )
     spec_dict = spec.model_dump(mode="json")
-    callbacks = [StoreCallback(store_url, name, spec_dict), ProgressCallback(store_url, name, dict(spec.objectives))]
+    callbacks = [
+        InterruptCallback(),
+        StoreCallback(store_url, name, spec_dict),
+        ProgressCallback(store_url, name, dict(spec.objectives)),
+    ]
     stopper = HopelessSearchStopper(store_url, name, min(HOPELESS_AFTER, spec.search.n_trials), spec_dict)
     return tune.Tuner(
         _trainable(spec),
@@ -223,16 +122,99 @@ def run_search(
     import time
 
     import optuna
+
+    from harness import interrupts
+
+    started = time.perf_counter()
+    name = check_study_name(study_name or spec.name)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage_path, chosen = storage_location(results_dir)
+    experiment = experiment_path(storage_path, name)
+    command = resume_command(name, store_url, address, storage_path, chosen)
+    watchdog = _StopWatchdog(store_url, name, command)
+    interrupts.reset(on_stop=watchdog.arm)
+    previous_umask = os.umask(0o077)  # checkpoints, tuner and searcher state on a shared results dir: ours only
+    try:
+        with interrupts.handling_signals():
+            return _run_search(
+                spec, store_url, name, storage_path, chosen, experiment, address, resume, verbose, started
+            )
+    finally:
+        watchdog.cancel()
+        os.umask(previous_umask)
+
+
+def _hand_password_to_libpq(password: str | None) -> None:
+    """The store's password goes to libpq through ``PGPASSWORD`` (this driver process only), so the
+    URL that Ray pickles (searcher, callbacks, Optuna's storage) carries none.
+
+    Called after the local Ray has started: its processes do not inherit it.
+    """
+    if password is not None:
+        os.environ["PGPASSWORD"] = password
+
+
+HARD_STOP_AFTER_S = 45.0  # a graceful stop that takes longer than this (Ray's processes gone too) ends the driver
+
+
+class _StopWatchdog:
+    """When a stop is requested, record the study as interrupted at once; end the driver if Ray cannot stop.
+
+    SIGTERM sent to a whole process group (a batch scheduler, ``kill -- -PGID``) also ends the local
+    Ray's own processes, and the driver would then wait a minute for Ray's control store before dying
+    with exit 1. The store is marked first (the running trials and the study ``interrupted``); if
+    ``fit()`` has not returned after :data:`HARD_STOP_AFTER_S`, the driver prints the resume line
+    and exits with the signal's code. Ray's experiment state, saved as the search went, resumes.
+    """
+
+    def __init__(self, store_url: str, name: str, command: str):
+        import threading
+
+        self.store_url, self.name, self.command = store_url, name, command
+        self._cancelled = threading.Event()
+
+    def arm(self, request) -> None:
+        """Called from the signal handler: the work happens on a thread (the main thread may hold a
+        store transaction that this must not wait for)."""
+        import threading
+
+        threading.Thread(target=self._run, args=(request,), name="archsearch-stop", daemon=True).start()
+
+    def _run(self, request) -> None:
+        import sys
+
+        _interrupted(self.store_url, self.name, request, self.command)
+        if self._cancelled.wait(HARD_STOP_AFTER_S):
+            return
+        message = _interrupted(self.store_url, self.name, request, self.command)
+        print(f"\n{message}", file=sys.stderr, flush=True)
+        os._exit(request.exit_code)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+
+def _run_search(
+    spec: SearchSpec,
+    store_url: str,
+    name: str,
+    storage_path: str,
+    chosen: bool,
+    experiment: str,
+    address: str | None,
+    resume: bool,
+    verbose: bool,
+    started: float,
+) -> SearchSummary:
+    import time
+
     from ray import tune
 
     from dashboards.pareto import study_front
+    from harness import interrupts
     from harness.store import Store, StoreError
+    from harness.store.urls import split_secret
 
-    started = time.perf_counter()
-    name = study_name or spec.name
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage_path, chosen = storage_location(results_dir)
-    experiment = f"{storage_path}/{name}"
     with Store.open(store_url) as store:
         if resume and name not in store.study_names():
             raise StoreError(f"cannot resume: study {name!r} is not in {store.url}")
@@ -241,49 +223,82 @@ def run_search(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
                 "or --name to start a new study"
             )
-        if resume:
-            store.mark_interrupted()
-            if store.study(name)["status"] == "running":
-                raise StoreError(
-                    f"study {name!r} is still running (its driver is alive): wait for it, or stop it first"
-                )
-        _quiet_ray(verbose)
-        _init_ray(address, spec)
+        if name in store.study_names():
+            store.claim_study(name)  # one driver per study: refused while another live driver holds it
+        quiet_ray(verbose)
+        init_ray(address, spec)
         check_resources(spec)
         if address:
             check_storage(
                 chosen, storage_path
             )  # before anything is written: a request no node can meet would wait forever
-        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=_hardware())
-        store.set_study_status(name, "running")
+        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=ray_hardware())
+        store.claim_study(name)  # the creator holds the lease; a driver that lost the race to create is refused
+    public_url, password = split_secret(store_url)  # what Ray and Optuna get: no password
+    _hand_password_to_libpq(password)
     if resume and tune.Tuner.can_restore(experiment):
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
+        replay_finished(tuner, spec, public_url, name)
     else:
         if resume:
             _set_status(
                 store_url, name, "interrupted", f"cannot resume: no Ray Tune experiment state under {experiment}"
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
-        tuner = _new_tuner(spec, store_url, name, storage_path)
+        tuner = _new_tuner(spec, public_url, name, storage_path)
     with _Heartbeat(store_url, name):
         try:
             tuner.fit()
-        except BaseException as error:  # Ctrl-C, a crash in Ray: the study did not finish
+        except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands
+            interrupts.request_stop("interrupted by a second signal", interrupts.current_signal() or 2)
+        except BaseException as error:  # a crash in Ray: the study did not finish
             _set_status(store_url, name, "interrupted", f"interrupted: {type(error).__name__}: {error}"[:500])
             raise
+    stop = interrupts.current()
+    if stop is not None:
+        raise _interrupted(store_url, name, stop, resume_command(name, store_url, address, storage_path, chosen))
+    # The search ran to its end: no trial of it may stay running in Optuna or in the store.
     with Store.open(store_url) as store:
         stopped = hopeless_reason(store, name, min(HOPELESS_AFTER, spec.search.n_trials), spec.model_dump(mode="json"))
         if stopped:  # trials still in flight were stopped with the search, not lost
             reconcile(
-                store, name, _optuna_storage_url(store_url), stopped=f"stopped: every trial failed with: {stopped}"
+                store, name, optuna_storage_url(store_url), stopped=f"stopped: every trial failed with: {stopped}"
             )
         else:
-            reconcile(store, name, _optuna_storage_url(store_url))
+            reconcile(store, name, optuna_storage_url(store_url))
         counts = store.counts(name)
         status, message, spec_problem = final_status(store, name, counts, spec)
         store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
     return SearchSummary(name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem)
+
+
+def resume_command(name: str, store_url: str, address: str | None, storage_path: str, chosen: bool) -> str:
+    from harness.store import mask_url
+
+    parts = ["archsearch search --resume", name, "--store", mask_url(store_url)]
+    if address:
+        parts += ["--address", address]
+    if chosen:
+        parts += ["--results-dir", storage_path]
+    return " ".join(parts)
+
+
+def _interrupted(store_url: str, name: str, stop, command: str):
+    """Record an interrupted search (running trials and the study ``interrupted``) and say how to resume."""
+    from harness.interrupts import SearchInterrupted
+    from harness.store import Store
+
+    counts: dict[str, int] = {}
+    try:
+        with Store.open(store_url) as store:
+            store.interrupt_running_trials(name)
+            store.set_study_status(name, "interrupted", message=f"{stop.reason}; resume with: {command}")
+            counts = store.counts(name, epochs=False)
+    except Exception:  # the store may be what failed: the message still says how to resume
+        pass
+    done = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+    return SearchInterrupted(stop, f"search {stop.reason}{f' ({done})' if done else ''}; resume with: {command}")
 
 
 def _set_status(store_url: str, name: str, status: str, message: str | None) -> None:
@@ -294,35 +309,6 @@ def _set_status(store_url: str, name: str, status: str, message: str | None) -> 
             store.set_study_status(name, status, message=message)
     except Exception:  # recording the status must never hide the original error
         pass
-
-
-def final_status(store, name: str, counts: dict[str, int], spec: SearchSpec) -> tuple[str, str | None, bool]:
-    """(status, one-line reason, whether the spec is to blame) of a search that has ended.
-
-    ``completed`` if any trial completed; otherwise ``failed``, with the trials' common error, or
-    the constraint that excluded every sampled config.
-    """
-    if counts.get("completed", 0) > 0:
-        return "completed", None, False
-    ran = sum(counts.get(s, 0) for s in ("pruned", "failed", "diverged"))
-    from harness.failures import common_error
-
-    if ran == 0 and counts.get("infeasible", 0) > 0:
-        errors = store.trial_errors(name, ("infeasible",), limit=1)
-        detail = f": the last one {errors[0]}" if errors else ""
-        return (
-            "failed",
-            f"all {counts['infeasible']} sampled configurations were infeasible{detail}; "
-            f"the constraints {spec.constraints} leave (almost) nothing of the search space",
-            True,
-        )
-    common = common_error(store.trial_errors(name, ("failed",), limit=50))
-    if counts.get("failed", 0) and common:
-        return "failed", f"every trial failed ({counts['failed']}), all with: {common}", False
-    if ran == 0:
-        return "failed", "no trial ran", False
-    parts = ", ".join(f"{counts[s]} {s}" for s in ("failed", "diverged", "pruned") if counts.get(s))
-    return "failed", f"no trial completed ({parts})", False
 
 
 class _Heartbeat:
@@ -354,54 +340,6 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
-def hopeless_reason(store, name: str, after: int, spec: dict | None = None) -> str | None:
-    """The common error when no trial completed and at least ``after`` failed all the same way,
-    over different sampled values (what :class:`harness.tune_callbacks.HopelessSearchStopper`
-    stops a search on), else None."""
-    from harness.failures import common_error, shared_searched_value
-
-    counts = store.counts(name, epochs=False)
-    if counts["completed"] or counts["pruned"] or counts["failed"] < after:
-        return None
-    common = common_error(store.trial_errors(name, ("failed",), limit=50))
-    if common is None or spec is None:
-        return common
-    failed = store.trials(name, statuses=("failed",), limit=50, flatten_config=False)
-    return None if shared_searched_value(spec, list(failed.get("config", []))) else common
-
-
-def reconcile(store, name: str, optuna_url: str, *, stopped: str | None = None) -> dict[str, int]:
-    """After a search ends: no Optuna trial RUNNING, no store trial ``running``.
-
-    Anything still running when the Tuner has returned was lost with an earlier driver: it is
-    told FAIL to Optuna and recorded ``failed`` (interrupted) in the store, once. With
-    ``stopped`` (the search was ended on purpose), such trials are PRUNED / ``pruned`` with that reason.
-    """
-    import optuna
-
-    from harness.output import nest_keys
-
-    study = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(optuna_url))
-    fixed = {"optuna": 0, "store": 0}
-    state = optuna.trial.TrialState.PRUNED if stopped else optuna.trial.TrialState.FAIL
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.tell(trial.number, state=state)
-        fixed["optuna"] += 1
-    trials = store.trials(name, statuses=("running",))  # only those: a large study's configs stay undecoded
-    if not trials.empty:
-        for _, row in trials.iterrows():
-            config = {k.removeprefix("config."): v for k, v in row.items() if k.startswith("config.")}
-            store.finish_trial(
-                name,
-                int(row["number"]),
-                status="pruned" if stopped else "failed",
-                config=nest_keys(config),
-                error=stopped or "interrupted: the search driver stopped while this trial ran, and it was not resumed",
-            )
-            fixed["store"] += 1
-    return fixed
 
 
 def _has_trials(store, name: str) -> bool:

@@ -9,6 +9,12 @@
    would pollute the Pareto front; a failed or diverged one is FAIL.
 3. Each Tune trial's config carries its Optuna trial number (``archsearch_number``), the key the
    store uses, so Ray's, Optuna's and the store's trials match one to one.
+4. A configuration identical to one already completed or running in the study (the full trial
+   config after sampling, seed included) is not trained again: Optuna is told the original's
+   values (at once, or when the original finishes), the store records it ``duplicate`` with a
+   reference to the original, and it counts towards ``n_trials`` without occupying a worker.
+   TPE and NSGA-II re-propose points of small discrete spaces; without this a GPU would spend a
+   whole trial on a result the study already has.
 
 The searcher is pickled for ``Tuner.restore``; it holds a store URL, never an open connection.
 """
@@ -22,6 +28,7 @@ import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from harness.interrupts import stop_on_store_failure, store_failures
 from search_space.grid_sampler import TuneGridSampler
 from search_space.sampling import SpaceFunction, build_trial_config
 from search_space.spec import SearchSpec
@@ -38,6 +45,11 @@ class ArchsearchSearch(OptunaSearch):
         self.archsearch_study = study_name
         self._store = None
         self.infeasible = 0
+        self.duplicates = 0
+        self.dispatched = 0
+        self._seen: dict[str, int] = {}  # config key -> Optuna number of the trial that trains it
+        self._outcomes: dict[int, tuple] = {}  # Optuna number -> ("values", [...]) | ("failed",) | ("pruned",)
+        self._waiting: dict[int, list[int]] = {}  # original's number -> duplicates waiting for its outcome
         super().__init__(
             space=SpaceFunction(spec),
             metric=list(spec.objectives),
@@ -68,9 +80,16 @@ class ArchsearchSearch(OptunaSearch):
             self._store = Store.open(self.store_url)
         return self._store
 
-    def suggest(self, trial_id: str) -> dict | None:
+    def _budget_spent(self) -> bool:
+        """Trained and duplicate trials together count towards ``n_trials`` (infeasible ones do not)."""
+        return getattr(self, "dispatched", 0) + getattr(self, "duplicates", 0) >= self.spec.search.n_trials
+
+    def _suggest(self, trial_id: str) -> dict | None:
+        if not hasattr(self, "_seen"):  # a searcher pickled by an older archsearch
+            self.duplicates, self.dispatched, self._seen, self._outcomes, self._waiting = 0, 0, {}, {}, {}
+        rejected = "infeasible"
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
-            if self._grid_done():
+            if self._grid_done() or self._budget_spent():
                 return Searcher.FINISHED
             params = super().suggest(trial_id)
             if params is None:
@@ -79,17 +98,56 @@ class ArchsearchSearch(OptunaSearch):
             violations = ot_trial.user_attrs.get("constraints", [])
             build_error = ot_trial.user_attrs.get("build_error")
             if build_error is None and all(v <= 0 for v in violations):
-                return {**params, NUMBER_KEY: ot_trial.number}
-            self._record_infeasible(ot_trial, params, violations, build_error)
+                config = build_trial_config(self.spec, params)
+                key = config_key(config)
+                original = self._seen.get(key)
+                if original is None or self._outcomes.get(original) == ("failed",):  # a failure may be retried
+                    self._seen[key] = ot_trial.number
+                    self.dispatched += 1
+                    return {**params, NUMBER_KEY: ot_trial.number}
+                self._record_duplicate(ot_trial, config, original)
+                rejected = "duplicate"
+            else:
+                self._record_infeasible(ot_trial, params, violations, build_error)
+                rejected = "infeasible"
             del self._ot_trials[trial_id]
-        # The sampler keeps proposing what the constraints exclude: end the search (cleanly; the
-        # driver then records the study as failed, with the reason) instead of raising inside Tune.
+        # The sampler keeps proposing what the constraints exclude (or what was trained already): end
+        # the search cleanly (the driver records the outcome) instead of raising inside Tune.
         print(
-            f"[{self.archsearch_study}] stopping: {MAX_INFEASIBLE_IN_A_ROW} infeasible configurations in a row",
+            f"[{self.archsearch_study}] stopping: {MAX_INFEASIBLE_IN_A_ROW} {rejected} configurations in a row",
             file=sys.stderr,
             flush=True,
         )
         return Searcher.FINISHED
+
+    def _record_duplicate(self, ot_trial, config: dict, original: int) -> None:
+        self.duplicates += 1
+        outcome = self._outcomes.get(original)
+        if outcome is not None:
+            self._tell_copy(ot_trial.number, outcome)
+        else:  # the original still runs: told its outcome when it finishes
+            self._waiting.setdefault(original, []).append(ot_trial.number)
+        self.store.finish_trial(
+            self.archsearch_study,
+            ot_trial.number,
+            status="duplicate",
+            config=config,
+            final={"duplicate_of": original},
+            error=f"duplicate of trial {original}: the same configuration (seed included), not trained again",
+            optuna_number=ot_trial.number,
+        )
+
+    def _tell_copy(self, number: int, outcome: tuple) -> None:
+        state = optuna.trial.TrialState
+        frozen = self._ot_study._storage.get_trial(
+            self._ot_study._storage.get_trial_id_from_study_id_trial_number(self._ot_study._study_id, number)
+        )
+        if frozen.state.is_finished():
+            return
+        if outcome[0] == "values":
+            self._ot_study.tell(number, list(outcome[1]))
+        else:
+            self._ot_study.tell(number, state=state.FAIL if outcome[0] == "failed" else state.PRUNED)
 
     def _grid_done(self) -> bool:
         """A grid search ends when every grid point has been dispatched (see search_space.grid_sampler)."""
@@ -125,15 +183,55 @@ class ArchsearchSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         ot_trial = self._ot_trials[trial_id]
-        status = (result or {}).get(STATUS_KEY)
-        state = optuna.trial.TrialState
         try:
-            if error or status in ("failed", "diverged"):
-                self._ot_study.tell(ot_trial, state=state.FAIL)
-            elif status == "completed":
-                values = [float(result[m]) for m in self.metric]
-                self._ot_study.tell(ot_trial, values)
-            else:  # stopped by the scheduler before the end of its budget
-                self._ot_study.tell(ot_trial, state=state.PRUNED)
+            tell_outcome(self._ot_study, ot_trial.number, result, error, list(self.metric))
+            outcome = outcome_of(result, error, list(self.metric))
+            if hasattr(self, "_outcomes"):
+                self._outcomes[ot_trial.number] = outcome
+                for duplicate in self._waiting.pop(ot_trial.number, []):
+                    self._tell_copy(duplicate, outcome)
+        except store_failures() as failure:  # the database is down: stop, resumable (see harness.interrupts)
+            stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
         finally:
             self._completed_trials.add(trial_id)
+
+    def suggest(self, trial_id: str) -> dict | None:
+        try:
+            return self._suggest(trial_id)
+        except store_failures() as failure:
+            stop_on_store_failure("asking Optuna for a configuration", failure)
+            return None
+
+
+def tell_outcome(study, number: int, result: dict | None, error: bool, metrics: list[str]) -> bool:
+    """Tell Optuna a finished trial's outcome, once: a trial Optuna already holds as finished (told
+    before a driver died, or by a reconcile) is left as it is. Returns whether it told anything."""
+    state = optuna.trial.TrialState
+    frozen = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
+    if frozen.state.is_finished():
+        return False
+    status = (result or {}).get(STATUS_KEY)
+    if error or status in ("failed", "diverged"):
+        study.tell(number, state=state.FAIL)
+    elif status == "completed":
+        study.tell(number, [float(result[m]) for m in metrics])
+    else:  # stopped by the scheduler before the end of its budget
+        study.tell(number, state=state.PRUNED)
+    return True
+
+
+def config_key(config: dict) -> str:
+    """Identity of a trial configuration: the full config after sampling, seed included."""
+    import json
+
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def outcome_of(result: dict | None, error: bool, metrics: list[str]) -> tuple:
+    """What a finished trial tells Optuna, in a form its duplicates can be told too."""
+    status = (result or {}).get(STATUS_KEY)
+    if error or status in ("failed", "diverged"):
+        return ("failed",)
+    if status == "completed":
+        return ("values", tuple(float(result[m]) for m in metrics))
+    return ("pruned",)

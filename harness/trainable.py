@@ -17,6 +17,35 @@ from harness.searcher import NUMBER_KEY, STATUS_KEY
 CHECKPOINT_FILE = "trainer.pt"
 
 
+class WorkerUnusable(RuntimeError):
+    """A sticky CUDA error broke this worker's CUDA context; raised so Ray ends the actor.
+
+    Ray Tune never reuses the actor of a trial that raised (``reuse_actors`` caches only actors
+    whose trial ended cleanly), so the next trial starts in a fresh process instead of failing on
+    the broken context; with ``search.retries`` this trial itself is retried on a fresh worker.
+    """
+
+
+def load_checkpoint(directory: str | Path) -> dict[str, Any]:
+    """A trial's checkpoint, loaded onto the CPU (the trainer copies it to the device as it applies it).
+
+    ``map_location="cpu"``: loading straight to the GPU would keep a second copy of the model and
+    optimiser state there for the whole trial. ``weights_only=True``: state dicts and plain values
+    only, so a tampered checkpoint on a shared results dir cannot run code on resume.
+    """
+    import torch
+
+    return torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+
+
+def trial_cpus() -> float | None:
+    """The CPUs Ray assigned to this trial (what its DataLoader workers must stay within)."""
+    import ray
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    return float(cpus) if cpus else None
+
+
 def _cost_metrics(cost) -> dict[str, Any]:
     if cost is None:
         return {}
@@ -36,7 +65,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
 
     from search_space.sampling import build_trial_config
     from search_space.spec import SearchSpec
-    from trials.runner import final_metrics, run_trial
+    from trials.runner import final_metrics, run_trial, trial_facts
 
     search_spec = SearchSpec.model_validate(spec)
     params = dict(params)
@@ -45,24 +74,25 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     share = search_spec.search.resources.gpus
     if 0 < share < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
         config["gpu_memory_fraction"] = share
-    resume_state = None
+    config["cpus"] = trial_cpus() or search_spec.search.resources.cpus
+    pending: list[dict[str, Any]] = []  # the checkpoint to resume from, handed over once and then dropped
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
-            resume_state = torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=False)
+            pending.append(load_checkpoint(directory))
 
     # Where this attempt runs, and from which epoch it resumed (> 0 after a retry from a checkpoint).
     placement = {
         "worker_node": ray.get_runtime_context().get_node_id(),
         "worker_gpus": ",".join(str(g) for g in ray.get_gpu_ids()),
-        "resumed_from_epoch": int(resume_state["epoch"]) if resume_state else 0,
+        "resumed_from_epoch": int(pending[0]["epoch"]) if pending else 0,
     }
 
     def report_epoch(metrics, trainer) -> None:
         payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
         if trainer.finished:  # the whole budget ran: this is the trial's final result
             payload.update({f"final_{k}": v for k, v in final_metrics(trainer.history).items()})
-            payload["final_compiled"] = float(trainer.compiled)
+            payload.update({f"final_{k}": v for k, v in trial_facts(trainer).items()})
             if trainer.notes:  # e.g. a torch.compile fallback: kept with the trial's final record
                 payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)
@@ -71,7 +101,10 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
             torch.save(trainer.state_dict(), Path(directory) / CHECKPOINT_FILE)
             tune.report(payload, checkpoint=tune.Checkpoint.from_directory(directory))
 
-    result = run_trial(config, callback=report_epoch, resume_state=resume_state, progress=False)
+    result = run_trial(config, callback=report_epoch, resume_state=pending.pop if pending else None, progress=False)
+    runtime = {f"final_{k}": float(v) for k, v in result.runtime.items() if isinstance(v, (int, float, bool))}
+    if result.worker_unusable:
+        raise WorkerUnusable(f"this worker's CUDA context is broken; the trial failed with: {result.error}")
     if result.status != "completed":
         payload = {
             **(result.epochs[-1].to_dict() if result.epochs else {}),
@@ -81,6 +114,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
             STATUS_KEY: result.status,
             "error": result.error,
             "diverged_at_step": result.diverged_at_step,
+            **runtime,
         }
         # Tune insists on every objective in every result; these NaNs never reach Optuna (the
         # searcher tells FAIL without values) nor the store (which records the outcome).

@@ -14,7 +14,9 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
-from harness.searcher import NUMBER_KEY, STATUS_KEY
+from harness.interrupts import stop_on_store_failure, store_failures
+from harness.searcher import NUMBER_KEY
+from harness.study_outcome import hopeless_reason, record_outcome, trial_number_and_config
 
 EPOCH_KEYS = ("epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction")
 
@@ -41,18 +43,16 @@ class StoreCallback(Callback):
         return self._store
 
     def _trial_config(self, trial) -> tuple[int, dict[str, Any]]:
-        from search_space.sampling import build_trial_config
-        from search_space.spec import SearchSpec
-
-        params = dict(trial.config)
-        number = params.pop(NUMBER_KEY)
-        return number, build_trial_config(SearchSpec.model_validate(self.spec), params)
+        return trial_number_and_config(self.spec, dict(trial.config))
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        number, config = self._trial_config(trial)
-        self.store.start_trial(
-            self.study, number, config, seed=config.get("seed"), optuna_number=number, host=socket.gethostname()
-        )
+        try:
+            number, config = self._trial_config(trial)
+            self.store.start_trial(
+                self.study, number, config, seed=config.get("seed"), optuna_number=number, host=socket.gethostname()
+            )
+        except store_failures() as error:
+            stop_on_store_failure("recording a trial's start", error)
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
         self._last[trial.trial_id] = result
@@ -61,37 +61,20 @@ class StoreCallback(Callback):
             row = {k: result.get(k) for k in EPOCH_KEYS}
             row["images_per_s"] = result.get("train_images_per_s")
             row["wall_time"] = result.get("time_total_s")
-            self.store.record_epoch(self.study, number, row)
+            try:
+                self.store.record_epoch(self.study, number, row)
+            except store_failures() as error:
+                stop_on_store_failure(f"recording an epoch of trial {number}", error)
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         result = self._last.pop(trial.trial_id, None) or trial.last_result or {}
-        number, config = self._trial_config(trial)
-        status = result.get(STATUS_KEY) or "pruned"  # no outcome mark: stopped early by the scheduler
-        final = {k.removeprefix("final_"): v for k, v in result.items() if k.startswith("final_")}
-        if status == "pruned" and result.get("top1") is not None:
-            final = {"top1": result.get("top1"), "epochs": result.get("epoch")}
-        measurement = {k.removeprefix("cost_"): v for k, v in result.items() if k.startswith("cost_")}
-        if result.get("resumed_from_epoch"):
-            final["resumed_from_epoch"] = result["resumed_from_epoch"]
-        gpus = result.get("worker_gpus")
-        device = f"GPU {gpus} on node {result.get('worker_node', '?')[:8]}" if gpus else measurement.get("device")
-        self.store.finish_trial(
-            self.study,
-            number,
-            status=status,
-            config=config,
-            measurement=measurement or None,
-            final=final or None,
-            error=result.get("error"),
-            diverged_at_step=result.get("diverged_at_step"),
-            device=device,
-            host=result.get("hostname"),
-            optuna_number=number,
-        )
+        try:
+            record_outcome(self.store, self.study, self.spec, dict(trial.config), result)
+        except store_failures() as error:
+            stop_on_store_failure("recording a finished trial", error)
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self._last.pop(trial.trial_id, None)
-        number, config = self._trial_config(trial)
         error = None
         error_file = getattr(trial, "error_file", None)
         if error_file:
@@ -100,9 +83,18 @@ class StoreCallback(Callback):
                     error = handle.read()[-4000:]
             except OSError:
                 error = None
-        self.store.finish_trial(
-            self.study, number, status="failed", config=config, error=error or "the trial raised", optuna_number=number
-        )
+        try:
+            number, config = self._trial_config(trial)
+            self.store.finish_trial(
+                self.study,
+                number,
+                status="failed",
+                config=config,
+                error=error or "the trial raised",
+                optuna_number=number,
+            )
+        except store_failures() as failure:
+            stop_on_store_failure("recording a failed trial", failure)
 
 
 class ProgressCallback(Callback):
@@ -150,10 +142,15 @@ class ProgressCallback(Callback):
         return (
             f"[{self.study}] done {counts['completed']}  running {counts['running']}  pruned {counts['pruned']}  "
             f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "
+            f"duplicate {counts['duplicate']}  "
             f"pareto front {self._front()}"
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        from harness import interrupts
+
+        if interrupts.current() is not None:  # stopping: the one line that says why comes at the end
+            return
         try:
             line = self._line()
         except Exception as error:  # progress display must never fail a trial
@@ -186,31 +183,22 @@ class HopelessSearchStopper(Stopper):
     def stop_all(self) -> bool:
         if self.reason is not None:
             return True
-        from harness.failures import common_error
         from harness.store import Store
 
-        if self._store is None:
-            self._store = Store.open(self.store_url)
-        counts = self._store.counts(self.study, epochs=False)
-        if counts["completed"] or counts["pruned"] or counts["failed"] < self.after:
+        try:
+            if self._store is None:
+                self._store = Store.open(self.store_url)
+            reason = hopeless_reason(self._store, self.study, self.after, self.spec)
+            failed = self._store.counts(self.study, epochs=False)["failed"] if reason else 0
+        except store_failures() as error:
+            stop_on_store_failure("counting the trials", error)
             return False
-        common = common_error(self._store.trial_errors(self.study, ("failed",), limit=50))
-        if common is None or self._may_depend_on_the_sample():
+        if reason is None:
             return False
-        self.reason = common
+        self.reason = reason
         print(
-            f"[{self.study}] stopping: the first {counts['failed']} trials all failed with: {common}",
+            f"[{self.study}] stopping: the first {failed} trials all failed with: {reason}",
             file=sys.stderr,
             flush=True,
         )
         return True
-
-    def _may_depend_on_the_sample(self) -> bool:
-        """Whether the failed trials all share the value of some searched parameter (that value,
-        e.g. ``data.name: cifar10`` without its files, may be the cause: other values may work)."""
-        from harness.failures import shared_searched_value
-
-        if self.spec is None:
-            return False
-        failed = self._store.trials(self.study, statuses=("failed",), limit=50, flatten_config=False)
-        return shared_searched_value(self.spec, list(failed.get("config", []))) is not None

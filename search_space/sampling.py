@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trials.configio import ConfigError
+from trials.data_config import NATIVE_IMAGE_SIZE, NUM_CLASSES
 from trials.models.build import resolve_config
 from trials.models.config import ModelConfigError
 
@@ -68,6 +69,9 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, An
         # A replicate seed also fixes the data (split, order, augmentation draws): every variant run
         # with the same seed sees the same data, so variants can be compared per seed (paired).
         data["seed"] = seed
+    if data.get("name") == "imagefolder" and data.get("image_size") is None:
+        # Files have no native size: the model's image size is the one size trained, priced and recorded.
+        data["image_size"] = resolved.image_size
     config = {"model": resolved.to_dict(), "data": data, "training": training, "seed": seed}
     if "variant" in params:
         config["name"] = str(params["variant"])
@@ -86,16 +90,12 @@ def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dic
     return values, violations
 
 
-_NATIVE = {"synthetic": 32, "digits": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
-_CLASSES = {"digits": 10, "cifar10": 10, "cifar100": 100}
-
-
 def data_shape(data: dict[str, Any], default_classes: int) -> dict[str, int]:
     """Image size and class count a dataset gives a model (as the trial runner sets them),
     without loading the data: the cost model prices the model the trial will really build."""
     name = data.get("name", "synthetic")
-    classes = data.get("num_classes", 10) if name == "synthetic" else _CLASSES.get(name, default_classes)
-    return {"image_size": data.get("image_size") or _NATIVE.get(name, 224), "num_classes": classes}
+    classes = data.get("num_classes", 10) if name == "synthetic" else NUM_CLASSES.get(name, default_classes)
+    return {"image_size": data.get("image_size") or NATIVE_IMAGE_SIZE.get(name, 224), "num_classes": classes}
 
 
 class SpaceFunction:

@@ -26,7 +26,6 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -36,7 +35,6 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -252,35 +250,6 @@ def _error_path(location: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def load_spec(source: str | Path | Mapping[str, Any], *, check_paths: bool = True) -> SearchSpec:
-    """Validate a spec from a YAML path or a mapping; a ConfigError names the offending key path.
-
-    Beyond the schema, the spec must compile (:func:`search_space.validation.check_spec`): the
-    trial configs it generates are valid wherever the searched parameters do not reach, early
-    stopping fits the budget, and the constraints leave something to search. ``check_paths``
-    also requires an on-disk dataset's ``data_dir`` to exist on this machine.
-    """
-    if isinstance(source, (str, Path)):
-        from trials.trial_config import read_yaml
-
-        source = read_yaml(source)
-    if not isinstance(source, Mapping):
-        raise ConfigError("", f"a search spec must be a mapping, got {type(source).__name__}")
-    try:
-        spec = SearchSpec.model_validate(dict(source))
-    except ValidationError as error:
-        first = error.errors()[0]
-        message = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(_error_path(first["loc"]), message) from None
-    for i, text in enumerate(spec.constraints):
-        parse_constraint(text, f"constraints[{i}]")
-    check_params(spec)
-    from .validation import check_spec
-
-    check_spec(spec, check_paths=check_paths)
-    return spec
-
-
 def param_target(name: str, family: str) -> tuple[str, str, int | None]:
     """Where a searched parameter goes: ("model" | "training" | "data", field, stage index or None);
     ``variant`` selects a bundle of model overrides and ``seed`` the trial's seed (replicates)."""
@@ -305,32 +274,3 @@ def param_target(name: str, family: str) -> tuple[str, str, int | None]:
     )
 
 
-def check_params(spec: SearchSpec) -> None:
-    """Every candidate value of every parameter must be valid on the base model with the fixed params.
-
-    A value that is invalid whatever the searched parameters are (``embed_dim: 100`` with
-    ``num_heads`` fixed at 8) is a spec error; invalid combinations of searched values are found
-    at sampling time and recorded as infeasible.
-    """
-    from .sampling import build_trial_config
-
-    fixed = {name: domain.fixed for name, domain in spec.params.items() if isinstance(domain, FixedDomain)}
-    for name, domain in spec.params.items():
-        param_target(name, spec.family)
-        kind = next(k for k in ("int", "float", "choice", "fixed") if hasattr(domain, k))
-        for i, value in enumerate(domain.candidates()):
-            try:
-                build_trial_config(spec, {**fixed, name: value})
-            except ConfigError as error:
-                if not _concerns(error.field, name) and kind != "fixed":
-                    continue  # about another setting: left to sampling time
-                where = f"params.{name}" if kind == "fixed" else f"params.{name}.{kind}[{i}]"
-                raise ConfigError(where, error.message) from None
-
-
-def _concerns(field: str, param: str) -> bool:
-    """Whether a config error on ``field`` (e.g. model.embed_dim) is about parameter ``param``."""
-    leaf = field.rsplit(".", 1)[-1]
-    base = _INDEXED.match(param)
-    name = base["field"] if base else param.rsplit(".", 1)[-1]
-    return leaf.split("[")[0] == name

@@ -13,12 +13,25 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from trials.configio import ConfigError
 
-from .spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec, parse_constraint
+from .spec import (
+    _INDEXED,
+    ChoiceDomain,
+    FixedDomain,
+    FloatDomain,
+    IntDomain,
+    SearchSpec,
+    _error_path,
+    param_target,
+    parse_constraint,
+)
 
 # Metrics a trial reports after every epoch, which a scheduler (ASHA) can compare across trials.
 PER_EPOCH_METRICS = ("top1", "top5", "eval_loss", "train_loss")
@@ -108,6 +121,15 @@ def _check_data_dir(data: Any) -> None:
             "data.data_dir",
             f"{data.data_dir} is not a directory on this machine (with --address, workers check it themselves)",
         )
+    if data.name == "imagefolder":  # both splits before anything is dispatched, not after 3 failed trials
+        if not (path / "train").is_dir():
+            raise ConfigError("data.data_dir", f"{path} has no train/ folder (train/<class>/<image> files)")
+        if data.val_fraction == 0 and not (path / "val").is_dir():
+            raise ConfigError(
+                "data.data_dir",
+                f"{path} has no val/ folder: add val/<class>/<image> files, or set data.val_fraction (e.g. 0.1) "
+                "to hold out part of train/",
+            )
 
 
 def check_early_stopping(spec: SearchSpec) -> None:
@@ -194,3 +216,61 @@ def check_constraints_leave_something(spec: SearchSpec) -> None:
         f"reaches is {best[worst]:.4g} (cost model, over {priced} configs: the space's corners and a random sample); "
         "relax the constraint or shrink the space",
     )
+
+
+def load_spec(source: str | Path | Mapping[str, Any], *, check_paths: bool = True) -> SearchSpec:
+    """Validate a spec from a YAML path or a mapping; a ConfigError names the offending key path.
+
+    Beyond the schema, the spec must compile (:func:`search_space.validation.check_spec`): the
+    trial configs it generates are valid wherever the searched parameters do not reach, early
+    stopping fits the budget, and the constraints leave something to search. ``check_paths``
+    also requires an on-disk dataset's ``data_dir`` to exist on this machine.
+    """
+    if isinstance(source, (str, Path)):
+        from trials.trial_config import read_yaml
+
+        source = read_yaml(source)
+    if not isinstance(source, Mapping):
+        raise ConfigError("", f"a search spec must be a mapping, got {type(source).__name__}")
+    try:
+        spec = SearchSpec.model_validate(dict(source))
+    except ValidationError as error:
+        first = error.errors()[0]
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(_error_path(first["loc"]), message) from None
+    for i, text in enumerate(spec.constraints):
+        parse_constraint(text, f"constraints[{i}]")
+    check_params(spec)
+    check_spec(spec, check_paths=check_paths)
+    return spec
+
+
+def check_params(spec: SearchSpec) -> None:
+    """Every candidate value of every parameter must be valid on the base model with the fixed params.
+
+    A value that is invalid whatever the searched parameters are (``embed_dim: 100`` with
+    ``num_heads`` fixed at 8) is a spec error; invalid combinations of searched values are found
+    at sampling time and recorded as infeasible.
+    """
+    from .sampling import build_trial_config  # sampling imports spec, as this module does
+
+    fixed = {name: domain.fixed for name, domain in spec.params.items() if isinstance(domain, FixedDomain)}
+    for name, domain in spec.params.items():
+        param_target(name, spec.family)
+        kind = next(k for k in ("int", "float", "choice", "fixed") if hasattr(domain, k))
+        for i, value in enumerate(domain.candidates()):
+            try:
+                build_trial_config(spec, {**fixed, name: value})
+            except ConfigError as error:
+                if not _concerns(error.field, name) and kind != "fixed":
+                    continue  # about another setting: left to sampling time
+                where = f"params.{name}" if kind == "fixed" else f"params.{name}.{kind}[{i}]"
+                raise ConfigError(where, error.message) from None
+
+
+def _concerns(field: str, param: str) -> bool:
+    """Whether a config error on ``field`` (e.g. model.embed_dim) is about parameter ``param``."""
+    leaf = field.rsplit(".", 1)[-1]
+    base = _INDEXED.match(param)
+    name = base["field"] if base else param.rsplit(".", 1)[-1]
+    return leaf.split("[")[0] == name

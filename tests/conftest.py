@@ -63,3 +63,18 @@ def store_url(request, tmp_path):
         yield url
     finally:
         drop()
+
+
+def add_small_study(store, name: str = "s") -> None:
+    """A study of three completed trials (depth 1-3, top1 50-52, FLOPs 1-3e6) in an open store."""
+    store.create_study(name, {"name": name}, {"top1": "max", "flops": "min"})
+    for number in range(3):
+        store.finish_trial(
+            name,
+            number,
+            status="completed",
+            config={"model": {"depth": number + 1}},
+            measurement={"flops": 1e6 * (number + 1), "params": 1000},
+            final={"top1": 50.0 + number},
+            epochs=[{"epoch": 1, "top1": 50.0 + number, "train_loss": 1.0}],
+        )

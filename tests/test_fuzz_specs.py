@@ -21,7 +21,7 @@ import yaml
 from click.testing import CliRunner
 
 from harness.cli import main
-from search_space.spec import load_spec
+from search_space.validation import load_spec
 from trials.configio import ConfigError
 from trials.trial_config import load_trial_config
 

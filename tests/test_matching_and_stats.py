@@ -14,7 +14,7 @@ from trials.models import PRESETS, preset_parameter_count
 LAYOUTS = ["CCCC", "CCCT", "CCTT", "CTTT", "VIT-REL"]
 
 
-@pytest.mark.parametrize("base", ["coatnet_tiny32", "coatnet_0"])
+@pytest.mark.parametrize("base", ["coatnet_tiny32", pytest.param("coatnet_0", marks=pytest.mark.slow)])
 def test_matched_layouts_have_parameter_counts_within_5_percent(base):
     matched = match_layouts(PRESETS[base], LAYOUTS)
     assert list(matched) == LAYOUTS

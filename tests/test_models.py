@@ -252,6 +252,7 @@ def test_coatnet_downsampling_layout_and_flops():
     assert expand < depthwise
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "overrides"), [("cait_tiny32", {"depth": 3}), ("coatnet_tiny32", {})])
 def test_a_small_model_learns_a_small_task(name, overrides):
     """Loss falls well below its start on a learnable task: which quadrant holds a bright square."""

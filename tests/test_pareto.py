@@ -153,7 +153,8 @@ def test_pareto_cli_json_agrees_with_the_store(study_store):
         "number": 1,
         "top1": 72.0,
         "flops": 9e6,
-        "config": {"model": {"layout": "CTTT", "depth": 1}},
+        "config.model.layout": "CTTT",  # flat, as `trials --format json` writes it
+        "config.model.depth": 1,
     }
     with Store.open(study_store, create=False) as store:
         trials = store.trials("s")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import ray
 
 from harness.reproduce import LAYOUTS, PAPER_CLAIMS, coatnet_layouts_spec, markdown_summary, summarise
-from search_space.spec import load_spec
-
-ray = pytest.importorskip("ray")
+from search_space.validation import load_spec
 
 
 def test_layout_specs_are_matched_grids():

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import optuna
 import pytest
+import ray
 
 from dashboards.pareto import non_dominated, pareto_front
-from search_space.spec import load_spec
-
-ray = pytest.importorskip("ray")
-optuna = pytest.importorskip("optuna")
+from search_space.validation import load_spec
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +26,8 @@ def tiny_spec(**changes) -> dict:
         "data": {"name": "synthetic", "num_classes": 4, "train_size": 128, "val_size": 64, "batch_size": 32},
         "training": {"epochs": 2, "lr": 1e-3},
         "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
-        "params": {"embed_dim": {"choice": [32, 48, 64]}, "depth": {"int": [1, 2]}},
+        # lr makes every sampled configuration distinct (a repeated one would be a duplicate, not trained)
+        "params": {"embed_dim": {"choice": [32, 48, 64]}, "depth": {"int": [1, 2]}, "lr": {"float": [1e-4, 1e-2]}},
         "objectives": {"top1": "max", "flops": "min"},
         "search": {"sampler": "random", "n_trials": 4, "concurrency": 2, "seed": 1},
     }
@@ -62,6 +62,11 @@ def test_a_multi_objective_search_matches_ray_optuna_and_the_store(local_ray, tm
         assert ot.params["depth"] == row["config.model.depth"]
     curves = store.learning_curves("mo")
     assert sorted(curves.groupby("number")["epoch"].max()) == [2, 2, 2, 2]
+    # How each trial ran is in its record: eager on CPU (no graphs), data workers within the 1 CPU
+    # Ray assigned it (the spec's default resources), cuDNN/TF32 as set.
+    assert (trials["compiled"] == 0.0).all() and (trials["compiled_graphs"] == 0.0).all()
+    assert (trials["data_workers"] == 0.0).all() and (trials["cpus"] == 1.0).all()
+    assert {"cudnn_benchmark", "tf32_matmul"} <= set(trials.columns)
     # The reported front is the non-dominated set of the completed trials.
     points = trials[["top1", "flops"]].to_numpy(dtype=float) * np.array([-1.0, 1.0])
     expected = set(trials["number"][non_dominated(points)])
@@ -120,6 +125,9 @@ def test_constraints_failures_and_divergence_are_recorded_and_the_search_goes_on
     for number, status in statuses.items():
         row = trials.set_index("number").loc[number]
         state = by_number[number].state
+        if status == "duplicate":  # the same config as a trial that was running: told that trial's outcome
+            assert state == by_number[int(row["duplicate_of"])].state, (number, state)
+            continue
         if row["config.data.name"] == "cifar10" and status != "infeasible":
             assert status == "failed" and "data_dir" in row["error"]
         elif row["config.training.lr"] == 1e7 and status != "infeasible":
@@ -138,7 +146,12 @@ def test_constraints_failures_and_divergence_are_recorded_and_the_search_goes_on
 @pytest.mark.slow
 def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_path):
     spec = tiny_spec(
-        params={"lr": {"choice": [3e-3, 1e-6]}, "embed_dim": {"choice": [32, 48]}},
+        # warmup_epochs keeps the 8 sampled configurations distinct (a repeat would be a duplicate)
+        params={
+            "lr": {"choice": [3e-3, 1e-6]},
+            "embed_dim": {"choice": [32, 48]},
+            "warmup_epochs": {"float": [0, 0.5]},
+        },
         training={"epochs": 4, "lr": 1e-3},
         objectives={"top1": "max", "flops": "min"},
         search={
@@ -274,3 +287,31 @@ def store_status(url: str, name: str) -> str:
 
     with Store.open(url, create=False) as store:
         return store.study(name)["status"]
+
+
+@pytest.mark.slow
+def test_a_configuration_already_trained_or_running_is_recorded_as_a_duplicate_not_trained_again(local_ray, tmp_path):
+    spec = tiny_spec(
+        name="dups",
+        training={"epochs": 1, "lr": 1e-3},
+        params={"embed_dim": {"choice": [32, 48, 64]}, "depth": {"int": [1, 2]}},  # 6 distinct configurations
+        search={"sampler": "tpe", "n_trials": 10, "concurrency": 2, "seed": 3},
+    )
+    summary, store, study = run(spec, tmp_path, "dups")
+    trials = store.trials("dups")
+    assert len(trials) == 10 and set(trials["status"]) <= {"completed", "duplicate"}
+    keys = trials["config.model.embed_dim"].astype(str) + "/" + trials["config.model.depth"].astype(str)
+    trained = trials[trials["status"] == "completed"]
+    duplicates = trials[trials["status"] == "duplicate"]
+    assert len(duplicates) >= 4  # at most 6 distinct configurations for 10 trials
+    assert keys[trained.index].is_unique and len(trained) == keys.nunique()
+    for _, row in duplicates.iterrows():  # each points at the trial that trained the same configuration
+        original = int(row["duplicate_of"])
+        assert keys[row.name] == keys[trials.index[trials["number"] == original][0]]
+        assert original in set(trained["number"])
+    assert summary.counts["duplicate"] == len(duplicates)
+    states = {t.number: t for t in study.trials}
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in states.values()) and len(states) == 10
+    for _, row in duplicates.iterrows():  # Optuna was told the original's values
+        assert states[row["number"]].values == states[int(row["duplicate_of"])].values
+    assert set(summary.front["number"]) <= set(trained["number"])

@@ -7,11 +7,10 @@ import threading
 import time
 
 import pytest
+import ray
+import ray.cluster_utils as cluster_utils
 
-from search_space.spec import load_spec
-
-ray = pytest.importorskip("ray")
-cluster_utils = pytest.importorskip("ray.cluster_utils")
+from search_space.validation import load_spec
 
 
 @pytest.mark.slow
@@ -31,7 +30,7 @@ def test_one_gpu_per_trial_and_a_lost_node_is_retried_from_its_checkpoint(tmp_pa
                 "data": {"name": "synthetic", "num_classes": 4, "train_size": 768, "val_size": 64, "batch_size": 32},
                 "training": {"epochs": 4, "lr": 1e-3},
                 "measure": {"flops": False, "throughput": False, "latency": False},
-                "params": {"embed_dim": {"choice": [32, 48]}},
+                "params": {"embed_dim": {"choice": [32, 48]}, "lr": {"float": [1e-4, 1e-2]}},
                 "objectives": {"top1": "max"},
                 "search": {
                     "sampler": "random",

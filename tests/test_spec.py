@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from search_space.sampling import build_trial_config, cost_violations, grid_space
-from search_space.spec import load_spec
+from search_space.validation import load_spec
 from trials.configio import ConfigError
 
 PRESETS = sorted((Path(__file__).parents[1] / "search_space" / "presets").glob("*.yaml"))

@@ -55,7 +55,7 @@ def test_open_creates_prefixed_tables_at_the_head_revision(store_url):
 
 
 def test_store_coexists_with_optuna_tables_in_the_same_database(store_url):
-    optuna = pytest.importorskip("optuna")
+    import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = store_url.replace("postgresql://", "postgresql+psycopg://")
     storage = optuna.storages.RDBStorage(url)

@@ -23,10 +23,10 @@ from sqlalchemy import update
 
 from harness.cli import main
 from harness.failures import common_error, error_reason
-from harness.search import final_status
 from harness.store import Store
 from harness.store.schema import Study
-from search_space.spec import load_spec
+from harness.study_outcome import final_status
+from search_space.validation import load_spec
 
 
 @pytest.fixture

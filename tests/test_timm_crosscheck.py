@@ -7,11 +7,10 @@ checks the whole forward pass: talking heads, LayerScale, class attention, norms
 from __future__ import annotations
 
 import pytest
+import timm
 import torch
 
 from trials.models import build_model
-
-timm = pytest.importorskip("timm")
 
 
 def _timm_cait_state_to_ours(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

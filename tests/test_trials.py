@@ -164,3 +164,15 @@ def test_small_models_learn_synthetic_far_above_chance(model, epochs, threshold)
     assert result.status == "completed", result.error
     assert result.final["top1"] > threshold, [m.top1 for m in result.epochs]
     assert result.epochs[-1].train_loss < result.epochs[0].train_loss
+
+
+def test_an_epochs_learning_rate_is_the_mean_over_its_steps():
+    """Warmup moves the rate within an epoch: the rate at the epoch's start would understate it 40x."""
+    from trials.train import WarmupCosine
+
+    config = tiny_trial(training={"epochs": 2, "lr": 2e-3, "warmup_epochs": 1, "min_lr": 1e-5})
+    result = run_trial(config)
+    steps = result.epochs[0].step
+    schedule = WarmupCosine(steps, 2 * steps, 1e-5 / 2e-3)
+    expected = [2e-3 * sum(schedule(i) for i in range(s, s + steps)) / steps for s in (0, steps)]
+    assert [m.lr for m in result.epochs] == pytest.approx(expected, rel=1e-9)

@@ -20,7 +20,11 @@ T = TypeVar("T")
 class ConfigError(ValueError):
     """Invalid configuration. ``field`` is the dotted path of the offending key."""
 
+    MAX_MESSAGE = 400  # one readable line: a huge offending value is cut, never printed whole
+
     def __init__(self, field: str, message: str):
+        field = field if len(field) <= 200 else field[:197] + "..."
+        message = message if len(message) <= self.MAX_MESSAGE else message[: self.MAX_MESSAGE - 3] + "..."
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}" if field else message)

@@ -176,19 +176,26 @@ def crop_flip_batch(images: Tensor, offsets: Tensor, flips: Tensor, padding: int
 
 
 class Normalizer:
-    """uint8 batch -> float32 normalised batch at the model's image size, on the batch's device."""
+    """uint8 batch -> float32 normalised batch at the model's image size, on the batch's device.
 
-    def __init__(self, stats: Stats, image_size: int, device: torch.device):
+    ``channels_last``: the output is NHWC in memory, the layout the model runs in on CUDA, made in
+    the same pass as the dtype conversion (the crop/flip gather already yields NHWC), so the
+    training step does not convert the batch again.
+    """
+
+    def __init__(self, stats: Stats, image_size: int, device: torch.device, channels_last: bool = False):
         mean, std = (torch.tensor(s, dtype=torch.float32, device=device).view(1, 3, 1, 1) for s in stats)
         self.scale = 1.0 / (255.0 * std)
         self.shift = -mean / std
         self.image_size = image_size
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def __call__(self, images: Tensor) -> Tensor:
-        x = images.to(torch.float32, memory_format=torch.contiguous_format)
+        x = images.to(torch.float32, memory_format=self.memory_format)
         if x.shape[-1] != self.image_size or x.shape[-2] != self.image_size:
             down = x.shape[-1] > self.image_size
             x = F.interpolate(x, size=(self.image_size,) * 2, mode="bilinear", align_corners=False, antialias=down)
+            x = x.contiguous(memory_format=self.memory_format)
         return torch.addcmul(self.shift, x, self.scale)
 
 
@@ -243,9 +250,18 @@ class LoaderBatches(BatchSource):
     """Batches from a DataLoader applying per-sample transforms, moved to the device."""
 
     def __init__(
-        self, dataset: SampleDataset, *, batch_size: int, train: bool, device: torch.device, seed: int, workers: int
+        self,
+        dataset: SampleDataset,
+        *,
+        batch_size: int,
+        train: bool,
+        device: torch.device,
+        seed: int,
+        workers: int,
+        channels_last: bool = False,
     ):
         super().__init__(len(dataset), batch_size, drop_last=train, device=device)
+        self.memory_format = torch.channels_last if channels_last else torch.preserve_format
         self.sampler = EpochBatchSampler(len(dataset), batch_size, train=train, seed=seed)
         self.workers = workers
         self.loader = DataLoader(
@@ -260,7 +276,8 @@ class LoaderBatches(BatchSource):
         self.sampler.epoch = epoch
         non_blocking = self.device.type == "cuda"
         for x, y in self.loader:
-            yield x.to(self.device, non_blocking=non_blocking), y.to(self.device, non_blocking=non_blocking)
+            x = x.to(self.device, non_blocking=non_blocking, memory_format=self.memory_format)
+            yield x, y.to(self.device, non_blocking=non_blocking)
 
 
 class EpochBatchSampler:
@@ -608,24 +625,60 @@ class DataBundle:
             "train_path": type(self.train).__name__,
             "val_path": type(self.val).__name__,
             "steps_per_epoch": len(self.train),
+            "data_workers": getattr(self.train, "workers", 0),
         }
 
 
-def auto_workers() -> int:
-    """min(8, usable CPUs - 1): leave one core to the main process."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(8, cpus - 1))
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def build_data(config: DataConfig, device: torch.device | str = "cpu") -> DataBundle:
-    """Load, split and batch the dataset of ``config`` for a model on ``device``."""
+def auto_workers(cpus: float | None = None) -> int:
+    """min(8, CPUs - 1), leaving one core to the main process; ``cpus``: the trial's allocation.
+
+    A trial packed with ``resources.cpus: 1`` gets no worker processes (it loads in its main
+    process) instead of eight that would fight its neighbours for the node's cores.
+    """
+    available = usable_cpus() if cpus is None else min(usable_cpus(), max(1, math.floor(cpus)))
+    return max(0, min(8, available - 1))
+
+
+def data_workers(config: DataConfig, cpus: float | None = None) -> int:
+    """DataLoader workers for ``config``: ``num_workers`` if set, else automatic; never more than ``cpus``."""
+    if config.num_workers is None:
+        return auto_workers(cpus)
+    return config.num_workers if cpus is None else min(config.num_workers, max(1, math.floor(cpus)))
+
+
+def build_data(
+    config: DataConfig,
+    device: torch.device | str = "cpu",
+    *,
+    cpus: float | None = None,
+    channels_last: bool | None = None,
+) -> DataBundle:
+    """Load, split and batch the dataset of ``config`` for a model on ``device``.
+
+    ``cpus``: the trial's CPU allocation, which bounds the DataLoader workers. ``channels_last``:
+    the batches' memory layout (default: channels-last on CUDA, where the model runs in it).
+    """
     device = torch.device(device)
+    layout = BatchLayout(device.type == "cuda" if channels_last is None else channels_last, cpus)
     if config.in_memory:
-        return _build_in_memory(config, device)
-    return _build_image_folder(config, device)
+        return _build_in_memory(config, device, layout)
+    return _build_image_folder(config, device, layout)
 
 
-def _build_in_memory(config: DataConfig, device: torch.device) -> DataBundle:
+@dataclass(frozen=True)
+class BatchLayout:
+    """How batches are produced for this trial: their memory layout and the worker budget."""
+
+    channels_last: bool
+    cpus: float | None
+
+
+def _build_in_memory(config: DataConfig, device: torch.device, layout: BatchLayout) -> DataBundle:
     if config.name == "synthetic":
         train, val = _synthetic_splits(config)
         num_classes, stats = config.num_classes, channel_stats(train.images)
@@ -638,13 +691,13 @@ def _build_in_memory(config: DataConfig, device: torch.device) -> DataBundle:
         stats = CIFAR10_STATS if config.name == "cifar10" else CIFAR100_STATS
     native = train.images.shape[-1]
     image_size = config.resolved_image_size
-    val_source = _tensor_source(val, config, device, stats, image_size, train=False)
+    val_source = _tensor_source(val, config, device, stats, image_size, layout, train=False)
     if config.uses_loader():
         transform = train_transform(config.augment, image_size, native, stats)
         dataset = SampleDataset(TensorImages(train.images), train.labels.tolist(), transform)
-        train_source: BatchSource = _loader_source(dataset, config, device, train=True)
+        train_source: BatchSource = _loader_source(dataset, config, device, layout, train=True)
     else:
-        train_source = _tensor_source(train, config, device, stats, image_size, train=True)
+        train_source = _tensor_source(train, config, device, stats, image_size, layout, train=True)
     return DataBundle(
         train=train_source,
         val=val_source,
@@ -666,14 +719,21 @@ def _resident(config: DataConfig, device: torch.device) -> bool:
 
 
 def _tensor_source(
-    split: _Split, config: DataConfig, device: torch.device, stats: Stats, image_size: int, *, train: bool
+    split: _Split,
+    config: DataConfig,
+    device: torch.device,
+    stats: Stats,
+    image_size: int,
+    layout: BatchLayout,
+    *,
+    train: bool,
 ) -> TensorBatches:
     storage = device if _resident(config, device) else torch.device("cpu")
     return TensorBatches(
         split.images.to(storage),
         split.labels.to(storage),
         batch_size=config.batch_size if train else config.resolved_eval_batch_size,
-        normalize=Normalizer(stats, image_size, device),
+        normalize=Normalizer(stats, image_size, device, channels_last=layout.channels_last),
         device=device,
         train=train,
         augment=config.augment,
@@ -682,22 +742,55 @@ def _tensor_source(
     )
 
 
-def _loader_source(dataset: SampleDataset, config: DataConfig, device: torch.device, *, train: bool) -> LoaderBatches:
-    workers = config.num_workers if config.num_workers is not None else auto_workers()
+def _loader_source(
+    dataset: SampleDataset, config: DataConfig, device: torch.device, layout: BatchLayout, *, train: bool
+) -> LoaderBatches:
     batch_size = config.batch_size if train else config.resolved_eval_batch_size
-    return LoaderBatches(dataset, batch_size=batch_size, train=train, device=device, seed=config.seed, workers=workers)
+    return LoaderBatches(
+        dataset,
+        batch_size=batch_size,
+        train=train,
+        device=device,
+        seed=config.seed,
+        workers=data_workers(config, layout.cpus),
+        channels_last=layout.channels_last,
+    )
 
 
-def _build_image_folder(config: DataConfig, device: torch.device) -> DataBundle:
+MAX_UPSCALE = 4.0  # beyond this, training mostly sees interpolation: say so
+
+
+def warn_if_upscaled(first_image: str | Path, image_size: int) -> float:
+    """Warn once when the files are much smaller than the training size (8x8 digits trained at 224)."""
+    import warnings
+
+    from PIL import Image
+
+    with Image.open(first_image) as image:
+        side = min(image.size)
+    factor = image_size / max(side, 1)
+    if factor > MAX_UPSCALE:
+        warnings.warn(
+            f"imagefolder images are {side}px on their short side and train at {image_size}px: upscaled "
+            f"{factor:.0f}x; set data.image_size (or the model's image_size) closer to the images",
+            UserWarning,
+            stacklevel=2,
+        )
+    return factor
+
+
+def _build_image_folder(config: DataConfig, device: torch.device, layout: BatchLayout) -> DataBundle:
     (train_paths, train_labels), (val_paths, val_labels), num_classes = _folder_splits(config)
     image_size = config.resolved_image_size
+    if train_paths:
+        warn_if_upscaled(train_paths[0], image_size)
     train_set = SampleDataset(
         FileImages(train_paths), train_labels, train_transform(config.augment, image_size, None, IMAGENET_STATS)
     )
     val_set = SampleDataset(FileImages(val_paths), val_labels, eval_transform(image_size, IMAGENET_STATS))
     return DataBundle(
-        train=_loader_source(train_set, config, device, train=True),
-        val=_loader_source(val_set, config, device, train=False),
+        train=_loader_source(train_set, config, device, layout, train=True),
+        val=_loader_source(val_set, config, device, layout, train=False),
         num_classes=num_classes,
         image_size=image_size,
         train_size=len(train_labels),

@@ -23,6 +23,8 @@ CIFAR_DATASETS = ("cifar10", "cifar100")
 NATIVE_IMAGE_SIZE = {"synthetic": 32, "digits": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
 DIGITS_VAL_FRACTION = 0.2  # scikit-learn's digits has no official split: hold out 20%, fixed by seed
 CIFAR_NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
+# Classes each dataset fixes (synthetic takes ``num_classes``; imagefolder counts its class folders).
+NUM_CLASSES = {"digits": 10, **CIFAR_NUM_CLASSES}
 
 # Classes of the built-in synthetic dataset: shapes x textures (trials.synthetic checks it).
 MAX_CLASSES = 100

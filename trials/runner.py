@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .configio import ConfigError
+from .gpu import GpuShareError, cap_process_memory, configure_backends, is_sticky_cuda_error, release_memory
 from .measure import CostMeasurement
 from .train import EpochCallback, EpochMetrics
 from .trial_config import TrialConfig, load_trial_config
@@ -33,6 +34,11 @@ class TrialResult:
     stopped_early: bool = False
     wall_time_s: float = 0.0
     notes: list[str] = field(default_factory=list)  # how it ran, when that matters (a compile fallback)
+    # Facts about how it ran, decided as the trial starts (kept when it fails): device, GPU memory
+    # cap, cuDNN autotuning and TF32, DataLoader workers, graphs compiled, compile seconds.
+    runtime: dict[str, Any] = field(default_factory=dict)
+    # A sticky CUDA error broke this process's CUDA context: the worker must not run another trial.
+    worker_unusable: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +52,8 @@ class TrialResult:
             "stopped_early": self.stopped_early,
             "wall_time_s": self.wall_time_s,
             "notes": list(self.notes),
+            "runtime": dict(self.runtime),
+            "worker_unusable": self.worker_unusable,
         }
 
 
@@ -63,12 +71,14 @@ def final_metrics(history: list[EpochMetrics]) -> dict[str, float]:
         "epochs": last.epoch,
         "steps": last.step,
         "train_images_per_s": last.train_images_per_s,
-        **(
-            {"train_peak_memory_mb": max(m.peak_memory_mb for m in history if m.peak_memory_mb is not None)}
-            if any(m.peak_memory_mb is not None for m in history)
-            else {}
-        ),
+        **_peak("train_peak_memory_mb", [m.peak_memory_mb for m in history]),
+        **_peak("train_peak_reserved_mb", [m.peak_reserved_mb for m in history]),
     }
+
+
+def _peak(name: str, values: list[float | None]) -> dict[str, float]:
+    known = [v for v in values if v is not None]
+    return {name: max(known)} if known else {}
 
 
 def _error_text(error: BaseException) -> str:
@@ -76,16 +86,20 @@ def _error_text(error: BaseException) -> str:
     return text if isinstance(error, ConfigError) else f"{text}\n{''.join(traceback.format_tb(error.__traceback__))}"
 
 
+ResumeState = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+
+
 def run_trial(
     config: TrialConfig | Mapping[str, Any],
     callback: EpochCallback | None = None,
     progress: bool | None = None,
-    resume_state: dict[str, Any] | None = None,
+    resume_state: ResumeState | None = None,
 ) -> TrialResult:
     """Run one trial end to end. ``callback(metrics, trainer)`` runs after each epoch (True: stop).
 
-    ``resume_state`` is a :meth:`Trainer.state_dict` from an earlier attempt of the same trial:
-    training continues from its last finished epoch instead of starting over.
+    ``resume_state`` is a :meth:`Trainer.state_dict` from an earlier attempt of the same trial
+    (or a function returning one, so that the caller keeps no reference to it): training continues
+    from its last finished epoch instead of starting over. The state is dropped once applied.
     """
     started = time.perf_counter()
     raw = config.to_dict() if isinstance(config, TrialConfig) else dict(config)
@@ -93,20 +107,23 @@ def run_trial(
     try:
         trial = load_trial_config(config)
         result.config = trial.to_dict()
-        trainer = _build(trial)
+        trainer = _build(trial, result.runtime)
         result.config["model"] = trainer.model.config.to_dict()
     except Exception as error:  # a config that cannot be built is a result, not a crash
         result.error = _error_text(error)
+        result.worker_unusable = is_sticky_cuda_error(error)
         result.wall_time_s = time.perf_counter() - started
         return result
+    device = trainer.device
     try:
         result.cost = _measure(trial, trainer)
         trainer.cost = result.cost  # epoch callbacks may report it (the search does)
         if resume_state is not None:
-            trainer.load_state_dict(resume_state)
+            trainer.load_state_dict(resume_state() if callable(resume_state) else resume_state)
+            resume_state = None  # applied: the loaded copy is garbage now (the caller passed a function)
         outcome = trainer.fit(callback=callback, progress=progress)
         result.epochs = list(outcome.history)
-        result.final = {**final_metrics(outcome.history), "compiled": float(trainer.compiled)}
+        result.final = {**final_metrics(outcome.history), **trial_facts(trainer)}
         result.stopped_early = outcome.stopped_early
         if outcome.diverged is not None:
             result.status = "diverged"
@@ -117,50 +134,69 @@ def run_trial(
     except Exception as error:  # out of memory, a data error...: recorded, never raised
         result.status = "failed"
         result.epochs = list(trainer.history)
-        result.final = final_metrics(trainer.history)
+        result.final = {**final_metrics(trainer.history), **trial_facts(trainer)}
         result.error = _error_text(error)
-        _release_memory(trainer.device)  # a reused worker (or a packed neighbour) gets the memory back
+        result.worker_unusable = is_sticky_cuda_error(error)
     result.notes = list(trainer.notes)
+    result.runtime.update(trial_facts(trainer))
+    if result.status == "failed":
+        # Outside the ``except`` block: the traceback (and the frames holding activations) is gone;
+        # dropping the trainer frees the model, its gradients and the optimiser state, so a reused
+        # worker (or a packed neighbour) gets the memory back.
+        del trainer
+        if not result.worker_unusable:
+            release_memory(device)
     result.wall_time_s = time.perf_counter() - started
     return result
 
 
-def _release_memory(device) -> None:
+def trial_facts(trainer) -> dict[str, float]:
+    """How the trial ran, as numbers for its record: GPU memory cap, cuDNN autotuning, TF32, data
+    workers, whether it really ran compiled (and how many graphs), and the compile time."""
+    facts = {k: float(v) for k, v in trainer.runtime.items() if isinstance(v, (int, float, bool))}
+    facts.update(compiled=float(trainer.compiled), compiled_graphs=float(trainer.compiled_graphs))
+    if trainer.compile_s is not None:
+        facts["compile_s"] = trainer.compile_s
+    return facts
+
+
+def _limit_gpu_memory(trial: TrialConfig, device, runtime: dict[str, Any]) -> None:
+    """Cap this process's share of the GPU (several trials packed on one GPU, each its own process).
+
+    Before anything is allocated on the device; the cap leaves the process's memory outside the
+    caching allocator (see :func:`trials.gpu.memory_cap_fraction`). None: the whole GPU, which also
+    undoes a smaller share an earlier trial of this process set.
+    """
     if device.type != "cuda":
         return
-    import gc
-
-    import torch
-
-    gc.collect()
-    torch.cuda.empty_cache()
+    runtime.update(cap_process_memory(device, trial.gpu_memory_fraction))
 
 
-def _limit_gpu_memory(trial: TrialConfig, device) -> None:
-    """Cap this process's share of the GPU (several trials packed on one GPU, each its own process)."""
-    if device.type != "cuda":
-        return
-    import torch
-
-    # None: the whole GPU (also undoes a smaller share an earlier trial of this process set).
-    torch.cuda.set_per_process_memory_fraction(trial.gpu_memory_fraction or 1.0, device)
-
-
-def _build(trial: TrialConfig):
+def _build(trial: TrialConfig, runtime: dict[str, Any]):
     from .data import build_data
     from .models import build_model
     from .train import Trainer, resolve_device, resolve_dtype, seed_everything
 
     device = resolve_device(trial.device)
-    _limit_gpu_memory(trial, device)
+    runtime["device"] = str(device)
+    try:
+        _limit_gpu_memory(trial, device, runtime)
+    except GpuShareError as error:
+        raise ConfigError("gpu_memory_fraction", str(error).removeprefix("gpu_memory_fraction: ")) from None
+    runtime.update(configure_backends(device))
     seed_everything(trial.seed)
     try:
-        data = build_data(trial.data, device)
+        data = build_data(trial.data, device, cpus=trial.cpus)
     except ConfigError as error:
         raise error.under("data") from None
+    runtime["data_workers"] = data.describe()["data_workers"]
+    if trial.cpus is not None:
+        runtime["cpus"] = trial.cpus
     # The head and the input size follow the dataset.
     model = build_model(trial.model, num_classes=data.num_classes, image_size=data.image_size)
-    return Trainer(model, data, trial.training, device, resolve_dtype(trial.precision, device))
+    trainer = Trainer(model, data, trial.training, device, resolve_dtype(trial.precision, device))
+    trainer.runtime = runtime  # the same dict: facts decided from here on land in both
+    return trainer
 
 
 def _measure(trial: TrialConfig, trainer) -> CostMeasurement:

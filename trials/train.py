@@ -21,7 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .configio import ConfigError
 from .data import DataBundle
+from .gpu import is_compile_error, peak_memory, release_memory
+from .gpu import resolve_device as resolve_device
+from .timing import synchronize
 from .trial_config import TrainingConfig
 
 
@@ -35,11 +39,12 @@ class EpochMetrics:
     eval_loss: float
     top1: float
     top5: float
-    lr: float
+    lr: float  # the mean learning rate over the epoch's steps (warmup moves it within an epoch)
     epoch_time: float
     train_images_per_s: float
     data_wait_fraction: float
     peak_memory_mb: float | None = None  # CUDA: the most memory allocated during the epoch
+    peak_reserved_mb: float | None = None  # CUDA: the most memory the caching allocator held (what the cap bounds)
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -105,12 +110,6 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     """``auto``: bf16 autocast on CUDA (tensor cores), fp32 elsewhere."""
     if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
@@ -128,9 +127,11 @@ class Trainer:
         config: TrainingConfig,
         device: torch.device,
         dtype: torch.dtype = torch.float32,
+        channels_last: bool | None = None,
     ):
         self.device, self.dtype, self.config, self.data = device, dtype, config, data
-        self.channels_last = device.type == "cuda"
+        # Channels-last on CUDA (tensor cores want NHWC); the data path emits batches in this layout.
+        self.channels_last = device.type == "cuda" if channels_last is None else channels_last
         memory_format = torch.channels_last if self.channels_last else torch.preserve_format
         self.model = model.to(device, memory_format=memory_format)
         self.steps_per_epoch = len(data.train)
@@ -152,10 +153,14 @@ class Trainer:
         )
         self.check_every = config.divergence_check_every or (1 if device.type == "cpu" else CUDA_CHECK_EVERY)
         self.notes: list[str] = []  # what the trial should know about how it ran (a compile fallback, ...)
-        self.compiled = self._compile_wanted(config.compile)
+        self.runtime: dict[str, Any] = {}  # facts the runner decided (GPU memory cap, backends, data workers)
+        self.compile_requested = self._compile_wanted(config.compile)
+        self.compile_s: float | None = None  # the first compiled step (compilation included), not in epoch 1's time
+        self._use_compiled = self.compile_requested
+        self._graphs_at_start = 0
         self._forward: Callable[[torch.Tensor], torch.Tensor] = self.model
-        if self.compiled:
-            self._forward = torch.compile(self.model)
+        if self.compile_requested:
+            self._forward = self._compile(config.compile_backend)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, WarmupCosine(min(warmup, self.total_steps), self.total_steps, config.min_lr / config.lr)
         )
@@ -198,33 +203,91 @@ class Trainer:
             return self.device.type == "cuda"
         return bool(setting)
 
-    def _compile_failed(self, error: Exception) -> None:
+    def _compile(self, backend: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        """torch.compile the model, after clearing what earlier trials of this process compiled.
+
+        Dynamo keeps at most 8 compiled variants per code object (``recompile_limit``), and every
+        model of one class shares its ``forward``'s: in a reused Ray actor the cache fills after
+        about four trials, and later trials silently run eagerly. Resetting per trial keeps each
+        trial compiled; :attr:`compiled_graphs` counts what this trial really compiled.
+        """
+        from torch._dynamo.utils import counters
+
+        torch.compiler.reset()
+        self._graphs_at_start = counters["stats"]["unique_graphs"]
+        try:
+            return torch.compile(self.model, backend=backend)
+        except Exception as error:  # an unknown backend name is a config error, named as such
+            raise ConfigError("training.compile_backend", f"{backend!r}: {str(error).splitlines()[0]}") from None
+
+    @property
+    def compiled_graphs(self) -> int:
+        """Graphs torch.compile produced for this trial so far (0 when it ran eagerly)."""
+        if not self.compile_requested:
+            return 0
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"] - self._graphs_at_start)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this trial really ran compiled: asked for, no fallback, and at least one graph compiled."""
+        return self._use_compiled and self.compiled_graphs > 0
+
+    def _compile_failed(self, reason: str) -> None:
         """torch.compile could not compile this model: run it eagerly, say so once, keep the note."""
         import warnings
 
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        note = f"torch.compile failed ({type(error).__name__}: {reason}); the trial ran eagerly"
+        note = f"torch.compile failed ({reason}); the trial ran eagerly"
         warnings.warn(note, RuntimeWarning, stacklevel=3)
         self.notes.append(note)
-        self.compiled = False
+        self._use_compiled = False
         self._forward = self.model
+        release_memory(self.device)  # the failed attempt's buffers, before the eager retry allocates
 
-    def _logits(self, images: torch.Tensor) -> torch.Tensor:
-        """The model's forward pass, compiled when asked; a compile failure falls back to eager once."""
-        if not self.compiled:
-            return self.model(images)
-        try:
-            return self._forward(images)
-        except Exception as error:  # compilation happens on the first call: nothing was updated yet
-            self._compile_failed(error)
-            return self.model(images)
+    def _with_fallback(self, run: Callable[[Callable[[torch.Tensor], torch.Tensor]], Any]) -> Any:
+        """``run(forward)`` through the compiled model; on a compile error, once more eagerly.
+
+        Only compile errors fall back (forward, or the backward AOTAutograd compiles lazily at the
+        first ``backward()``); an out-of-memory propagates as what it is. The eager retry happens
+        after the ``except`` block, once the failed attempt's traceback, and with it its
+        activations, are gone. A compiled call that failed updated nothing, so nothing runs twice.
+        """
+        if self._use_compiled:
+            reason = None
+            try:
+                return run(self._forward)
+            except Exception as error:
+                if not is_compile_error(error):
+                    raise
+                reason = _compile_failure_reason(error)
+            self._compile_failed(reason)
+        return run(self.model)
 
     # -- the loop ------------------------------------------------------------------------------
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
 
     def _prepare(self, images: torch.Tensor) -> torch.Tensor:
+        """The model's memory layout; free when the data path already produced it (it does on CUDA)."""
         return images.contiguous(memory_format=torch.channels_last) if self.channels_last else images
+
+    def _forward_backward(self, forward, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self._autocast():
+            loss = F.cross_entropy(forward(images), targets, label_smoothing=self.config.label_smoothing)
+        loss.backward()
+        return loss.detach()
+
+    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimiser step without a host sync: the loss and the gradient norm, both on the device."""
+        images = self._prepare(images)
+        images, targets = self.data.mix(images, labels) if self.data.mix is not None else (images, labels)
+        loss = self._with_fallback(lambda forward: self._forward_backward(forward, images, targets))
+        grad_norm = nn.utils.clip_grad_norm_(
+            self.model.parameters(), self.config.grad_clip if self.config.grad_clip else math.inf
+        )
+        return loss, grad_norm
 
     def train_epoch(self, progress: bool) -> tuple[float, float, float, int]:
         """One epoch (or what is left of the step budget): mean loss, train seconds, wait seconds, images.
@@ -244,41 +307,41 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         losses = torch.zeros(steps_left, device=self.device)
         norms = torch.zeros(steps_left, device=self.device)
-        first_step, checked = self.step, 0
+        first_step, checked, lr_sum = self.step, 0, 0.0
         images_seen, wait, batches = 0, 0.0, iter(self.data.train)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+        # The first compiled step compiles forward and backward: timed apart (``compile_s``) and
+        # left out of the epoch's time and images, so epoch 1's images/s is a training rate.
+        time_first_step = self.compile_requested and self.compile_s is None and steps_left > 1
         start = time.perf_counter()
         for i in range(steps_left):
             t0 = time.perf_counter()
             images, labels = next(batches)
             wait += time.perf_counter() - t0
-            images = self._prepare(images)
-            images, targets = self.data.mix(images, labels) if self.data.mix is not None else (images, labels)
-            with self._autocast():
-                loss = F.cross_entropy(self._logits(images), targets, label_smoothing=self.config.label_smoothing)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(
-                self.model.parameters(), self.config.grad_clip if self.config.grad_clip else math.inf
-            )
-            loss_value = loss.detach()
+            loss_value, grad_norm = self.train_step(images, labels)
             losses[i] = loss_value  # device-side records: no host sync
             norms[i] = grad_norm
             if (i + 1) % self.check_every == 0:
                 self._check_finite(losses, norms, checked, i + 1, first_step)
                 checked = i + 1
+            lr_sum += self.optimizer.param_groups[0]["lr"]  # the rate this step used
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
             loss_sum += loss_value
-            images_seen += images.shape[0]
+            if time_first_step and i == 0:
+                synchronize(self.device)
+                self.compile_s = time.perf_counter() - start
+                start, wait = time.perf_counter(), 0.0
+            else:
+                images_seen += images.shape[0]
             if bar is not None:
                 bar.update(1)
         self._check_finite(losses, norms, checked, steps_left, first_step)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        synchronize(self.device)
         elapsed = time.perf_counter() - start
+        self._epoch_mean_lr = lr_sum / max(steps_left, 1)
         if bar is not None:
             bar.close()
         return float(loss_sum) / max(steps_left, 1), elapsed, wait, images_seen
@@ -306,8 +369,9 @@ class Trainer:
         count = 0
         k = min(5, self.data.num_classes)
         for images, labels in self.data.val:
+            x = self._prepare(images)
             with self._autocast():
-                logits = self._logits(self._prepare(images)).float()
+                logits = self._with_fallback(lambda forward, x=x: forward(x)).float()
             loss_sum += F.cross_entropy(logits, labels, reduction="sum").double()
             top = logits.topk(k, dim=1).indices
             hits = top == labels[:, None]
@@ -323,9 +387,9 @@ class Trainer:
             progress = sys.stderr.isatty()
         outcome = TrainOutcome(history=self.history)
         while not self.finished:
-            lr = self.optimizer.param_groups[0]["lr"]
             try:
                 train_loss, seconds, wait, images = self.train_epoch(progress)
+                lr = self._epoch_mean_lr
                 eval_loss, top1, top5 = self.evaluate()
                 if not math.isfinite(eval_loss):
                     raise Diverged(self.step, "evaluation loss", eval_loss)
@@ -333,6 +397,7 @@ class Trainer:
                 outcome.diverged = diverged
                 return outcome
             self.epoch += 1
+            peak_allocated, peak_reserved = peak_memory(self.device)
             metrics = EpochMetrics(
                 epoch=self.epoch,
                 step=self.step,
@@ -344,15 +409,20 @@ class Trainer:
                 epoch_time=seconds,
                 train_images_per_s=images / seconds if seconds > 0 else 0.0,
                 data_wait_fraction=wait / seconds if seconds > 0 else 0.0,
-                peak_memory_mb=(
-                    torch.cuda.max_memory_allocated(self.device) / 2**20 if self.device.type == "cuda" else None
-                ),
+                peak_memory_mb=peak_allocated,
+                peak_reserved_mb=peak_reserved,
             )
             self.history.append(metrics)
             if callback is not None and callback(metrics, self):
                 outcome.stopped_early = True
                 return outcome
         return outcome
+
+
+def _compile_failure_reason(error: BaseException) -> str:
+    """``Type: first line`` of a compile error, short enough for a note."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()] or [""]
+    return f"{type(error).__name__}: {' '.join(lines[:2])[:200]}".rstrip(": ")
 
 
 def _progress_bar(total: int, description: str, enabled: bool):

@@ -40,6 +40,9 @@ class TrainingConfig:
     label_smoothing: float = 0.1
     # torch.compile the model: "auto" (on for CUDA when the model compiles, off on CPU), true, false.
     compile: bool | Literal["auto"] = "auto"
+    # torch.compile backend when compiling (timm's --torchcompile takes the same names): "inductor"
+    # generates kernels; "aot_eager"/"eager" trace without code generation (debugging, CPU tests).
+    compile_backend: str = "inductor"
     # Divergence (a non-finite loss or gradient) is recorded on the device every step and checked
     # every this many steps and at the end of each epoch; None: every step on CPU (free there),
     # every 32 steps on CUDA (one host sync per check instead of one per step).
@@ -93,6 +96,11 @@ class TrainingConfig:
         require(
             self.compile in (True, False, "auto"), "compile", f"must be true, false or auto, got {self.compile!r}"
         )
+        require(
+            isinstance(self.compile_backend, str) and self.compile_backend.strip() != "",
+            "compile_backend",
+            f"must be a torch.compile backend name such as inductor, got {self.compile_backend!r}",
+        )
         if self.divergence_check_every is not None:
             require(
                 is_int(self.divergence_check_every) and self.divergence_check_every >= 1,
@@ -143,6 +151,9 @@ class TrialConfig:
     # Share of the GPU's memory this trial may use (several trials packed on one GPU): an
     # out-of-memory stays this trial's failure instead of killing a neighbour. None: all of it.
     gpu_memory_fraction: float | None = None
+    # CPUs allocated to this trial (Ray's assignment, or the spec's resources.cpus): DataLoader
+    # workers never exceed it. None: the CPUs this process may run on.
+    cpus: float | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.model, (CaiTConfig, CoAtNetConfig)), "model", "must be a model config")
@@ -161,6 +172,9 @@ class TrialConfig:
                 "gpu_memory_fraction",
                 f"must be a number in (0, 1] or null, got {self.gpu_memory_fraction!r}",
             )
+
+        if self.cpus is not None:
+            require(is_number(self.cpus) and self.cpus > 0, "cpus", f"must be a number > 0 or null, got {self.cpus!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-friendly dict; ``load_trial_config`` of it gives back an equal config."""
@@ -194,6 +208,10 @@ def load_trial_config(source: TrialConfig | Mapping[str, Any] | str | Path) -> T
     for key, cls in (("data", DataConfig), ("training", TrainingConfig), ("measure", MeasureConfig)):
         if key in values:
             values[key] = from_mapping(cls, values[key], key)
+    data = values.get("data")
+    if isinstance(data, DataConfig) and data.name == "imagefolder" and data.image_size is None:
+        # Files have no native size: train at the model's image size (what it was configured and priced for).
+        values["data"] = dataclasses.replace(data, image_size=values["model"].image_size)
     try:
         return TrialConfig(**values)
     except ConfigError as error:
@@ -207,6 +225,8 @@ def read_yaml(path: str | Path) -> Any:
     """``yaml.safe_load`` a file, with one-line errors for a missing, oversized, binary or non-UTF-8
     file and for YAML syntax errors (line and column)."""
     import yaml
+
+    from .yaml_bounds import YamlTooLarge, safe_load_bounded
 
     path = Path(path)
     if not path.is_file():
@@ -226,7 +246,9 @@ def read_yaml(path: str | Path) -> Any:
             "", f"{path}: not UTF-8 text (byte 0x{raw[error.start]:02x} at offset {error.start}); a config is YAML text"
         ) from None
     try:
-        return yaml.safe_load(text)
+        return safe_load_bounded(text)
+    except YamlTooLarge as error:
+        raise ConfigError(error.key, f"{path}: {error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

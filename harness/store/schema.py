@@ -20,7 +20,9 @@ VERSION_TABLE = f"{PREFIX}alembic_version"
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
-TRIAL_STATUSES = ("running", "completed", "pruned", "failed", "diverged", "infeasible")
+# interrupted: the search was stopped (Ctrl-C, SIGTERM, a store outage) while it ran; resumable.
+# duplicate: the same configuration as an earlier trial of the study, not trained again.
+TRIAL_STATUSES = ("running", "completed", "pruned", "failed", "diverged", "infeasible", "interrupted", "duplicate")
 # running: a driver runs it now; completed: it ended with completed trials; failed: it ended without
 # any (every trial failed, or nothing was feasible); interrupted: its driver stopped before the end.
 STUDY_STATUSES = ("running", "completed", "failed", "interrupted")

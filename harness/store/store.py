@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, func, inspect, select, text
+from sqlalchemy import Engine, create_engine, event, func, inspect, select, text, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .errors import StoreError
@@ -83,15 +83,33 @@ def schema_revisions() -> tuple[str, list[str]]:
     return script.get_current_head(), [r.revision for r in script.walk_revisions()]
 
 
-def _make_engine(url) -> Engine:
+def _read_only_sqlite_url(url):
+    """The same SQLite file opened with ``mode=ro``: SQLite itself refuses every write, and no
+    journal-mode switch touches a file that may not even be a store.
+
+    On a read-only mount SQLite cannot create the shared-memory file a WAL database's readers
+    use, so there the file is opened ``immutable`` (no locks, no -shm): nothing can change it.
+    """
+    import os
+    from urllib.parse import quote
+
+    path = Path(url.database).resolve()
+    flags = "mode=ro" if os.access(path.parent, os.W_OK) else "mode=ro&immutable=1"
+    return url.set(database=f"file:{quote(str(path))}?{flags}", query={**url.query, "uri": "true"})
+
+
+def _make_engine(url, read_only: bool = False) -> Engine:
     if url.get_backend_name() == "sqlite":
+        if read_only and url.database and url.database != ":memory:":
+            url = _read_only_sqlite_url(url)
         engine = create_engine(url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_MS / 1000})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:
             dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (below)
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            if not read_only:  # a reader never changes the file's journal mode
+                cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
@@ -105,42 +123,49 @@ def _make_engine(url) -> Engine:
             connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    # A reader's transactions are READ ONLY on the server: a query can never write, whatever it is.
+    options = {"postgresql_readonly": True} if read_only else {}
+    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10}, execution_options=options)
 
 
 class Store:
     """Studies, trials, measurements and learning curves in SQLite or PostgreSQL."""
 
-    def __init__(self, engine: Engine, url: str):
+    def __init__(self, engine: Engine, url: str, read_only: bool = False):
         self.engine = engine
         self.url = mask_url(url)  # never keep a printable copy with the password
+        self.read_only = read_only
         self._study_ids: dict[str, int] = {}
 
     # -- opening -----------------------------------------------------------------------------------
     @classmethod
-    def open(cls, url: str | None = None, *, create: bool = True) -> Store:
+    def open(cls, url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
         """Open (and create or migrate) the store at ``url`` (see :func:`resolve_store_url`).
 
-        ``create=False`` is for read-only commands: a store that does not exist yet is an error,
-        and nothing is written (no SQLite file is created).
+        ``create=False``: a store that does not exist yet is an error (no SQLite file is created).
+        ``read_only=True`` (the commands that only read: studies, trials, pareto, report): the
+        database is opened read-only (SQLite ``mode=ro``, PostgreSQL READ ONLY transactions), so it
+        works on a read-only mount and leaves any file, a store or not, byte-for-byte unchanged; a
+        store of an older schema is read as it is, not migrated.
         """
         raw = resolve_store_url(url)
         parsed = normalise_url(raw)
         masked = mask_url(raw)
+        create = create and not read_only
         if parsed.get_backend_name() == "sqlite" and not create:
             path = parsed.database
             if path and path != ":memory:" and not Path(path).exists():
                 raise StoreError(f"no store at {masked}: the file does not exist (nothing has been recorded there)")
-        engine = _make_engine(parsed)
+        engine = _make_engine(parsed, read_only)
         try:
             with engine.connect():
                 pass
         except (OperationalError, DBAPIError) as error:
             engine.dispose()
             raise StoreError(f"cannot connect to the store at {masked}: {_first_line(error)}") from None
-        store = cls(engine, raw)
+        store = cls(engine, raw, read_only)
         try:
-            store._migrate(create)
+            store._check_schema() if read_only else store._migrate(create)
         except Exception:
             engine.dispose()
             raise
@@ -175,6 +200,21 @@ class Store:
             from alembic import command
 
             command.upgrade(_alembic_config(conn), "head")
+
+    def _check_schema(self) -> None:
+        """What ``_migrate`` checks, without writing: an archsearch store of a schema we can read."""
+        head, known = schema_revisions()
+        try:
+            current = self.schema_version()
+        except DBAPIError as error:  # e.g. a file that is not a database at all
+            raise StoreError(f"no archsearch store at {self.url}: {_first_line(error)}") from None
+        if current is None:
+            raise StoreError(f"no archsearch store at {self.url}: it has no archsearch tables")
+        if current not in known:
+            raise StoreError(
+                f"the store at {self.url} has schema version {current}, newer than this archsearch "
+                f"knows (up to {head}): upgrade archsearch to open it"
+            )
 
     def schema_version(self) -> str | None:
         with self.engine.connect() as conn:
@@ -296,6 +336,37 @@ class Store:
         values = {"status": status, "updated_at": _now(), "driver": owner, "status_message": message}
         self._write(lambda conn: conn.execute(Study.__table__.update().where(Study.id == study_id).values(**values)))
 
+    def claim_study(self, name: str, stale_after_s: float = HEARTBEAT_STALE_S) -> None:
+        """Take the study's driver lease for this process, or refuse (:class:`StoreError`) while another
+        live driver holds it: one driver per study, whatever the store.
+
+        One write transaction: the study row is locked (``FOR UPDATE`` on PostgreSQL; SQLite's write
+        transactions begin with ``BEGIN IMMEDIATE``), its holder checked (alive by PID on this host, by
+        heartbeat from another) and replaced. A lease whose driver is gone is taken over.
+        """
+        study_id = self._study_id(name)
+        me = driver_identity()
+        table = Study.__table__
+
+        def claim(conn) -> None:
+            query = select(table.c.status, table.c.driver, table.c.updated_at).where(table.c.id == study_id)
+            row = conn.execute(query.with_for_update()).one()
+            holder = row.driver
+            held = row.status == "running" and holder and holder != me
+            if held and _driver_gone(holder, row.updated_at, _now(), stale_after_s) is None:
+                host, pid = ([*holder.split(), "?", "?"])[:2]
+                raise StoreError(
+                    f"study {name!r} is being run by another driver (pid {pid} on {host}): wait for it to "
+                    "end, or stop it (Ctrl-C there) and resume it with --resume"
+                )
+            conn.execute(
+                table.update()
+                .where(table.c.id == study_id)
+                .values(status="running", driver=me, status_message=None, updated_at=_now())
+            )
+
+        self._write(claim)
+
     def heartbeat(self, name: str) -> None:
         """A running study's driver says it is alive (``updated_at``); see :meth:`mark_interrupted`."""
         study_id = self._study_id(name)
@@ -306,6 +377,17 @@ class Store:
                 .values(updated_at=_now())
             )
         )
+
+    def gone_drivers(self, stale_after_s: float = HEARTBEAT_STALE_S) -> dict[str, str]:
+        """``running`` studies whose driver is gone, with why (what :meth:`mark_interrupted` would record)."""
+        table = Study.__table__
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(table.c.name, table.c.driver, table.c.updated_at).where(table.c.status == "running")
+            ).all()
+        now = _now()
+        reasons = {name: _driver_gone(driver, updated_at, now, stale_after_s) for name, driver, updated_at in rows}
+        return {name: reason for name, reason in reasons.items() if reason is not None}
 
     def mark_interrupted(self, stale_after_s: float = HEARTBEAT_STALE_S) -> list[str]:
         """Studies marked ``running`` whose driver is gone become ``interrupted``; returns their names.
@@ -386,6 +468,15 @@ class Store:
             "started_at": _now(),
         }
         self._write(lambda conn: self._upsert(conn, Trial, [row], ("study_id", "number"), keep=("started_at",)))
+
+    def interrupt_running_trials(self, study: str) -> int:
+        """The search was stopped on purpose: its ``running`` trials become ``interrupted`` (resumable)."""
+        study_id = self._study_id(study)
+        values = {"status": "interrupted", "ended_at": _now()}
+        statement = (
+            update(Trial).where(Trial.study_id == study_id, Trial.status == "running").values(**values)
+        )
+        return self._write(lambda conn: conn.execute(statement).rowcount)
 
     def record_epoch(self, study: str, number: int, metrics: Mapping[str, Any]) -> None:
         """Write (or rewrite) one epoch of a running trial's learning curve."""
@@ -476,7 +567,7 @@ class Store:
         """
         import pandas as pd
 
-        self.mark_interrupted()
+        gone = self.gone_drivers() if self.read_only else {name: None for name in self.mark_interrupted()}
         with self.engine.connect() as conn:
             studies = conn.execute(select(Study.__table__).order_by(Study.id)).mappings().all()
             counts = conn.execute(
@@ -488,17 +579,20 @@ class Store:
         rows = []
         for s in studies:
             status_counts = {status: by_study.get(s["id"], {}).get(status, 0) for status in TRIAL_STATUSES}
+            shown_status, message = s["status"], s["status_message"]
+            if gone.get(s["name"]):  # read-only: shown as it is, without recording it
+                shown_status, message = "interrupted", gone[s["name"]]
             rows.append(
                 {
                     "name": s["name"],
-                    "status": s["status"],
+                    "status": shown_status,
                     "objectives": ",".join(f"{o['name']}:{o['direction']}" for o in s["objectives"]),
                     "trials": sum(status_counts.values()),
                     **status_counts,
                     "created_at": s["created_at"],
                     "updated_at": s["updated_at"],
                     "archsearch_version": s["archsearch_version"],
-                    "message": s["status_message"],
+                    "message": message,
                 }
             )
         columns = ["name", "status", "objectives", "trials", *TRIAL_STATUSES, "created_at", "updated_at"]
@@ -609,14 +703,19 @@ class Store:
             return trial.c[name]
         if name in MEASUREMENT_FIELDS:
             return meas.c[name]
-        if name in self.final_metric_names(study):
+        if name in self.final_metric_names(study) or name in self._objective_names(study):
+            # An objective is a metric of the study before its first trial has recorded it.
             return trial.c.final[name].as_float()
         known = sorted({*self._SORTABLE_TRIAL_COLUMNS, *self.metric_names(study)})
         raise StoreError(f"unknown metric {name!r}; known: {', '.join(known)}")
 
     def metric_names(self, study: str) -> list[str]:
-        """Every metric a query can name for this study: measured cost columns and recorded final metrics."""
-        return sorted({*NUMERIC_MEASUREMENT_FIELDS, *self.final_metric_names(study)})
+        """Every metric a query can name for this study: cost columns, its objectives, recorded final metrics."""
+        return sorted({*NUMERIC_MEASUREMENT_FIELDS, *self._objective_names(study), *self.final_metric_names(study)})
+
+    def _objective_names(self, study: str) -> list[str]:
+        objectives = _decoded(self.study(study).get("objectives")) or []
+        return [o["name"] for o in objectives if isinstance(o, dict) and o.get("name") not in MEASUREMENT_FIELDS]
 
     def final_metric_names(self, study: str, sample: int = 1000) -> list[str]:
         """Names of the final metrics recorded for a study's trials (from a sample of the latest trials)."""

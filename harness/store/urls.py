@@ -16,17 +16,57 @@ def resolve_store_url(url: str | None = None) -> str:
     return url or os.environ.get(ENV_VAR) or DEFAULT_STORE_URL
 
 
+SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")
+
+
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***``: safe for logs, errors and reports."""
+    """The URL with its password replaced by ``***``: safe for logs, errors and reports.
+
+    Both places a password can hide are masked: ``user:password@`` and the query string
+    (``?password=...``, which libpq and psycopg accept too).
+    """
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        # Not parseable: drop everything between '://' and '@' rather than risk printing a secret.
+        parsed = make_url(url)
+        secret = {k: "ARCHSEARCHMASKED" for k in parsed.query if k.lower() in SECRET_QUERY_KEYS}
+        if secret:
+            parsed = parsed.update_query_dict(secret)
+        return parsed.render_as_string(hide_password=True).replace("ARCHSEARCHMASKED", "***")
+    except (ArgumentError, ValueError, TypeError):
+        # Not parseable: keep only the scheme and what follows the last '@', without any query.
         scheme, sep, rest = url.partition("://")
-        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
+        tail = rest.rpartition("@")[2] if "@" in rest else rest
+        masked = f"{scheme}{sep}{'***@' if '@' in rest else ''}{tail.split('?')[0]}"
+        return masked + ("?***" if "?" in tail else "")
+
+
+def split_secret(url: str) -> tuple[str, str | None]:
+    """(the URL without its password, the password or None).
+
+    The URL handed to Ray, Optuna's storage and anything pickled onto the results dir carries no
+    password; the driver passes the password to libpq through ``PGPASSWORD`` instead (as
+    ``psql`` users do), so it never reaches a disk.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return url, None
+    password = parsed.password
+    if password is None:
+        password = next((v for k, v in parsed.query.items() if k.lower() == "password"), None)
+        if isinstance(password, tuple):
+            password = password[0] if password else None
+    if password is None:
+        return url, None
+    public = parsed._replace(password=None).difference_update_query(
+        [k for k in parsed.query if k.lower() == "password"]
+    )
+    return public.render_as_string(hide_password=False), str(password)
 
 
 def normalise_url(url: str):
@@ -36,9 +76,10 @@ def normalise_url(url: str):
 
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError) as error:  # ValueError: a port that is not a number
+        detail = "; the port must be a number" if "int()" in str(error) else ""
         raise StoreError(
-            f"not a store URL: {mask_url(url)!r}; use sqlite:///PATH or postgresql://USER@HOST/DB"
+            f"not a store URL: {mask_url(url)!r}{detail}; use sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
         ) from None
     backend = parsed.get_backend_name()
     if backend not in SUPPORTED:
@@ -49,3 +90,13 @@ def normalise_url(url: str):
     if backend == "postgresql" and parsed.get_driver_name() != "psycopg":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def optuna_storage_url(store_url: str) -> str:
+    """The store URL as Optuna's RDBStorage takes it (psycopg 3 for PostgreSQL; the password, if any, kept)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(store_url)
+    if url.get_backend_name() == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)

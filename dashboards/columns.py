@@ -1,0 +1,30 @@
+"""Which config columns a table shows: the searched parameters, always, whatever the front holds.
+
+A front of one member, or members that agree on a knob, would otherwise hide what was searched
+(the report and the command line differed on this). The spec's ``params`` keys name the knobs:
+``embed_dim`` (a model field), ``lr`` (a training field), ``data.batch_size`` (a dotted path),
+``depths[3]`` (one stage of a list-valued field, shown as the whole list).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+_INDEX = re.compile(r"\[\d+\]$")
+
+
+def searched_config_columns(spec: Mapping[str, Any] | None, columns: Iterable[str]) -> list[str]:
+    """The ``config.*`` columns of the spec's searched parameters, in the spec's order, without repeats."""
+    present = list(columns)
+    available = set(present)
+    found: list[str] = []
+    for key in (spec or {}).get("params", {}) or {}:
+        base = _INDEX.sub("", str(key))
+        candidates = [f"config.{base}"] if "." in base else [f"config.model.{base}", f"config.training.{base}"]
+        candidates.append(f"config.{base}")
+        column = next((c for c in candidates if c in available), None)
+        if column is not None and column not in found:
+            found.append(column)
+    return found

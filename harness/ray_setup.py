@@ -1,0 +1,150 @@
+"""Where a search runs: the Ray it connects to (local or a cluster), what it checks there before
+anything is written (resources some node can meet, storage every node reads), and where its
+experiment lives (a study name that is safe as a directory, a path that stays under its root).
+
+Kept apart from :mod:`harness.search`, which holds the search's life cycle; :mod:`harness.cluster`
+does the first contact with a cluster (token, pre-flight).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from search_space.spec import SearchSpec
+
+
+class SearchError(RuntimeError):
+    """The search cannot start here (e.g. it asks for GPUs the cluster does not have): one line, exit 2."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def quiet_ray(verbose: bool) -> None:
+    """Keep the terminal to archsearch's own lines: Ray's banners and INFO logs only with ``verbose``.
+
+    The per-trial progress line and the final front are archsearch's; Ray Tune's experiment box,
+    TensorBoard hint and "wrote the experiment state" lines are not shown by default.
+    """
+    import logging
+
+    if verbose:
+        return
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter, silent at verbose=0
+    for name in ("ray", "ray.tune", "ray.train", "ray._private.authentication.authentication_token_setup"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def init_ray(address: str | None, spec: SearchSpec) -> None:
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        from harness.cluster import join
+
+        join(address)  # the cluster's token, a pre-flight check, one-line errors (ClusterError)
+    else:
+        # address="local": always a fresh local Ray, never a cluster someone else started here.
+        cpus = max(os.cpu_count() or 1, int(spec.search.concurrency * spec.search.resources.cpus))
+        ray.init(
+            address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+        )
+
+
+def storage_location(results_dir: str | Path | None) -> tuple[str, bool]:
+    """(Ray Tune's storage path, whether the user chose it): a local or shared directory, or a URI."""
+    if results_dir is None:
+        return str((Path.cwd() / "ray_results").resolve()), False
+    text = str(results_dir)
+    if "://" in text:  # s3://bucket/path, gs://..., file://...: Ray Tune's (pyarrow) filesystems
+        return text.rstrip("/"), True
+    return str(Path(text).expanduser().resolve()), True
+
+
+def check_storage(results_dir_chosen: bool, storage: str) -> None:
+    """On a cluster of several nodes, trial checkpoints must live where every node can read them."""
+    from harness.cluster import alive_nodes
+
+    nodes = alive_nodes()
+    if nodes > 1 and not results_dir_chosen:
+        raise SearchError(
+            "--results-dir",
+            f"the Ray cluster has {nodes} nodes, and trials checkpoint under {storage} on this machine only: a "
+            "trial retried on another node could not resume. Pass --results-dir with a directory every node "
+            "mounts (NFS, e.g. /shared/ray_results) or cloud storage (s3://bucket/path, gs://bucket/path)",
+        )
+
+
+def check_resources(spec: SearchSpec) -> None:
+    """Every trial's resource request fits on some node of the Ray cluster; otherwise Ray would
+    queue the trials forever. Raises :class:`SearchError` naming ``search.resources``."""
+    import ray
+
+    wanted = spec.search.resources
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", True)]
+    most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
+    most_cpus = max((r.get("CPU", 0) for r in nodes), default=0)
+    if wanted.gpus > 0 and most_gpus == 0:
+        raise SearchError(
+            "search.resources.gpus",
+            f"each trial asks for {wanted.gpus:g} GPU but the Ray cluster has none; set gpus: 0 to train on CPUs, "
+            "or join a cluster with GPUs (--address)",
+        )
+    if wanted.gpus > most_gpus:
+        raise SearchError(
+            "search.resources.gpus", f"each trial asks for {wanted.gpus:g} GPUs but no node has more than {most_gpus:g}"
+        )
+    if wanted.cpus > most_cpus:
+        raise SearchError(
+            "search.resources.cpus", f"each trial asks for {wanted.cpus:g} CPUs but no node has more than {most_cpus:g}"
+        )
+
+
+def ray_hardware() -> dict[str, Any]:
+    """What the search runs on (recorded with the study, shown in reports)."""
+    import platform
+
+    import ray
+
+    resources = ray.cluster_resources()
+    gpu_names = sorted({k for k in resources if k.startswith("accelerator_type:")})
+    return {
+        "driver": platform.node(),
+        "platform": platform.platform(),
+        "cluster_cpus": resources.get("CPU", 0),
+        "cluster_gpus": resources.get("GPU", 0),
+        "gpu_types": [g.removeprefix("accelerator_type:") for g in gpu_names],
+        "nodes": len(ray.nodes()),
+    }
+
+
+STUDY_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+
+
+def check_study_name(name: str) -> str:
+    """A study name is also a directory name under the results dir: a safe character set, no traversal."""
+    if not isinstance(name, str) or not re.fullmatch(STUDY_NAME_PATTERN, name) or ".." in name:
+        raise SearchError(
+            "--name",
+            f"{str(name)[:80]!r} is not a valid study name: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, without '..'",
+        )
+    return name
+
+
+def experiment_path(storage_path: str, name: str) -> str:
+    """Ray Tune's experiment directory for the study: always inside ``storage_path``."""
+    if "://" in storage_path:
+        return f"{storage_path}/{name}"
+    root = Path(storage_path).resolve()
+    path = (root / name).resolve()
+    if path.parent != root:
+        raise SearchError("--name", f"{name!r} would place the experiment outside {root}")
+    return str(path)

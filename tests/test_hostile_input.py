@@ -1,0 +1,137 @@
+"""What a user on a shared cluster throws at archsearch: alias bombs, bad URLs and numbers, unwritable
+outputs, failures half-way through writing a report. Each is one line and the right exit code, and
+nothing is left half-written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import add_small_study
+
+from harness.cli import main
+from harness.store import Store
+
+OBJECTIVES = {"top1": "max", "flops": "min"}
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def _one_line(result) -> str:
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, result.output[-2000:]
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return lines[0]
+
+
+@pytest.fixture
+def study_store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        add_small_study(store)
+        store.create_study("empty", {"name": "empty"}, OBJECTIVES)
+    return url
+
+
+# -- YAML ------------------------------------------------------------------------------------------
+
+
+def test_a_yaml_alias_bomb_is_refused_at_load_naming_the_key(tmp_path):
+    levels = ["  a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    for i in range(1, 8):
+        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+        levels.append(f"  {cur}: &{cur} [" + ", ".join([f"*{prev}"] * 10) + "]")
+    spec = tmp_path / "bomb.yaml"
+    spec.write_text("name: bomb\nfamily: cait\nbase_model: cait_tiny32\nobjectives: {top1: max}\nparams:\n")
+    spec.write_text(spec.read_text() + "\n".join(levels) + "\n")
+    assert spec.stat().st_size < 1000
+    result = _invoke("search", str(spec), "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.exit_code == 2
+    line = _one_line(result)
+    assert line.startswith("Error: params.h:") and "expand to more than 100,000 elements" in line
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_yaml_aliases_within_the_bound_still_load():
+    from trials.yaml_bounds import safe_load_bounded
+
+    assert safe_load_bounded("a: &x {lr: 0.1}\nb: *x\n") == {"a": {"lr": 0.1}, "b": {"lr": 0.1}}
+
+
+def test_error_lines_are_capped_whatever_value_they_quote(tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(
+        "name: long\nfamily: cait\nbase_model: cait_tiny32\nobjectives: {top1: max}\n"
+        f"params:\n  embed_dim: {{choice: [{', '.join(['100'] * 20000)}]}}\n  num_heads: 8\n"
+    )
+    result = _invoke("search", str(spec), "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.exit_code == 2
+    assert len(_one_line(result)) <= 620
+
+
+# -- store URLs and numbers ------------------------------------------------------------------------
+
+
+def test_a_store_url_with_a_non_numeric_port_is_one_line():
+    result = _invoke("studies", "--store", "postgresql://u:pw@db-host:fivefourthreetwo/db")
+    assert result.exit_code == 2
+    line = _one_line(result)
+    assert "the port must be a number" in line and "pw" not in line.replace("password", "")
+
+
+def test_an_enormous_limit_is_a_usage_error(study_store):
+    result = _invoke("trials", "s", "--store", study_store, "--limit", "99999999999999999999")
+    assert result.exit_code == 2 and "--limit" in result.output and "Traceback" not in result.output
+
+
+def test_a_studys_objective_sorts_before_any_trial_recorded_it(study_store):
+    result = _invoke("trials", "empty", "--store", study_store, "--sort", "top1")
+    assert result.exit_code == 0, result.output
+    assert "unknown metric" not in result.output
+
+
+# -- reports: unwritable places, and failures half-way ---------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["file-as-dir", "proc"])
+def test_a_report_into_a_place_that_cannot_hold_it_is_one_line(study_store, tmp_path, where):
+    if where == "file-as-dir":
+        (tmp_path / "plain.txt").write_text("x")
+        output = str(tmp_path / "plain.txt" / "report.html")
+    else:
+        output = "/proc/archsearch-report.html"  # not writable, even for root
+    result = _invoke("report", "s", "--store", study_store, "-o", output)
+    assert result.exit_code == 2
+    assert _one_line(result).startswith("Error: cannot write the report to")
+
+
+def test_a_report_that_fails_half_way_leaves_the_previous_one_intact(study_store, tmp_path, monkeypatch):
+    import dashboards.files
+
+    output = tmp_path / "r.html"
+    assert _invoke("report", "s", "--store", study_store, "-o", str(output)).exit_code == 0
+    good = output.read_bytes()
+    assert len(good) > 10_000
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dashboards.files.os, "fsync", disk_full)
+    result = _invoke("report", "s", "--store", study_store, "-o", str(output), "--png", str(tmp_path / "png"))
+    assert result.exit_code == 2 and "No space left on device" in _one_line(result)
+    assert output.read_bytes() == good  # the previous report, byte for byte
+    leftovers = [p for p in tmp_path.rglob(".*.tmp")]
+    assert leftovers == []
+
+
+def test_written_files_get_the_usual_mode(tmp_path):
+    from dashboards.files import atomic_write
+
+    path = atomic_write(tmp_path / "x.txt", "hello")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.read_text() == "hello" and (path.stat().st_mode & 0o777) == (0o666 & ~umask)

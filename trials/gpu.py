@@ -1,0 +1,252 @@
+"""What a trial needs to run correctly on a CUDA GPU, kept in one place and checkable on a CPU.
+
+Every call into ``torch.cuda`` that a trial makes goes through here, so the contracts are few and
+each one has a CPU test with CUDA's initialisation stubbed (``tests/test_cuda_contracts.py``):
+
+* :func:`resolve_device` gives CUDA devices an index: ``torch.device("cuda")`` is not accepted by
+  ``set_per_process_memory_fraction`` (it wants an index or an int).
+* :func:`memory_cap_fraction` is the one formula for a packed trial's memory cap, shared by the
+  search (``search.resources.gpus: 0.25``) and ``benchmarks/gpu.py``: the trial's share of the
+  GPU minus what a process needs outside PyTorch's caching allocator (CUDA context, cuBLAS
+  workspace, compiled kernels: about :data:`PROCESS_OVERHEAD_BYTES`), because the cap only
+  bounds the allocator.
+* :func:`configure_backends` sets cuDNN autotuning and TF32 matmuls the same way for trials and
+  for the benchmark, and returns what it set so the trial records it.
+* The error classifiers decide what a failure *is*: an out-of-memory (the trial failed, the
+  process is fine), a compile error (run eagerly instead), or a sticky CUDA error (the CUDA
+  context is broken: the worker process must end, or it poisons the next trial it is reused for).
+
+torch is imported lazily: ``search_space`` and the cost model use the formula without torch.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+GIB = 2**30
+# Memory a CUDA process uses outside the caching allocator, which the allocator's cap does not
+# see: the CUDA context (~300-600 MiB on Hopper), cuBLAS/cuDNN workspaces and the kernels that
+# torch.compile loads. 1 GiB is the round figure the packing formula leaves per process.
+PROCESS_OVERHEAD_BYTES = 1 * GIB
+
+# Dense bf16 tensor-core peaks from the vendors' datasheets (TFLOP/s, 2 FLOPs per multiply-add),
+# for MFU against the datasheet next to MFU against the matmul rate measured on the machine.
+# Matched against torch.cuda.get_device_name(); the first matching key wins.
+DATASHEET_BF16_DENSE_TFLOPS: tuple[tuple[str, str, float], ...] = (
+    ("H200", "H200 SXM bf16 dense", 989.0),
+    ("GH200", "GH200 bf16 dense", 989.0),
+    ("H100 PCIe", "H100 PCIe bf16 dense", 756.0),
+    ("H100 NVL", "H100 NVL bf16 dense", 835.0),
+    ("H100", "H100 SXM bf16 dense", 989.0),
+    ("H800", "H800 SXM bf16 dense", 989.0),
+    ("A100", "A100 bf16 dense", 312.0),
+    ("L40S", "L40S bf16 dense", 362.0),
+    ("A10G", "A10G bf16 dense", 70.0),
+)
+
+
+class GpuShareError(ValueError):
+    """A packed trial's share of the GPU is too small to hold even one process."""
+
+
+def datasheet_peak(device_name: str) -> tuple[str, float] | None:
+    """``(which figure, FLOP/s)`` of the datasheet's bf16 dense peak for a GPU name, or None if unknown."""
+    for key, label, tflops in DATASHEET_BF16_DENSE_TFLOPS:
+        if key.lower() in device_name.lower():
+            return label, tflops * 1e12
+    return None
+
+
+def memory_cap_fraction(
+    share: float | None, total_bytes: int, overhead_bytes: int = PROCESS_OVERHEAD_BYTES
+) -> float:
+    """The caching allocator's cap (a fraction of the GPU) for a trial that owns ``share`` of it.
+
+    ``share`` None or >= 1: the whole GPU (1.0; it also undoes a smaller cap set by an earlier trial
+    of the same process). A packed trial gets its share minus the memory its process needs outside
+    the allocator, so N packed trials at 1/N each still fit: N x (share - overhead) + N x overhead.
+    """
+    if share is None or share >= 1:
+        return 1.0
+    if not 0 < share < 1:
+        raise GpuShareError(f"gpu_memory_fraction: must be a number in (0, 1], got {share!r}")
+    if total_bytes <= 0:
+        raise GpuShareError(f"the GPU reports {total_bytes} bytes of memory")
+    fraction = float(share) - overhead_bytes / total_bytes
+    if fraction <= 0:
+        raise GpuShareError(
+            f"gpu_memory_fraction: a share of {share:g} of a {total_bytes / GIB:.1f} GiB GPU is "
+            f"{share * total_bytes / GIB:.2f} GiB, which leaves nothing after the "
+            f"{overhead_bytes / GIB:.1f} GiB a CUDA process needs outside PyTorch's allocator; "
+            "pack fewer trials per GPU"
+        )
+    return fraction
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; a CUDA device always carries its index."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def cuda_index(device: torch.device) -> int:
+    """The integer index of a CUDA device (the current device when the device has none)."""
+    import torch
+
+    return int(device.index) if device.index is not None else int(torch.cuda.current_device())
+
+
+def cap_process_memory(device: torch.device, share: float | None) -> dict[str, Any]:
+    """Cap this process's caching allocator at its share of the GPU, before anything is allocated.
+
+    Returns what it set, for the trial's record: the fraction, the cap in bytes, the GPU's memory.
+    """
+    import torch
+
+    index = cuda_index(device)
+    total = int(torch.cuda.get_device_properties(index).total_memory)
+    fraction = memory_cap_fraction(share, total)
+    torch.cuda.set_per_process_memory_fraction(float(fraction), index)
+    return {
+        "gpu_memory_cap_fraction": fraction,
+        "gpu_memory_cap_bytes": int(fraction * total),
+        "gpu_total_bytes": total,
+    }
+
+
+def configure_backends(device: torch.device) -> dict[str, bool]:
+    """cuDNN autotuning and TF32 matmuls on CUDA (fixed input sizes: autotuning pays for itself).
+
+    The benchmark calls this too, so a trial and ``benchmarks/gpu.py`` measure the same thing.
+    Returns the settings in force, which the trial records.
+    """
+    import torch
+
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return {
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+    }
+
+
+def release_memory(device: torch.device) -> None:
+    """Give cached blocks back to the driver (for a packed neighbour or the next trial of this worker).
+
+    Call it *after* the last reference to the trial's model, optimiser and any exception traceback
+    is gone, or the memory it should free is still alive.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def peak_memory(device: torch.device) -> tuple[float | None, float | None]:
+    """(max allocated MiB, max reserved MiB) since the last reset; None on CPU."""
+    if device.type != "cuda":
+        return None, None
+    import torch
+
+    return torch.cuda.max_memory_allocated(device) / 2**20, torch.cuda.max_memory_reserved(device) / 2**20
+
+
+def _chain(error: BaseException):
+    """The error and the errors it was raised from or during, without looping."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        # BackendCompilerFailed keeps the backend's exception as ``inner_exception``, not as a cause.
+        current = current.__cause__ or current.__context__ or getattr(current, "inner_exception", None)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` (or what it wraps: a compile error around an OOM) is an out-of-memory."""
+    import torch
+
+    for e in _chain(error):
+        if isinstance(e, torch.OutOfMemoryError):
+            return True
+        text = str(e).lower()
+        if "out of memory" in text and ("cuda" in text or "allocate" in text):
+            return True
+    return False
+
+
+_COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "triton")
+
+
+_COMPILER_PATHS = ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/", "/triton/")
+
+
+def is_compile_error(error: BaseException) -> bool:
+    """Whether ``error`` came from torch.compile (Dynamo, AOTAutograd, Inductor, Triton).
+
+    Either its type (or a type it wraps) is the compiler's, or it was raised inside the compiler's
+    code: AOTAutograd compiles the backward lazily, at the first ``loss.backward()``, and a backend's
+    failure there surfaces as the backend's own exception. A genuine error of the model raised
+    inside compiled code also matches; the eager retry then raises it again, as the trial's error.
+    An out-of-memory or a sticky CUDA error is never a compile error: falling back to eager would
+    hide it (and then fail again, or on a broken CUDA context).
+    """
+    import traceback
+
+    if is_out_of_memory(error) or is_sticky_cuda_error(error):
+        return False
+    for e in _chain(error):
+        if type(e).__module__.startswith(_COMPILER_MODULES):
+            return True
+        frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ is not None else []
+        if any(path in frame.filename.replace("\\", "/") for frame in frames for path in _COMPILER_PATHS):
+            return True
+    return False
+
+
+# Errors after which the CUDA context is unusable for the rest of the process (CUDA "sticky" errors).
+_STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+    "illegal instruction",
+    "hardware stack error",
+    "invalid program counter",
+    "launch timed out",
+    "uncorrectable ecc error",
+    "cudaerrorillegaladdress",
+    "cudaerrorlaunchfailure",
+    "cudaerrorassert",
+    "cublas_status_execution_failed",
+)
+
+
+def is_sticky_cuda_error(error: BaseException) -> bool:
+    """Whether ``error`` left the CUDA context broken: every later CUDA call of the process would fail."""
+    for e in _chain(error):
+        text = str(e).lower()
+        if any(marker in text for marker in _STICKY_CUDA_ERRORS):
+            return True
+    return False
+
+
+def mfu(model_macs: float, images_per_s: float, peak_flops: float) -> float:
+    """Model FLOPs utilisation (%) of a training step: 2 FLOPs per MAC, x3 for forward + backward."""
+    if not (peak_flops > 0 and math.isfinite(peak_flops)):
+        return float("nan")
+    return 100.0 * 2 * model_macs * 3 * images_per_s / peak_flops
