@@ -1,0 +1,274 @@
+"""Stopping a search on purpose, as a user on a shared cluster does: Ctrl-C, SIGTERM, a bad --name.
+
+The searches run as real ``archsearch search`` processes (real Ray, Optuna, SQLite store) that
+these tests start in their own session and signal by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
+
+
+def _spec(name: str, n_trials: int = 4) -> dict:
+    return {
+        "name": name,
+        "family": "cait",
+        "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
+        "data": {"name": "synthetic", "num_classes": 4, "train_size": 512, "val_size": 64, "batch_size": 32},
+        "training": {"epochs": 4, "lr": 1e-3},
+        "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
+        "params": {"embed_dim": {"choice": [32, 48, 64]}, "depth": {"int": [1, 2]}, "lr": {"float": [1e-4, 1e-2]}},
+        "objectives": {"top1": "max", "flops": "min"},
+        "search": {"sampler": "random", "n_trials": n_trials, "concurrency": 1, "seed": 1},
+    }
+
+
+def _start(tmp_path: Path, name: str):
+    from harness.store import Store
+
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(_spec(name)))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    common = ["--store", url, "--results-dir", str(tmp_path / "ray")]
+    driver = subprocess.Popen(
+        [EXE, "search", str(spec_path), *common],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 180
+    while time.time() < deadline and driver.poll() is None:  # until one trial completed and another runs
+        time.sleep(0.5)
+        try:
+            with Store.open(url, create=False) as store:
+                counts = store.counts(name) if name in store.study_names() else {}
+        except Exception:
+            continue
+        if counts.get("completed", 0) >= 1 and counts.get("running", 0) >= 1:
+            break
+    assert driver.poll() is None, "the search ended before it could be interrupted"
+    return driver, url, common
+
+
+def _state(url: str, name: str):
+    from harness.store import Store
+
+    with Store.open(url, create=False) as store:
+        counts = store.counts(name, epochs=False)
+        study = store.study(name)
+    trials = optuna.load_study(study_name=name, storage=url).trials
+    return counts, study, [t.state.name for t in trials]
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_the_study_and_resume_finishes_exactly_n_trials(tmp_path):
+    driver, url, common = _start(tmp_path, "ctrlc")
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err[-2000:]
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[ctrlc]")]
+    assert len(lines) == 1 and lines[0].startswith("search interrupted by SIGINT"), err[-2000:]
+    assert "resume with: archsearch search --resume ctrlc --store" in lines[0]
+    counts, study, states = _state(url, "ctrlc")
+    assert study["status"] == "interrupted" and counts["failed"] == 0 and counts["running"] == 0
+    assert counts["interrupted"] >= 1 and "RUNNING" in states  # resumable: nothing told to Optuna
+    assert counts["completed"] == states.count("COMPLETE")
+
+    resumed = subprocess.run([EXE, "search", "--resume", "ctrlc", *common], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    counts, study, states = _state(url, "ctrlc")
+    assert study["status"] == "completed"
+    assert counts["completed"] == 4 and sum(counts.values()) == 4
+    assert states == ["COMPLETE"] * 4
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_still_records_the_interruption(tmp_path):
+    """A batch scheduler's SIGTERM reaches the local Ray's processes too; the driver still says so."""
+    driver, url, _ = _start(tmp_path, "termed")
+    os.killpg(driver.pid, signal.SIGTERM)
+    _, err = driver.communicate(timeout=180)
+    assert driver.returncode == 143, err[-2000:]
+    assert "search interrupted by SIGTERM" in err and "resume with:" in err
+    counts, study, _ = _state(url, "termed")
+    assert study["status"] == "interrupted" and counts["running"] == 0 and counts["failed"] == 0
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".hidden", "x" * 200, "bad name", "ümlaut"])
+def test_study_names_that_could_leave_the_results_dir_are_refused(tmp_path, name):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(_spec("ok")))
+    store = tmp_path / "s.db"
+    result = CliRunner().invoke(
+        main,
+        ["search", str(spec_path), "--name", name, "--store", f"sqlite:///{store}", "--results-dir", str(tmp_path)],
+    )
+    assert result.exit_code == 2, result.output
+    assert "is not a valid study name" in result.output and len(result.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # nothing written anywhere
+
+
+def test_the_experiment_path_stays_under_its_root(tmp_path):
+    from harness.ray_setup import SearchError, check_study_name, experiment_path
+
+    assert experiment_path(str(tmp_path), "study-1.a_b") == str(tmp_path / "study-1.a_b")
+    with pytest.raises(SearchError):
+        check_study_name("../../x")
+    with pytest.raises(SearchError, match="outside"):
+        experiment_path(str(tmp_path), "..")
+
+
+# -- one driver per study --------------------------------------------------------------------------
+
+
+def test_a_study_held_by_a_live_driver_cannot_be_claimed_until_that_driver_is_gone(store_url):
+    from harness.store import Store, StoreError
+    from harness.store.store import driver_identity
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Store.open(store_url) as store:
+            store.create_study("held", {"name": "held"}, {"top1": "max"})
+            store.set_study_status("held", "running", driver=driver_identity(holder.pid))
+            with pytest.raises(StoreError, match=rf"being run by another driver \(pid {holder.pid} on "):
+                store.claim_study("held")
+            holder.kill()
+            holder.wait()
+            store.claim_study("held")  # a dead driver's lease is taken over
+            assert store.study("held")["driver"] == driver_identity()
+            store.claim_study("held")  # claiming again is harmless
+    finally:
+        holder.kill()
+
+
+@pytest.mark.slow
+def test_two_drivers_started_together_on_one_study_only_one_runs(tmp_path):
+    from harness.store import Store
+
+    spec = _spec("twice", n_trials=2)
+    spec["training"]["epochs"] = 2
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"spec{i}.yaml"
+        spec["params"]["depth"] = {"int": [1, 2]} if i == 0 else {"int": [1, 3]}
+        path.write_text(yaml.safe_dump(spec))
+        paths.append(path)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    drivers = [
+        subprocess.Popen(
+            [EXE, "search", str(p), "--store", url, "--results-dir", str(tmp_path / "ray")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for p in paths
+    ]
+    outputs = [d.communicate(timeout=600) for d in drivers]
+    codes = sorted(d.returncode for d in drivers)
+    assert codes == [0, 2], [o[1][-1500:] for o in outputs]
+    loser = outputs[[d.returncode for d in drivers].index(2)][1]
+    errors = [line for line in loser.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1
+    assert "being run by another driver (pid" in errors[0] or "already has trials" in errors[0], loser[-1500:]
+    with Store.open(url, create=False) as store:
+        assert store.counts("twice", epochs=False)["completed"] == 2
+        assert len(store.trials("twice")) == 2
+
+
+@pytest.mark.slow
+def test_a_store_that_fills_its_disk_mid_search_stops_it_in_one_line_and_resume_completes(tmp_path):
+    """A real outage: the SQLite store lives on a small tmpfs that a file fills mid-search."""
+    import shutil
+
+    from harness.store import Store
+
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(fs)], capture_output=True
+    ).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        spec_path = tmp_path / "spec.yaml"
+        spec_path.write_text(yaml.safe_dump(_spec("outage")))
+        url = f"sqlite:///{fs / 'store.db'}"
+        common = ["--store", url, "--results-dir", str(tmp_path / "ray")]
+        driver = subprocess.Popen(
+            [EXE, "search", str(spec_path), *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.time() + 180
+        while time.time() < deadline and driver.poll() is None:
+            time.sleep(0.5)
+            try:
+                with Store.open(url, create=False, read_only=True) as store:
+                    if "outage" in store.study_names() and store.counts("outage")["completed"] >= 1:
+                        break
+            except Exception:
+                continue
+        assert driver.poll() is None, "the search ended before the disk filled"
+        filler = fs / "filler"
+        with open(filler, "wb") as handle:  # fill the disk
+            try:
+                while True:
+                    handle.write(b"\0" * 2**20)
+            except OSError:
+                pass
+        _, err = driver.communicate(timeout=300)
+        assert driver.returncode == 1, err[-3000:]
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[outage]")]
+        assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+        assert lines[0].startswith("search stopped: the store failed while") and "resume with:" in lines[0]
+        filler.unlink()
+
+        resumed = subprocess.run([EXE, "search", "--resume", "outage", *common], capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        counts, study, states = _state(url, "outage")
+        assert study["status"] == "completed" and counts["completed"] == 4 and sum(counts.values()) == 4
+        assert states == ["COMPLETE"] * 4
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+def test_a_storage_error_while_asking_optuna_stops_the_search_with_one_line(tmp_path):
+    """Optuna wraps a failed commit (a full disk, a server gone) in StorageInternalError, not a
+    SQLAlchemy error; the searcher must turn it into the graceful, resumable stop, not raise into Tune."""
+    from harness import interrupts
+    from harness.searcher import ArchsearchSearch
+    from search_space.sampling import make_sampler
+    from search_space.validation import load_spec
+
+    spec = load_spec(_spec("faulty"))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    storage = optuna.storages.RDBStorage(url)
+    searcher = ArchsearchSearch(spec, url, "faulty", storage, make_sampler(spec))
+    assert searcher.suggest("t0") is not None  # the storage works
+
+    def disk_full(*args, **kwargs):
+        raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.")
+
+    searcher._ot_study._storage.set_trial_param = disk_full
+    interrupts.reset()
+    try:
+        assert searcher.suggest("t1") is None
+        request = interrupts.current()
+        assert request is not None and request.exit_code == 1
+        assert "StorageInternalError" in request.reason and "\n" not in request.reason
+    finally:
+        interrupts.reset()
