@@ -57,9 +57,9 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     from ray import tune
 
     from harness.interrupts import InterruptCallback
-    from harness.searcher import ArchsearchSearch
+    from harness.optuna_searcher import ArchsearchSearch
+    from harness.samplers import make_sampler
     from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
-    from search_space.sampling import make_sampler
 
     storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
@@ -237,6 +237,9 @@ def _run_search(
     public_url, password = split_secret(store_url)  # what Ray and Optuna get: no password
     _hand_password_to_libpq(password)
     if resume and tune.Tuner.can_restore(experiment):
+        from harness.optuna_searcher import alias_legacy_modules
+
+        alias_legacy_modules()  # an experiment pickled before the searcher's modules were renamed
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
         replay_finished(tuner, spec, public_url, name)
     else:

@@ -103,7 +103,8 @@ def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
     """
     import optuna
 
-    from harness.searcher import NUMBER_KEY, STATUS_KEY, tell_outcome
+    from harness.optuna_searcher import tell_outcome
+    from harness.result_keys import NUMBER_KEY, STATUS_KEY
     from harness.store import Store
 
     try:
@@ -132,7 +133,7 @@ def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
 
 def trial_number_and_config(spec: dict[str, Any], params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """(the store's trial number, the trial config) of a Tune trial's params."""
-    from harness.searcher import NUMBER_KEY
+    from harness.result_keys import NUMBER_KEY
     from search_space.sampling import build_trial_config
     from search_space.spec import SearchSpec
 
@@ -143,7 +144,7 @@ def trial_number_and_config(spec: dict[str, Any], params: dict[str, Any]) -> tup
 
 def record_outcome(store, study: str, spec: dict[str, Any], params: dict[str, Any], result: dict[str, Any]) -> None:
     """Write a finished trial's final record from its last Tune result (its outcome mark, cost, final metrics)."""
-    from harness.searcher import STATUS_KEY
+    from harness.result_keys import STATUS_KEY
 
     number, config = trial_number_and_config(spec, params)
     status = result.get(STATUS_KEY) or "pruned"  # no outcome mark: stopped early by the scheduler

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.searcher import NUMBER_KEY, STATUS_KEY
+from harness.result_keys import NUMBER_KEY, STATUS_KEY
 
 CHECKPOINT_FILE = "trainer.pt"
 

@@ -15,7 +15,7 @@ from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
 from harness.interrupts import stop_on_store_failure, store_failures
-from harness.searcher import NUMBER_KEY
+from harness.result_keys import NUMBER_KEY
 from harness.study_outcome import hopeless_reason, record_outcome, trial_number_and_config
 
 EPOCH_KEYS = ("epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction")

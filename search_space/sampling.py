@@ -158,25 +158,3 @@ def grid_space(spec: SearchSpec) -> dict[str, list[Any]]:
         else:
             raise ConfigError(f"params.{name}", "a grid search needs choices or int ranges, not a float range")
     return grid
-
-
-def make_sampler(spec: SearchSpec):
-    """The Optuna sampler the spec asks for, told about constraints where it supports them.
-
-    Optuna >= 5 reads constraints set on the trial (``Trial.set_constraint``, done by
-    :class:`SpaceFunction`); older versions need ``constraints_func``.
-    """
-    import optuna
-
-    s = spec.search
-    legacy = {} if hasattr(optuna.trial.Trial, "set_constraint") else {"constraints_func": constraints_from_trial}
-    if s.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=s.seed, multivariate=True, **legacy)
-    if s.sampler == "nsga2":
-        population = max(4, min(50, s.n_trials // 2))
-        return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
-    if s.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=s.seed)
-    from search_space.grid_sampler import TuneGridSampler
-
-    return TuneGridSampler(grid_space(spec), seed=s.seed)

@@ -250,8 +250,8 @@ def test_a_storage_error_while_asking_optuna_stops_the_search_with_one_line(tmp_
     """Optuna wraps a failed commit (a full disk, a server gone) in StorageInternalError, not a
     SQLAlchemy error; the searcher must turn it into the graceful, resumable stop, not raise into Tune."""
     from harness import interrupts
-    from harness.searcher import ArchsearchSearch
-    from search_space.sampling import make_sampler
+    from harness.optuna_searcher import ArchsearchSearch
+    from harness.samplers import make_sampler
     from search_space.validation import load_spec
 
     spec = load_spec(_spec("faulty"))
@@ -272,3 +272,23 @@ def test_a_storage_error_while_asking_optuna_stops_the_search_with_one_line(tmp_
         assert "StorageInternalError" in request.reason and "\n" not in request.reason
     finally:
         interrupts.reset()
+
+
+def test_a_grid_searcher_pickled_under_its_old_module_names_still_unpickles():
+    """Experiments saved before the rename (``harness.searcher``, ``search_space.grid_sampler``)
+    hold those names in Ray's pickles; resume aliases them (harness.optuna_searcher.LEGACY_MODULES)."""
+    import pickle
+
+    from harness.optuna_searcher import LEGACY_MODULES, alias_legacy_modules
+    from harness.samplers import TuneGridSampler
+
+    data = pickle.dumps(TuneGridSampler({"depth": [1, 2, 3]}, seed=0), protocol=0)
+    old = data.replace(b"charness.samplers\n", b"csearch_space.grid_sampler\n")
+    assert old != data  # the pickle names the old module
+    for name in LEGACY_MODULES:
+        sys.modules.pop(name, None)
+    with pytest.raises(ModuleNotFoundError):
+        pickle.loads(old)
+    alias_legacy_modules()
+    sampler = pickle.loads(old)
+    assert isinstance(sampler, TuneGridSampler) and sampler.size == 3

@@ -29,16 +29,29 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from harness.interrupts import stop_on_store_failure, store_failures
-from search_space.grid_sampler import TuneGridSampler
+from harness.result_keys import NUMBER_KEY, STATUS_KEY
+from harness.samplers import TuneGridSampler
 from search_space.sampling import SpaceFunction, build_trial_config
 from search_space.spec import SearchSpec
 
-NUMBER_KEY = "archsearch_number"
-STATUS_KEY = "archsearch_status"  # set on the final report of a trial that ran its whole budget
 MAX_INFEASIBLE_IN_A_ROW = 200
+
+# Where classes that Ray pickles into an experiment (tuner.pkl, searcher-state-*.pkl) lived before
+# they moved: an experiment saved by an older archsearch still resumes (see alias_legacy_modules).
+LEGACY_MODULES = {"harness.searcher": "harness.optuna_searcher", "search_space.grid_sampler": "harness.samplers"}
+
+
+def alias_legacy_modules() -> None:
+    """Make the old module names importable as the new modules, for unpickling older experiments."""
+    import importlib
+
+    for old, new in LEGACY_MODULES.items():
+        sys.modules.setdefault(old, importlib.import_module(new))
 
 
 class ArchsearchSearch(OptunaSearch):
+    """Ray Tune's OptunaSearch plus infeasible and duplicate configurations (see the module docstring)."""
+
     def __init__(self, spec: SearchSpec, store_url: str, study_name: str, storage, sampler):
         self.spec = spec
         self.store_url = store_url
@@ -150,7 +163,7 @@ class ArchsearchSearch(OptunaSearch):
             self._ot_study.tell(number, state=state.FAIL if outcome[0] == "failed" else state.PRUNED)
 
     def _grid_done(self) -> bool:
-        """A grid search ends when every grid point has been dispatched (see search_space.grid_sampler)."""
+        """A grid search ends when every grid point has been dispatched (see harness.samplers)."""
         return (
             isinstance(self._sampler, TuneGridSampler)
             and self._ot_study is not None

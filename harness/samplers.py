@@ -1,0 +1,67 @@
+"""The Optuna sampler a spec names, and Optuna's GridSampler made to work under Ray Tune.
+
+:func:`make_sampler` turns ``search.sampler`` (tpe, nsga2, random, grid) into an Optuna sampler.
+
+Optuna's GridSampler, under Ray Tune's ask-and-tell loop:
+
+Optuna ends a grid search from ``GridSampler.after_trial`` with ``study.stop()``, which only works
+inside ``study.optimize``. Ray Tune drives the study with ask/tell, so there that call raises
+``RuntimeError: Study.stop is supposed to be invoked inside an objective function`` when the last
+grid point is told, and Ray prints it as an error with a traceback. Here the end of the grid is
+the searcher's business instead: it asks :meth:`TuneGridSampler.all_started` before each
+suggestion and tells Tune it is finished once every grid point has been dispatched, so a grid
+search of more trials than points runs each point once rather than re-running visited ones.
+
+The sampler classes are at module level so that the searcher (pickled by ``Tuner.restore``) can
+be pickled with them. Before this module moved here (from ``search_space.grid_sampler``), grid
+experiments pickled it under that name: :data:`harness.optuna_searcher.LEGACY_MODULES` maps it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optuna
+
+from search_space.sampling import constraints_from_trial, grid_space
+from search_space.spec import SearchSpec
+
+
+def make_sampler(spec: SearchSpec) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler the spec asks for, told about constraints where it supports them.
+
+    Optuna >= 5 reads constraints set on the trial (``Trial.set_constraint``, done by
+    :class:`search_space.sampling.SpaceFunction`); older versions need ``constraints_func``.
+    """
+    s = spec.search
+    legacy = {} if hasattr(optuna.trial.Trial, "set_constraint") else {"constraints_func": constraints_from_trial}
+    if s.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=s.seed, multivariate=True, **legacy)
+    if s.sampler == "nsga2":
+        population = max(4, min(50, s.n_trials // 2))
+        return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
+    if s.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    return TuneGridSampler(grid_space(spec), seed=s.seed)
+
+
+class TuneGridSampler(optuna.samplers.GridSampler):
+    """GridSampler whose end of grid is decided by the searcher, not by ``study.stop()``."""
+
+    def __init__(self, search_space: Mapping[str, Sequence[Any]], seed: int | None = None):
+        super().__init__(dict(search_space), seed=seed)
+        self.size = math.prod(len(values) for values in search_space.values())
+
+    def after_trial(self, study, trial, state, values) -> None:
+        """No ``study.stop()``: the searcher stops suggesting (see :meth:`all_started`)."""
+
+    def all_started(self, study: optuna.Study) -> bool:
+        """Whether every grid point has a trial, running or finished, in ``study``."""
+        started = {
+            t.system_attrs["grid_id"]
+            for t in study.get_trials(deepcopy=False)
+            if "grid_id" in t.system_attrs and t.state != optuna.trial.TrialState.WAITING
+        }
+        return len(started) >= self.size
