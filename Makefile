@@ -47,8 +47,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/models.py
-	$(BIN)/python benchmarks/measure.py
+	$(BIN)/python -m benchmarks.models
+	$(BIN)/python -m benchmarks.measure
 
 clean:
 	rm -rf $(VENV) .venv-plain *.egg-info .pytest_cache .ruff_cache

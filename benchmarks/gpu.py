@@ -21,8 +21,8 @@ by that much). One process, side by side:
 
 It prints one table per part and writes everything as JSON.
 
-    python benchmarks/gpu.py [--batch-size 128] [--json gpu.json]     # on a GPU machine
-    python benchmarks/gpu.py --device cpu --quick                       # a smoke run anywhere
+    python -m benchmarks.gpu [--batch-size 128] [--json gpu.json]     # on a GPU machine
+    python -m benchmarks.gpu --device cpu --quick                      # a smoke run anywhere
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from benchmarks.steps import train_step
+from search_space.cost_model import estimate_cost
+from trials.gpu import configure_backends, datasheet_peak, mfu
+from trials.models import build_model, resolve_config
+from trials.timing import synchronize, time_once
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-from search_space.cost_model import estimate_cost  # noqa: E402
-from trials.gpu import configure_backends, datasheet_peak, mfu  # noqa: E402
-from trials.models import build_model, resolve_config  # noqa: E402
-from trials.timing import synchronize, time_once  # noqa: E402
 
 PAIRS = [("cait_s24", "cait_s24_224"), ("coatnet_0", "coatnet_0_224")]
 SMALL = ["coatnet_tiny32", "cait_tiny32"]
@@ -92,21 +92,6 @@ def _timm(name: str, image_size: int):
     return timm.create_model(name, pretrained=False, num_classes=1000, img_size=image_size)
 
 
-def _train_step(model, images, labels, dtype, device):
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
-    fused = {"fused": True} if device.type == "cuda" else {}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, **fused)
-
-    def step() -> None:
-        with autocast:
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
 def _rate(fn, device: torch.device, batch: int, warmup: int, repeats: int) -> tuple[float, float]:
     for _ in range(warmup):
         fn()
@@ -139,7 +124,7 @@ def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float]
                 model = model.to(device, memory_format=memory_format).train()
                 forward = torch.compile(model) if compiled else model
                 try:
-                    rate, step = _rate(_train_step(forward, images, labels, dtype, device), device, batch,
+                    rate, step = _rate(train_step(forward, images, labels, dtype, device), device, batch,
                                        args.warmup, args.repeats)  # fmt: skip
                 except Exception as error:  # a compile failure is a row, not the end of the benchmark
                     rows.append({"model": ours_name if side == "archsearch" else timm_name, "side": side,
@@ -214,9 +199,8 @@ def part_b(args, device: torch.device) -> list[dict[str, Any]]:
 
 _PACKED_CHILD = """
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
 from trials.runner import run_trial
-config = json.loads(sys.argv[2])
+config = json.loads(sys.argv[1])
 t = time.perf_counter()
 result = run_trial(config)
 print(json.dumps({"status": result.status, "seconds": time.perf_counter() - t, "error": result.error}))
@@ -236,7 +220,8 @@ def part_c(args, device: torch.device) -> list[dict[str, Any]]:
         started = time.perf_counter()
         children = [
             subprocess.Popen(
-                [sys.executable, "-c", _PACKED_CHILD, str(ROOT), json.dumps(config)],
+                [sys.executable, "-c", _PACKED_CHILD, json.dumps(config)],
+                cwd=ROOT,  # `python -c` puts the working directory first on sys.path
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,

@@ -7,19 +7,15 @@
 2. Training throughput of short trials on the synthetic dataset, with the share of time the
    loop waited for data, for the in-memory tensor path and the DataLoader path (RandAugment).
 
-    .venv/bin/python benchmarks/measure.py [--skip-flops] [--skip-train] [--device cuda --dtype bf16]
+    .venv/bin/python -m benchmarks.measure [--skip-flops] [--skip-train] [--device cuda --dtype bf16]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.output import render_table
 from trials.flops import baddbmm_flop_handle, count_flops, sdpa_flop_handle

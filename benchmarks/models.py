@@ -4,8 +4,8 @@ The two implementations are timed interleaved (ours, timm, ours, timm, ...) in o
 because these machines drift by +-25% between processes; we report per-side medians and the
 median of the per-round ratios (ours / timm; > 1 means ours is faster).
 
-    .venv/bin/python benchmarks/models.py                         # CPU, fp32, batch 8, 224x224
-    .venv/bin/python benchmarks/models.py --device cuda --dtype bf16 --batch-size 64
+    .venv/bin/python -m benchmarks.models                         # CPU, fp32, batch 8, 224x224
+    .venv/bin/python -m benchmarks.models --device cuda --dtype bf16 --batch-size 64
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+from benchmarks.steps import infer_step, train_step
 from harness.output import render_table
 from trials.models import build_model
 from trials.timing import time_once
@@ -29,27 +26,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def _step_fn(model: torch.nn.Module, images: torch.Tensor, mode: str, dtype: torch.dtype, device: torch.device):
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     if mode == "infer":
-        model.eval()
-
-        def infer() -> None:
-            with torch.inference_mode(), autocast:
-                model(images)
-
-        return infer
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        return infer_step(model, images, dtype, device)
     labels = torch.randint(0, 1000, (images.shape[0],), device=device)
-
-    def train_step() -> None:
-        with autocast:
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return train_step
+    return train_step(model, images, labels, dtype, device)
 
 
 def compare(ours_name: str, timm_name: str, args: argparse.Namespace) -> list[dict]:

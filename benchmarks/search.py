@@ -33,9 +33,9 @@
    a temporary directory): wall time, trials by outcome, time per trial, and how much of the
    wall the trials themselves (store start -> end, divided by the concurrency) account for.
 
-    .venv/bin/python benchmarks/search.py                   # 20 trials x 5 rounds, then the main job
-    .venv/bin/python benchmarks/search.py --quick           # smoke run: 4 trials x 1 round, 2-trial main job
-    .venv/bin/python benchmarks/search.py --trials 40 --skip-main
+    .venv/bin/python -m benchmarks.search                   # 20 trials x 5 rounds, then the main job
+    .venv/bin/python -m benchmarks.search --quick           # smoke run: 4 trials x 1 round, 2-trial main job
+    .venv/bin/python -m benchmarks.search --trials 40 --skip-main
 """
 
 from __future__ import annotations
@@ -50,8 +50,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.output import render_table
 

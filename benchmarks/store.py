@@ -14,7 +14,7 @@ Both on SQLite (a temporary file) and on PostgreSQL (a temporary database create
 and dropped afterwards). Writers are separate processes, each with its own ``Store``, as trial
 workers are.
 
-    .venv/bin/python benchmarks/store.py [--postgres ADMIN_URL | --no-postgres] [--quick]
+    .venv/bin/python -m benchmarks.store [--postgres ADMIN_URL | --no-postgres] [--quick]
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd
 import sqlalchemy

@@ -138,11 +138,6 @@ def join(address: str) -> None:
         raise ClusterError(f"cannot join the Ray cluster at {address}: {str(error).splitlines()[0][:200]}") from None
 
 
-def is_uri(path: str) -> bool:
-    """``s3://...``, ``gs://...`` and other URIs Ray Tune's storage understands."""
-    return "://" in path
-
-
 def alive_nodes() -> int:
     import ray
 

@@ -58,12 +58,17 @@ def init_ray(address: str | None, spec: SearchSpec) -> None:
         )
 
 
+def is_uri(path: str) -> bool:
+    """``s3://bucket/path``, ``gs://...``, ``file://...``: a location Ray Tune's (pyarrow) filesystems open."""
+    return "://" in path
+
+
 def storage_location(results_dir: str | Path | None) -> tuple[str, bool]:
     """(Ray Tune's storage path, whether the user chose it): a local or shared directory, or a URI."""
     if results_dir is None:
         return str((Path.cwd() / "ray_results").resolve()), False
     text = str(results_dir)
-    if "://" in text:  # s3://bucket/path, gs://..., file://...: Ray Tune's (pyarrow) filesystems
+    if is_uri(text):
         return text.rstrip("/"), True
     return str(Path(text).expanduser().resolve()), True
 
@@ -141,7 +146,7 @@ def check_study_name(name: str) -> str:
 
 def experiment_path(storage_path: str, name: str) -> str:
     """Ray Tune's experiment directory for the study: always inside ``storage_path``."""
-    if "://" in storage_path:
+    if is_uri(storage_path):
         return f"{storage_path}/{name}"
     root = Path(storage_path).resolve()
     path = (root / name).resolve()

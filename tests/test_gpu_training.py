@@ -229,8 +229,10 @@ def test_the_gpu_benchmark_runs_with_torch_alone_as_a_cpu_smoke_run(tmp_path):
     )
     out = tmp_path / "gpu.json"
     env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}"}
-    command = [sys.executable, str(root / "benchmarks" / "gpu.py"), "--device", "cpu", "--quick", "--parts", "b"]
-    done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, timeout=600, env=env)
+    command = [sys.executable, "-m", "benchmarks.gpu", "--device", "cpu", "--quick", "--parts", "b"]
+    done = subprocess.run(
+        [*command, "--json", str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=root
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())["b"]
     assert {r["model"] for r in rows} == {"coatnet_tiny32", "cait_tiny32"}

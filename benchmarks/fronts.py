@@ -2,7 +2,7 @@
 at 1k, 10k and 100k trials, side by side with Optuna doing the same work in the same run.
 
 For each size and backend (SQLite file; PostgreSQL when reachable) one study is filled with
-``benchmarks/store.py``'s ``populate()`` (two objectives, top1:max and flops:min; 85% completed,
+``benchmarks.store``'s ``populate()`` (two objectives, top1:max and flops:min; 85% completed,
 the rest pruned, failed or diverged) plus 5 epochs per trial. Then:
 
 * in process, median of 3: the lean load of (number, status, objectives), the front
@@ -14,13 +14,12 @@ the rest pruned, failed or diverged) plus 5 epochs per trial. Then:
 * as whole processes (``archsearch pareto`` and ``archsearch report`` from the console script,
   imports included), wall time and peak resident memory (``os.wait4``).
 
-    .venv/bin/python benchmarks/dashboards.py [--sizes 1000,10000,100000] [--no-postgres] [--json OUT]
+    .venv/bin/python -m benchmarks.fronts [--sizes 1000,10000,100000] [--no-postgres] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -35,18 +34,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+import pandas as pd
+from sqlalchemy import insert, select
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from sqlalchemy import insert, select  # noqa: E402
-
-from benchmarks.hostinfo import cpu_model, load_average  # noqa: E402
-from dashboards.pareto import front_mask, hypervolume, hypervolume_progress  # noqa: E402
-from harness.output import render_table  # noqa: E402
-from harness.store import Store  # noqa: E402
-from harness.store.schema import EpochRecord, Trial  # noqa: E402
+from benchmarks import store as STORE_BENCH
+from benchmarks.hostinfo import cpu_model, load_average
+from dashboards.pareto import front_mask, hypervolume, hypervolume_progress
+from harness.output import render_table
+from harness.store import Store
+from harness.store.schema import EpochRecord, Trial
 
 OBJECTIVES = {"top1": "max", "flops": "min"}
 EPOCHS_PER_TRIAL = 5
@@ -58,18 +55,6 @@ TARGETS = {
     "report peak memory": ("< 2 GB", 2048.0),
     "hv progress 10k vs Optuna": (">= 10x faster", 10.0),
 }
-
-
-def _load_store_benchmark():
-    """``benchmarks/store.py`` (populate, temporary SQLite/PostgreSQL stores) as a module."""
-    spec = importlib.util.spec_from_file_location("_store_benchmark", Path(__file__).with_name("store.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-STORE_BENCH = _load_store_benchmark()
 
 
 def add_epochs(url: str, study: str, epochs: int) -> None:
