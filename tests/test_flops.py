@@ -7,24 +7,11 @@ import torch
 
 from trials.flops import count_flops
 from trials.models import build_model
-
-# CaiT Table 1 / CoAtNet Table 3, GFLOPs (multiply-adds) at 224x224.
-PAPER_GFLOPS = {
-    "cait_xxs24": 2.5,
-    "cait_xxs36": 3.8,
-    "cait_xs24": 5.4,
-    "cait_s24": 9.4,
-    "cait_s36": 13.9,
-    "cait_m24": 36.0,
-    "coatnet_0": 4.2,
-    "coatnet_1": 8.4,
-    "coatnet_2": 15.7,
-    "coatnet_3": 34.7,
-}
+from trials.models.paper_figures import paper_gflops
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "gflops"), PAPER_GFLOPS.items())
+@pytest.mark.parametrize(("name", "gflops"), paper_gflops().items())
 def test_paper_presets_flops_within_2_percent(name, gflops):
     result = count_flops(build_model(name), torch.randn(1, 3, 224, 224))
     assert result.unsupported == {}

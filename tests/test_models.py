@@ -13,30 +13,18 @@ from trials.models import PRESETS, build_model, count_parameters, preset_paramet
 from trials.models.cait import ClassAttentionBlock
 from trials.models.coatnet import RelativeAttention, relative_position_index
 from trials.models.layers import LayerScale
+from trials.models.paper_figures import PAPER_FIGURES
 
-# Papers' tables: CaiT Table 1 / CoAtNet Table 3 (millions of parameters).
-CAIT_PAPER_PARAMS_M = {
-    "cait_xxs24": 12.0,
-    "cait_xxs36": 17.3,
-    "cait_xs24": 26.6,
-    "cait_s24": 46.9,
-    "cait_s36": 68.2,
-    "cait_m24": 185.9,
-    "cait_m36": 270.9,
-}
-COATNET_PAPER_PARAMS_M = {"coatnet_0": 25, "coatnet_1": 42, "coatnet_2": 75, "coatnet_3": 168, "coatnet_4": 275}
 # timm's exact counts for the same architectures (a stricter cross-check than the rounded tables).
 TIMM_PARAMS = {"cait_xxs24": 11_956_264, "cait_s24": 46_916_200, "coatnet_0": 25_036_820, "coatnet_1": 42_225_776}
 
 
-@pytest.mark.parametrize(("name", "millions"), CAIT_PAPER_PARAMS_M.items())
-def test_cait_parameter_counts_within_1_percent_of_paper(name, millions):
-    assert preset_parameter_count(name) == pytest.approx(millions * 1e6, rel=0.01)
-
-
-@pytest.mark.parametrize(("name", "millions"), COATNET_PAPER_PARAMS_M.items())
-def test_coatnet_parameter_counts_within_2_percent_of_paper(name, millions):
-    assert preset_parameter_count(name) == pytest.approx(millions * 1e6, rel=0.02)
+@pytest.mark.parametrize("name", sorted(PAPER_FIGURES))
+def test_parameter_counts_match_the_papers(name):
+    """Within 1% of CaiT's and DeiT's tables (one decimal), 2% of CoAtNet's (whole millions)."""
+    figures = PAPER_FIGURES[name]
+    tolerance = 0.02 if name.startswith("coatnet") else 0.01
+    assert preset_parameter_count(name) == pytest.approx(figures.params_m * 1e6, rel=tolerance)
 
 
 @pytest.mark.parametrize(("name", "count"), TIMM_PARAMS.items())
