@@ -41,10 +41,6 @@ class Interval:
     high: float
     n: int
 
-    @property
-    def half_width(self) -> float:
-        return (self.high - self.low) / 2
-
     def clipped(self, low: float = -math.inf, high: float = math.inf) -> Interval:
         """The interval restricted to the metric's possible range (accuracy in [0, 100], a loss >= 0)."""
         return Interval(self.mean, max(self.low, low), min(self.high, high), self.n)

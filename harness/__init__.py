@@ -1,3 +1,3 @@
-"""Orchestration: the command line, the SQL store and Ray Tune dispatch."""
+"""Orchestration: the command line, the SQL store, Ray Tune dispatch and the reproductions (see ARCHITECTURE.md)."""
 
 __version__ = "0.1.0"

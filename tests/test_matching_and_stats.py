@@ -37,9 +37,9 @@ def test_t_critical_values():
 def test_mean_ci_known_values():
     ci = mean_ci([1.0, 2.0, 3.0])  # sd 1, se 1/sqrt(3), t(2) = 4.302653
     assert ci.mean == 2.0
-    assert ci.half_width == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    assert ci.high - ci.mean == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6) == ci.mean - ci.low
     ci = mean_ci([10.0, 12.0, 11.0, 13.0, 9.0])  # sd sqrt(2.5), t(4) = 2.776445
-    assert ci.half_width == pytest.approx(2.776445 * math.sqrt(2.5) / math.sqrt(5), rel=1e-6)
+    assert ci.high - ci.mean == pytest.approx(2.776445 * math.sqrt(2.5) / math.sqrt(5), rel=1e-6)
     one = mean_ci([5.0])
     assert one.mean == 5.0 and one.low == -math.inf and one.high == math.inf
 
