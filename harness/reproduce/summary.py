@@ -1,0 +1,115 @@
+"""A reproduction's written record: the Markdown summary (table, ranking, verdicts) and its figures."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dashboards.files import atomic_write
+from harness.reproduce.analysis import VariantSummary
+from harness.reproduce.studies import PAPER_RANKING
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    value = float(value)
+    return f"{value:.{digits}f}" if np.isfinite(value) else ("+inf" if value > 0 else "-inf")
+
+
+def markdown_summary(
+    study: str,
+    protocol: str,
+    rows: list[VariantSummary],
+    claims: list[dict[str, Any]],
+    command: str,
+    paper_ranking: str | None = None,
+    outcomes: dict[str, dict[str, int]] | None = None,
+) -> str:
+    """The study's summary: per-variant means and intervals, the ranking next to the paper's, verdicts."""
+    unit = "loss" if protocol == "capacity" else "points of top-1"
+    lines = [
+        f"# {study}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Protocol: **{protocol}**. Metric: {rows[0].metric if rows else '-'} (mean and 95% t-interval over seeds).",
+        "",
+        "| rank | variant | params | GFLOPs | mean | 95% CI | seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for rank, r in enumerate(rows, start=1):
+        ci = "unbounded (1 seed)" if r.n < 2 else f"[{r.low:.3f}, {r.high:.3f}]" + (" *" if r.clipped else "")
+        lines.append(
+            f"| {rank} | {r.variant} | {r.params / 1e6:.3f}M | {r.flops / 1e9:.4f} | {r.mean:.3f} | {ci} | {r.n} |"
+        )
+    if any(r.clipped for r in rows):
+        bound = "[0, 100]" if protocol != "capacity" else "[0, +inf)"
+        lines += ["", f"\\* interval clipped to the metric's possible range {bound}; the t-interval reached past it."]
+    found = " > ".join(r.variant for r in rows)
+    lines += [
+        "",
+        f"Ranking found here: {found}",
+        f"Paper's ranking: {paper_ranking or PAPER_RANKING.get(protocol, '-')}",
+        "",
+        f"| paper's claim | here | A - B ({unit}) | 95% CI | margin | test | p | power |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in claims:
+        if "difference" not in c:
+            lines.append(f"| {c['claim']} | {c['verdict']} | - | - | - | - | - | - |")
+            continue
+        margin = "-" if c["margin"] is None else f"{c['margin']:g}"
+        interval = f"[{_number(c['low'])}, {_number(c['high'])}]"
+        lines.append(
+            f"| {c['claim']} | {c['verdict']} | {_number(c['difference'])} | {interval} | {margin} | {c['test']} "
+            f"| {c['p']:.3g} | {c['power']} |"
+        )
+    lines += [
+        "",
+        "Each verdict is a one-sided test at the 5% level on A - B (oriented so that positive means A is "
+        "better; for a loss, lower is better). `A > B` holds if A - B > 0 is significant and does not hold "
+        "if B - A > 0 is; `A ~ B` holds only if equivalence within +-margin is shown (TOST) and does not hold "
+        "if a difference beyond the margin is significant; `A >= B` holds if `A > B` or `A ~ B` holds; "
+        "`A >> B` needs A - B above the large margin. Anything else is inconclusive: no significant "
+        "difference is never read as agreement. With every variant run on the same seeds (same data order "
+        "and split per seed), differences are paired by seed.",
+    ]
+    if outcomes:
+        lines += ["", "| variant | completed | diverged | failed |", "|---|---|---|---|"]
+        for variant, counts in sorted(outcomes.items()):
+            done, diverged, failed = (counts.get(k, 0) for k in ("completed", "diverged", "failed"))
+            lines.append(f"| {variant} | {done} | {diverged} | {failed} |")
+        lines.append("")
+        lines.append("Divergence is a result: a diverged run is counted here and left out of the means.")
+    return "\n".join(lines) + "\n"
+
+
+def study_figures(store, study: str, rows: list[VariantSummary], output: Path) -> list[tuple[str, Path]]:
+    """The reproduction's own figures: accuracy against training loss per run (CoAtNet Fig. 1 form),
+    and the metric per variant with its interval (accuracy against depth for the depth study)."""
+    import matplotlib.pyplot as plt  # the plotting stack: only when figures are drawn
+
+    from dashboards.figures import loss_vs_accuracy, variant_intervals
+
+    trials = store.trials(study)
+    variant_of = {int(n): str(v) for n, v in zip(trials["number"], trials["config.name"], strict=True)}
+    made = []
+    for title, suffix, figure in (
+        (
+            "eval accuracy against training loss",
+            "loss-vs-accuracy",
+            loss_vs_accuracy(store.learning_curves(study), variant_of),
+        ),
+        ("metric per variant", "variants", variant_intervals(rows, rows[0].metric if rows else "metric")),
+    ):
+        path = output / f"{study}-{suffix}.png"
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=110)
+        plt.close(figure)
+        atomic_write(path, buffer.getvalue())
+        made.append((title, path))
+    return made
