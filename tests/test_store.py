@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from harness.cli import main
 from harness.store import DEFAULT_STORE_URL, ENV_VAR, Store, StoreError, mask_url, resolve_store_url
-from harness.store.store import _alembic_config
+from harness.store.engine import _alembic_config
 
 CONFIG = {"model": {"family": "cait", "depth": 4, "embed_dim": 64}, "training": {"lr": 1e-3}, "seed": 0}
 MEASUREMENT = {"params": 1000, "flops": 5000, "throughput": 12.5, "batch_size": 8, "dtype": "fp32", "device": "cpu"}
@@ -212,7 +212,14 @@ def test_a_real_trial_result_round_trips(store):
         }
     )
     assert result.status == "completed"
-    store.write_result("s1", 0, result, host="here")
+    data = result.to_dict()
+    # As a search records a trial: its start, each epoch as it is reported, then its final record.
+    store.start_trial("s1", 0, data["config"], seed=data["config"].get("seed"), host="here")
+    for epoch in data["epochs"]:
+        store.record_epoch("s1", 0, epoch)
+    store.finish_trial(
+        "s1", 0, status=data["status"], config=data["config"], measurement=data["cost"], final=data["final"]
+    )
     row = store.trials("s1").iloc[0]
     assert row["params"] == result.cost.params and row["flops"] == result.cost.flops
     assert row["top1"] == pytest.approx(result.final["top1"])

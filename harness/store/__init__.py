@@ -1,7 +1,8 @@
 """The SQL store (SQLAlchemy 2.x): SQLite by default, PostgreSQL on a cluster."""
 
+from .engine import schema_revisions
 from .errors import StoreError
-from .store import Store, schema_revisions
+from .store import Store
 from .urls import DEFAULT_STORE_URL, ENV_VAR, mask_url, resolve_store_url
 
 __all__ = ["DEFAULT_STORE_URL", "ENV_VAR", "Store", "StoreError", "mask_url", "resolve_store_url", "schema_revisions"]

@@ -1,0 +1,113 @@
+"""What every part of :class:`~harness.store.store.Store` builds on: the open engine and its masked
+URL, the study-name lookup every write and query starts from, and the write transaction. A write
+runs in one transaction on a connection marked ``archsearch_write`` (on SQLite that takes the lock
+at ``BEGIN IMMEDIATE``, see :mod:`harness.store.engine`) and is retried on lock contention and
+deadlocks, so concurrent writers queue instead of failing; rows are written as idempotent upserts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import DBAPIError
+
+from .errors import StoreError
+from .schema import Study
+from .urls import mask_url
+
+T = TypeVar("T")
+
+_RETRYABLE_PG_CODES = {"40001", "40P01"}  # serialization failure, deadlock detected
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class StoreBase:
+    """The store's state (engine, masked URL, read-only flag, study ids) and its write transaction."""
+
+    def __init__(self, engine: Engine, url: str, read_only: bool = False):
+        self.engine = engine
+        self.url = mask_url(url)  # never keep a printable copy with the password
+        self.read_only = read_only
+        self._study_ids: dict[str, int] = {}
+
+    # -- studies by name ---------------------------------------------------------------------------
+    def _study_id(self, name: str) -> int:
+        if name not in self._study_ids:
+            with self.engine.connect() as conn:
+                study_id = conn.execute(select(Study.id).where(Study.name == name)).scalar()
+            if study_id is None:
+                raise StoreError(self._unknown_study_message(name))
+            self._study_ids[name] = study_id
+        return self._study_ids[name]
+
+    def _unknown_study_message(self, name: str) -> str:
+        known = self.study_names()
+        hint = f"known studies: {', '.join(known)}" if known else "the store has no studies yet"
+        return f"study {name!r} not found in {self.url}; {hint}"
+
+    def study_names(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(Study.name).order_by(Study.id)).scalars())
+
+    # -- transactions ------------------------------------------------------------------------------
+    def _write_connection(self):
+        return self.engine.connect().execution_options(archsearch_write=True)
+
+    def _write(self, fn: Callable[[Any], T], attempts: int = 8) -> T:
+        """Run ``fn(connection)`` in one write transaction, retrying lock contention and deadlocks."""
+        for attempt in range(attempts):
+            try:
+                with self._write_connection() as conn, conn.begin():
+                    return fn(conn)
+            except DBAPIError as error:
+                if attempt == attempts - 1 or not self._retryable(error):
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _retryable(error: DBAPIError) -> bool:
+        code = getattr(getattr(error, "orig", None), "sqlstate", None)
+        message = str(getattr(error, "orig", error)).lower()
+        return code in _RETRYABLE_PG_CODES or "database is locked" in message or "database is busy" in message
+
+    def _insert(self, conn, model):
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        return insert(model)
+
+    def _upsert(
+        self,
+        conn,
+        model,
+        rows: Sequence[dict[str, Any]],
+        keys: Sequence[str],
+        returning=None,
+        keep: Sequence[str] = (),
+    ):
+        """INSERT ... ON CONFLICT (keys) DO UPDATE for ``rows`` (all with the same columns).
+
+        Columns in ``keep`` keep the stored value when there is one (a first start time outlives a
+        retry). The statement carries no values, so SQLAlchemy compiles it once and caches it; the
+        rows go as parameters (executemany for several rows).
+        """
+        stmt = self._insert(conn, model)
+        table = model.__table__
+        updates = {
+            name: func.coalesce(table.c[name], stmt.excluded[name]) if name in keep else stmt.excluded[name]
+            for name in rows[0]
+            if name not in keys
+        }
+        stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
+        if returning is not None:
+            return conn.execute(stmt.returning(returning), rows[0])
+        return conn.execute(stmt, list(rows))
