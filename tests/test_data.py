@@ -13,8 +13,6 @@ import torch
 from trials.configio import ConfigError, from_mapping
 from trials.data import (
     CIFAR10_STATS,
-    AugmentConfig,
-    DataConfig,
     LoaderBatches,
     Normalizer,
     TensorBatches,
@@ -22,6 +20,7 @@ from trials.data import (
     crop_flip_batch,
     split_indices,
 )
+from trials.data_config import AugmentConfig, DataConfig
 from trials.synthetic import class_grid, describe_class, make_synthetic
 
 

@@ -1,0 +1,198 @@
+"""The data bundle: ``build_data`` loads a dataset, picks each split's batch source, and sizes the workers.
+
+In-memory datasets train on the tensor path unless RandAugment needs per-sample transforms;
+their validation split always does. ImageFolder trees use the loader path for both splits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..data_config import DataConfig
+from .augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
+from .loading import IMAGENET_STATS, Split, Stats, folder_splits, in_memory_splits, warn_if_upscaled
+from .sources import BatchSource, FileImages, LoaderBatches, Normalizer, SampleDataset, TensorBatches, TensorImages
+
+
+@dataclass
+class DataBundle:
+    """What a trial trains and evaluates on.
+
+    ``train``: reshuffled and augmented each epoch, incomplete last batch dropped.
+    ``val``: fixed order, no augmentation, every sample. ``mix``: MixUp/CutMix for a batch
+    (images, labels) -> (images, soft targets (B, num_classes)), or None. ``mean``/``std``:
+    the normalisation applied (in [0, 1] units), to undo it for display.
+    """
+
+    train: BatchSource
+    val: BatchSource
+    num_classes: int
+    image_size: int
+    train_size: int
+    val_size: int
+    mix: MixFn | None
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pin the next training pass to ``epoch``'s shuffle and augmentation (e.g. on resume)."""
+        self.train.set_epoch(epoch)
+
+    def describe(self) -> dict[str, Any]:
+        """Plain facts for logs and the results store."""
+        return {
+            "num_classes": self.num_classes,
+            "image_size": self.image_size,
+            "train_size": self.train_size,
+            "val_size": self.val_size,
+            "train_path": type(self.train).__name__,
+            "val_path": type(self.val).__name__,
+            "steps_per_epoch": len(self.train),
+            "data_workers": getattr(self.train, "workers", 0),
+        }
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def auto_workers(cpus: float | None = None) -> int:
+    """min(8, CPUs - 1), leaving one core to the main process; ``cpus``: the trial's allocation.
+
+    A trial packed with ``resources.cpus: 1`` gets no worker processes (it loads in its main
+    process) instead of eight that would fight its neighbours for the node's cores.
+    """
+    available = usable_cpus() if cpus is None else min(usable_cpus(), max(1, math.floor(cpus)))
+    return max(0, min(8, available - 1))
+
+
+def data_workers(config: DataConfig, cpus: float | None = None) -> int:
+    """DataLoader workers for ``config``: ``num_workers`` if set, else automatic; never more than ``cpus``."""
+    if config.num_workers is None:
+        return auto_workers(cpus)
+    return config.num_workers if cpus is None else min(config.num_workers, max(1, math.floor(cpus)))
+
+
+def build_data(
+    config: DataConfig,
+    device: torch.device | str = "cpu",
+    *,
+    cpus: float | None = None,
+    channels_last: bool | None = None,
+) -> DataBundle:
+    """Load, split and batch the dataset of ``config`` for a model on ``device``.
+
+    ``cpus``: the trial's CPU allocation, which bounds the DataLoader workers. ``channels_last``:
+    the batches' memory layout (default: channels-last on CUDA, where the model runs in it).
+    """
+    device = torch.device(device)
+    layout = BatchLayout(device.type == "cuda" if channels_last is None else channels_last, cpus)
+    if config.in_memory:
+        return _build_in_memory(config, device, layout)
+    return _build_image_folder(config, device, layout)
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How batches are produced for this trial: their memory layout and the worker budget."""
+
+    channels_last: bool
+    cpus: float | None
+
+
+def _build_in_memory(config: DataConfig, device: torch.device, layout: BatchLayout) -> DataBundle:
+    train, val, num_classes, stats = in_memory_splits(config)
+    native = train.images.shape[-1]
+    image_size = config.resolved_image_size
+    val_source = _tensor_source(val, config, device, stats, image_size, layout, train=False)
+    if config.uses_loader():
+        transform = train_transform(config.augment, image_size, native, stats)
+        dataset = SampleDataset(TensorImages(train.images), train.labels.tolist(), transform)
+        train_source: BatchSource = _loader_source(dataset, config, device, layout, train=True)
+    else:
+        train_source = _tensor_source(train, config, device, stats, image_size, layout, train=True)
+    return DataBundle(
+        train=train_source,
+        val=val_source,
+        num_classes=num_classes,
+        image_size=image_size,
+        train_size=len(train.labels),
+        val_size=len(val.labels),
+        mix=make_mix(config.augment, num_classes),
+        mean=stats[0],
+        std=stats[1],
+    )
+
+
+def _resident(config: DataConfig, device: torch.device) -> bool:
+    """Whether in-memory data is held on ``device`` (automatic: yes on CUDA)."""
+    if device.type == "cpu":
+        return True
+    return config.device_resident is not False
+
+
+def _tensor_source(
+    split: Split,
+    config: DataConfig,
+    device: torch.device,
+    stats: Stats,
+    image_size: int,
+    layout: BatchLayout,
+    *,
+    train: bool,
+) -> TensorBatches:
+    storage = device if _resident(config, device) else torch.device("cpu")
+    return TensorBatches(
+        split.images.to(storage),
+        split.labels.to(storage),
+        batch_size=config.batch_size if train else config.resolved_eval_batch_size,
+        normalize=Normalizer(stats, image_size, device, channels_last=layout.channels_last),
+        device=device,
+        train=train,
+        augment=config.augment,
+        padding=crop_padding(split.images.shape[-1]),
+        seed=config.seed,
+    )
+
+
+def _loader_source(
+    dataset: SampleDataset, config: DataConfig, device: torch.device, layout: BatchLayout, *, train: bool
+) -> LoaderBatches:
+    batch_size = config.batch_size if train else config.resolved_eval_batch_size
+    return LoaderBatches(
+        dataset,
+        batch_size=batch_size,
+        train=train,
+        device=device,
+        seed=config.seed,
+        workers=data_workers(config, layout.cpus),
+        channels_last=layout.channels_last,
+    )
+
+
+def _build_image_folder(config: DataConfig, device: torch.device, layout: BatchLayout) -> DataBundle:
+    (train_paths, train_labels), (val_paths, val_labels), num_classes = folder_splits(config)
+    image_size = config.resolved_image_size
+    if train_paths:
+        warn_if_upscaled(train_paths[0], image_size)
+    train_set = SampleDataset(
+        FileImages(train_paths), train_labels, train_transform(config.augment, image_size, None, IMAGENET_STATS)
+    )
+    val_set = SampleDataset(FileImages(val_paths), val_labels, eval_transform(image_size, IMAGENET_STATS))
+    return DataBundle(
+        train=_loader_source(train_set, config, device, layout, train=True),
+        val=_loader_source(val_set, config, device, layout, train=False),
+        num_classes=num_classes,
+        image_size=image_size,
+        train_size=len(train_labels),
+        val_size=len(val_labels),
+        mix=make_mix(config.augment, num_classes),
+        mean=IMAGENET_STATS[0],
+        std=IMAGENET_STATS[1],
+    )
