@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 # Trials without a usable accuracy, drawn in their own strip with one marker each so they stay visible.
 NO_RESULT_MARKERS: dict[str, str] = {"failed": "X", "diverged": "v", "infeasible": "s"}
-_MAX_CATEGORIES = 10  # above this many distinct values a numeric colour key gets a continuous colour map
+_MAX_CATEGORIES = 10  # above this many distinct values a numeric color key gets a continuous color map
 
 
 def _label(name: str, direction: str | None) -> str:
@@ -91,8 +91,8 @@ def _front_mask(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarra
     return np.asarray(front_mask(frame, objectives), dtype=bool)
 
 
-def _colours(values: pd.Series) -> tuple[list[Any], dict[str, Any] | None, Any]:
-    """Per-row colours for a config key: (colours, legend {label: colour} or None, mappable for a colour bar)."""
+def _colors(values: pd.Series) -> tuple[list[Any], dict[str, Any] | None, Any]:
+    """Per-row colors for a config key: (colors, legend {label: color} or None, mappable for a color bar)."""
     import seaborn as sns
 
     numeric = _numeric(values)
@@ -119,9 +119,9 @@ def pareto_scatter(
     plane; hiding them would hide how much of the budget they cost, so they get a labelled strip
     under the main axes (at their cost when it was measured, at the left edge otherwise).
 
-    With ``density`` (a large study), the trials are drawn as a hexbin density with a log colour
+    With ``density`` (a large study), the trials are drawn as a hexbin density with a log color
     scale instead of one marker each, and everything below the front is rasterised, so the figure
-    costs the same at 100,000 trials as at 2,000; ``color_by`` then colours the front's members only.
+    costs the same at 100,000 trials as at 2,000; ``color_by`` then colors the front's members only.
     """
     import seaborn as sns
 
@@ -137,13 +137,13 @@ def pareto_scatter(
         2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [6, 1], "hspace": 0.05}
     )
     if color_by is not None and color_by in frame:
-        colour_rows = front if density else np.ones(len(frame), dtype=bool)
-        picked, legend, mappable = _colours(frame.loc[colour_rows, color_by])
-        colours: list[Any] = ["tab:blue"] * len(frame)
-        for i, colour in zip(np.flatnonzero(colour_rows), picked, strict=True):
-            colours[i] = colour
+        color_rows = front if density else np.ones(len(frame), dtype=bool)
+        picked, legend, mappable = _colors(frame.loc[color_rows, color_by])
+        colors: list[Any] = ["tab:blue"] * len(frame)
+        for i, color in zip(np.flatnonzero(color_rows), picked, strict=True):
+            colors[i] = color
     else:
-        colours, legend, mappable = ["tab:blue"] * len(frame), None, None
+        colors, legend, mappable = ["tab:blue"] * len(frame), None, None
 
     plotted = np.isfinite(x) & np.isfinite(y) & status.isin(["completed", "pruned", "running"]).to_numpy()
     log_x = _log_scale(x[plotted])
@@ -154,7 +154,7 @@ def pareto_scatter(
             rows = plotted & (status == state).to_numpy() & ~front
             if rows.any():
                 ax.scatter(
-                    x[rows], y[rows], c=[colours[i] for i in np.flatnonzero(rows)], marker=marker, alpha=0.35, s=30,
+                    x[rows], y[rows], c=[colors[i] for i in np.flatnonzero(rows)], marker=marker, alpha=0.35, s=30,
                     edgecolors="none", label=f"{state} ({int(rows.sum())})",
                 )  # fmt: skip
     if front.any():
@@ -162,7 +162,7 @@ def pareto_scatter(
         fx, fy = x[front].to_numpy()[order], y[front].to_numpy()[order]
         ax.step(fx, fy, where="post", color="black", linewidth=1.2, zorder=3)
         ax.scatter(
-            x[front], y[front], c=[colours[i] for i in np.flatnonzero(front)], s=110 if front.sum() <= 200 else 30,
+            x[front], y[front], c=[colors[i] for i in np.flatnonzero(front)], s=110 if front.sum() <= 200 else 30,
             edgecolors="black", linewidths=1.5 if front.sum() <= 200 else 0.5, zorder=4,
             label=f"Pareto front ({int(front.sum())})",
         )  # fmt: skip
@@ -219,7 +219,7 @@ def _log_scale(values: pd.Series) -> bool:
 
 
 def _density(ax: Any, x: np.ndarray, y: np.ndarray, log_x: bool, fig: Figure) -> None:
-    """All trials as a hexbin count density (log colour scale), rasterised: constant cost at any size."""
+    """All trials as a hexbin count density (log color scale), rasterised: constant cost at any size."""
     if len(x) == 0:
         return
     hexes = ax.hexbin(
@@ -264,13 +264,13 @@ def learning_curves(curves: pd.DataFrame, numbers: Sequence[int]) -> Figure:
     fig, (top, loss) = plt.subplots(1, 2, figsize=(11, 4))
     chosen = curves[curves["number"].isin(list(numbers))] if len(curves) else curves
     palette = sns.color_palette("tab10", max(len(numbers), 1))
-    for colour, number in zip(palette, numbers, strict=False):
+    for color, number in zip(palette, numbers, strict=False):
         rows = chosen[chosen["number"] == number].sort_values("epoch")
         if rows.empty:
             continue
         for ax, column in ((top, "top1"), (loss, "train_loss")):
             if column in rows and rows[column].notna().any():
-                ax.plot(rows["epoch"], rows[column], marker="o", markersize=3, color=colour, label=f"#{number}")
+                ax.plot(rows["epoch"], rows[column], marker="o", markersize=3, color=color, label=f"#{number}")
     top.set_title("eval top-1 per epoch")
     top.set_ylabel("top1 (higher is better)")
     loss.set_title("train loss per epoch")

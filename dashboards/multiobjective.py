@@ -38,8 +38,8 @@ def _signs(directions: Sequence[str]) -> np.ndarray:
     return np.array([-1.0 if d == "max" else 1.0 for d in directions])
 
 
-def as_minimisation(points: np.ndarray, directions: Sequence[str]) -> np.ndarray:
-    """``points`` (rows, in the objectives' own units) as a float array where every column is minimised."""
+def as_minimization(points: np.ndarray, directions: Sequence[str]) -> np.ndarray:
+    """``points`` (rows, in the objectives' own units) as a float array where every column is minimized."""
     pts = np.asarray(points, dtype=float)
     if pts.ndim != 2 or pts.shape[1] != len(directions):
         raise ObjectiveError(f"points must be (n, {len(directions)}), got {pts.shape}")
@@ -49,11 +49,11 @@ def as_minimisation(points: np.ndarray, directions: Sequence[str]) -> np.ndarray
 def non_dominated(points: np.ndarray, directions: Sequence[str] | None = None) -> np.ndarray:
     """Boolean mask of the rows of ``points`` that no other row dominates (duplicates are all kept).
 
-    Without ``directions`` every column is minimised. Rows must be finite: filter NaN first.
+    Without ``directions`` every column is minimized. Rows must be finite: filter NaN first.
     """
     pts = np.asarray(points, dtype=float)
     if directions is not None:
-        pts = as_minimisation(pts, directions)
+        pts = as_minimization(pts, directions)
     if len(pts) == 0:
         return np.zeros(0, dtype=bool)
     if len(pts) == 1:
@@ -76,12 +76,12 @@ def hypervolume(points: np.ndarray, directions: Sequence[str], reference: Sequen
 
     Give the reference explicitly to compare fronts; by default it is :func:`default_reference`.
     """
-    pts = as_minimisation(points, directions)
+    pts = as_minimization(points, directions)
     if not 2 <= pts.shape[1] <= 3:
         raise ObjectiveError("hypervolume supports 2 or 3 objectives")
     if len(pts) == 0:
         return 0.0
-    ref = _reference_as_minimisation(points, directions, reference)
+    ref = _reference_as_minimization(points, directions, reference)
     pts = pts[np.all(pts < ref, axis=1)]
     if len(pts) == 0:
         return 0.0
@@ -90,7 +90,7 @@ def hypervolume(points: np.ndarray, directions: Sequence[str], reference: Sequen
     return float(moocore.hypervolume(pts, ref=ref))
 
 
-def _reference_as_minimisation(
+def _reference_as_minimization(
     points: np.ndarray, directions: Sequence[str], reference: Sequence[float] | None
 ) -> np.ndarray:
     ref = default_reference(points, directions) if reference is None else np.asarray(reference, dtype=float)
@@ -100,7 +100,7 @@ def _reference_as_minimisation(
 
 
 class _Staircase2D:
-    """A 2-D front (both objectives minimised) as a staircase sorted by x, with its running hypervolume.
+    """A 2-D front (both objectives minimized) as a staircase sorted by x, with its running hypervolume.
 
     ``xs`` ascends and ``ys`` strictly descends; only points strictly inside the reference box are kept.
     The volume is the sum of vertical strips: point k owns ``[x_k, x_{k+1}) x [y_k, ref_y)``.
@@ -149,7 +149,7 @@ class _Staircase2D:
 
 
 class _Front3D:
-    """A 3-D front (minimised) whose hypervolume moocore recomputes only when a new point enters it."""
+    """A 3-D front (minimized) whose hypervolume moocore recomputes only when a new point enters it."""
 
     def __init__(self, reference: np.ndarray):
         self.ref = reference
@@ -202,13 +202,13 @@ def hypervolume_history(
     volumes = np.zeros(len(pts))
     if not usable.any():
         return volumes
-    ref = _reference_as_minimisation(pts[usable], directions, reference)
-    minimised = as_minimisation(pts, directions)
+    ref = _reference_as_minimization(pts[usable], directions, reference)
+    minimized = as_minimization(pts, directions)
     tracker: _Staircase2D | _Front3D = _Staircase2D(ref) if pts.shape[1] == 2 else _Front3D(ref)
     candidates = np.flatnonzero(usable)
     for start in range(0, len(candidates), _BLOCK):
         block = candidates[start : start + _BLOCK]
-        for i in block[~tracker.dominated(minimised[block])]:
-            tracker.add(minimised[i])
+        for i in block[~tracker.dominated(minimized[block])]:
+            tracker.add(minimized[i])
             volumes[i] = tracker.volume
     return np.maximum.accumulate(volumes)  # the volume holds between changes

@@ -68,13 +68,13 @@ def nearest_mean_accuracy(train_x, train_y, val_x, val_y, num_classes: int) -> f
     return (torch.cdist(val_x, means).argmin(1) == val_y).float().mean().item()
 
 
-def test_synthetic_is_not_solvable_from_raw_pixels_or_colour():
+def test_synthetic_is_not_solvable_from_raw_pixels_or_color():
     train_x, train_y = make_synthetic(2000, 10, seed=0)
     val_x, val_y = make_synthetic(500, 10, seed=1)
     pixels = nearest_mean_accuracy(train_x.flatten(1).float(), train_y, val_x.flatten(1).float(), val_y, 10)
     assert pixels < 0.3  # chance is 0.1; measured about 0.1
-    colour = nearest_mean_accuracy(train_x.float().mean((2, 3)), train_y, val_x.float().mean((2, 3)), val_y, 10)
-    assert colour < 0.2
+    color = nearest_mean_accuracy(train_x.float().mean((2, 3)), train_y, val_x.float().mean((2, 3)), val_y, 10)
+    assert color < 0.2
 
 
 # --- configuration errors ----------------------------------------------------------------------

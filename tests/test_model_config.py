@@ -49,7 +49,7 @@ def test_invalid_configs_name_the_field(factory, field, fragment):
     assert fragment in str(excinfo.value)
 
 
-def test_layout_strings_are_normalised():
+def test_layout_strings_are_normalized():
     assert normalize_layout("C-C-T-T") == "CCTT"
     assert normalize_layout("cttt") == "CTTT"
     assert normalize_layout("vit_rel") == "VIT-REL"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import ray
 
-from harness.reproduce import LAYOUTS, PAPER_CLAIMS, coatnet_layouts_spec, markdown_summary, summarise
+from harness.reproduce import LAYOUTS, PAPER_CLAIMS, coatnet_layouts_spec, markdown_summary, summarize
 from search_space.validation import load_spec
 
 
@@ -50,7 +50,7 @@ def test_tiny_layout_study_runs_and_reports(tmp_path):
     assert any(p.name.endswith("loss-vs-accuracy.png") for p in written)
     with Store.open(url, create=False) as store:
         trials = store.trials("coatnet-layouts-generalisation-tiny")
-        rows, claims, _ = summarise(store, "coatnet-layouts-generalisation-tiny", "generalisation")
+        rows, claims, _ = summarize(store, "coatnet-layouts-generalisation-tiny", "generalisation")
     assert len(trials) == 10 and (trials["status"] == "completed").all()
     # Matched size: the built models' parameter counts agree within 5% across layouts.
     params = trials.groupby("config.name")["params"].first()

@@ -32,7 +32,7 @@ from sqlalchemy import Engine, create_engine, func, select, text
 from harness.store import Store, StoreError
 from harness.store.schema import EpochRecord, Measurement, Study, Trial
 from harness.store.store import schema_revisions
-from harness.store.urls import normalise_url
+from harness.store.urls import normalize_url
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -176,14 +176,14 @@ def _killed_writer_process(url: str, results: Any) -> None:
 
 
 def _wal_path(url: str) -> Path | None:
-    parsed = normalise_url(url)
+    parsed = normalize_url(url)
     return Path(f"{parsed.database}-wal") if parsed.get_backend_name() == "sqlite" else None
 
 
 @contextlib.contextmanager
 def _engine(url: str) -> Iterator[Engine]:
     """A plain engine on the store's database: checks that do not go through the store's own queries."""
-    engine = create_engine(normalise_url(url))
+    engine = create_engine(normalize_url(url))
     try:
         yield engine
     finally:

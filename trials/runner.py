@@ -189,7 +189,7 @@ def _build(trial: TrialConfig, runtime: dict[str, Any]):
         data = build_data(trial.data, device, cpus=trial.cpus)
     except ConfigError as error:
         raise error.under("data") from None
-    runtime["data_workers"] = data.describe()["data_workers"]
+    runtime["data_workers"] = data.workers
     if trial.cpus is not None:
         runtime["cpus"] = trial.cpus
     # The head and the input size follow the dataset.

@@ -8,7 +8,7 @@ attention handles well) and the local pattern inside it (texture, a short-range 
 convolutions handle well), so conv-heavy and attention-heavy layouts can differ on it.
 
 Nuisances make it non-trivial on raw pixels: random position, scale, aspect, rotation jitter,
-random hues (colour is never a cue; the foreground is brighter than the background so that
+random hues (color is never a cue; the foreground is brighter than the background so that
 the outline is visible patch by patch), texture phase/frequency/orientation jitter, a lighting
 gradient, Gaussian noise, and a low-contrast distractor texture of ANOTHER class's texture in the
 background, so finding the texture without locating the shape is not enough.
@@ -177,8 +177,8 @@ def _unit_vectors(n: int, gen: torch.Generator, dims: int = 3) -> Tensor:
     return v / v.norm(dim=1, keepdim=True).clamp_min(1e-6)
 
 
-def _separated_colours(n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Background and foreground colours (RGB in [0, 1]): a dark background, a bright foreground.
+def _separated_colors(n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Background and foreground colors (RGB in [0, 1]): a dark background, a bright foreground.
 
     Hues are random and never depend on the class; the brightness step makes the shape's
     outline visible to a single patch, so that shape is a learnable global cue.
@@ -201,7 +201,7 @@ def _draw_parameters(
     others = num_textures if num_textures >= 2 else len(TEXTURES)
     # A different texture: among the textures in use, so the distractor is another class's cue.
     distractor = (texture + 1 + torch.randint(0, others - 1, (n,), generator=gen)) % others
-    bg, fg = _separated_colours(n, gen)
+    bg, fg = _separated_colors(n, gen)
     return {
         "shape": labels % shapes,
         "texture": texture,
@@ -267,11 +267,11 @@ def _pattern(kinds: Tensor, params: Tensor, grid_x: Tensor, grid_y: Tensor) -> T
         idx = (kinds == kind).nonzero().flatten()
         if idx.numel() == 0:
             continue
-        freq, phase_x, phase_y, angle, centre_x, centre_y = (params[idx, i, None, None] for i in range(6))
+        freq, phase_x, phase_y, angle, center_x, center_y = (params[idx, i, None, None] for i in range(6))
         cos, sin = angle.cos(), angle.sin()
         x = (grid_x * cos + grid_y * sin) * freq + phase_x
         y = (-grid_x * sin + grid_y * cos) * freq + phase_y
-        r = torch.sqrt((grid_x - centre_x) ** 2 + (grid_y - centre_y) ** 2) * freq
+        r = torch.sqrt((grid_x - center_x) ** 2 + (grid_y - center_y) ** 2) * freq
         # Sharpened to nearly two-tone: textures are patterns, not shading.
         out[idx] = (0.5 + 1.5 * _texture(kind, x, y, r)).clamp(0.0, 1.0)
     return out
@@ -287,10 +287,10 @@ def _render(p: dict[str, Tensor], size: int, gen: torch.Generator) -> Tensor:
     fg = p["fg"][:, :, None, None] + fg_pattern * p["fg_contrast"][:, :, None, None]
     bg = p["bg"][:, :, None, None] + bg_pattern * p["bg_contrast"][:, :, None, None]
     image = torch.lerp(bg, fg, mask)
-    centred = (coords - size / 2) / size
+    centered = (coords - size / 2) / size
     light = (
-        p["gradient"][:, 0, None, None] * centred[None, None, :]
-        + p["gradient"][:, 1, None, None] * centred[None, :, None]
+        p["gradient"][:, 0, None, None] * centered[None, None, :]
+        + p["gradient"][:, 1, None, None] * centered[None, :, None]
     )
     image += light[:, None]
     image += torch.randn(image.shape, generator=gen) * p["noise"][:, None, None, None]

@@ -14,7 +14,7 @@ Parts: :mod:`.studies` (claims, scales, the grid specs), :mod:`.analysis` (metri
 verdicts), :mod:`.summary` (Markdown and figures), :mod:`.run` (run, then write).
 """
 
-from harness.reproduce.analysis import VariantSummary, accuracy_at_equal_loss, summarise
+from harness.reproduce.analysis import VariantSummary, accuracy_at_equal_loss, summarize
 from harness.reproduce.run import reproduce, reproduce_coatnet_layouts
 from harness.reproduce.studies import (
     CAIT_SCALES,
@@ -44,5 +44,5 @@ __all__ = [
     "plan",
     "reproduce",
     "reproduce_coatnet_layouts",
-    "summarise",
+    "summarize",
 ]

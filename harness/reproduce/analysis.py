@@ -45,7 +45,7 @@ def _metric_range(protocol: str) -> tuple[float, float]:
     return (0.0, float("inf")) if protocol == "capacity" else (0.0, 100.0)
 
 
-def summarise(
+def summarize(
     store,
     study: str,
     protocol: str,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.files import atomic_write
-from harness.reproduce.analysis import summarise
+from harness.reproduce.analysis import summarize
 from harness.reproduce.studies import plan
 from harness.reproduce.summary import markdown_summary, study_figures
 from harness.store import Store
@@ -46,7 +46,7 @@ def reproduce(
             run_search(spec, store_url, address=address, results_dir=results_dir)
         with Store.open(store_url, create=False) as store:
             store.study(spec.name)  # with run=False: a one-line error if the study was never run
-            rows, verdicts, _ = summarise(store, spec.name, protocol, claims, margin=margin, large_margin=large_margin)
+            rows, verdicts, _ = summarize(store, spec.name, protocol, claims, margin=margin, large_margin=large_margin)
             trials = store.trials(spec.name)
             outcomes = {
                 str(variant): group["status"].value_counts().to_dict()

@@ -17,7 +17,7 @@ from .engine import Migrations, _first_line, _make_engine, schema_revisions
 from .errors import StoreError
 from .liveness import HEARTBEAT_S, HEARTBEAT_STALE_S, driver_identity
 from .queries import Queries
-from .urls import mask_url, normalise_url, resolve_store_url
+from .urls import mask_url, normalize_url, resolve_store_url
 from .writes import Writes
 
 # Names other modules import from here, re-exported from the parts that hold them.
@@ -38,7 +38,7 @@ class Store(Migrations, Writes, Queries):
         store of an older schema is read as it is, not migrated.
         """
         raw = resolve_store_url(url)
-        parsed = normalise_url(raw)
+        parsed = normalize_url(raw)
         masked = mask_url(raw)
         create = create and not read_only
         if parsed.get_backend_name() == "sqlite" and not create:

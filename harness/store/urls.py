@@ -69,7 +69,7 @@ def split_secret(url: str) -> tuple[str, str | None]:
     return public.render_as_string(hide_password=False), str(password)
 
 
-def normalise_url(url: str):
+def normalize_url(url: str):
     """A SQLAlchemy URL with our driver choices (psycopg 3 for PostgreSQL), or a StoreError."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError

@@ -64,14 +64,14 @@ def train_transform(augment: AugmentConfig, image_size: int, native_size: int | 
         ops.append(v2.RandAugment(num_ops=num_ops, magnitude=magnitude))
     if native_size is not None and native_size != image_size:
         ops.append(v2.Resize((image_size, image_size), antialias=True))
-    return v2.Compose([*ops, *_to_normalised(stats)])
+    return v2.Compose([*ops, *_to_normalized(stats)])
 
 
 def eval_transform(image_size: int, stats: Stats) -> Callable:
     """Per-sample evaluation transforms for file images: resize the short side, centre crop."""
     from torchvision.transforms import v2
 
-    return v2.Compose([v2.ToImage(), *_eval_resize(image_size), *_to_normalised(stats)])
+    return v2.Compose([v2.ToImage(), *_eval_resize(image_size), *_to_normalized(stats)])
 
 
 def _eval_resize(image_size: int) -> list[Any]:
@@ -80,7 +80,7 @@ def _eval_resize(image_size: int) -> list[Any]:
     return [v2.Resize(round(image_size / EVAL_CROP_RATIO), antialias=True), v2.CenterCrop(image_size)]
 
 
-def _to_normalised(stats: Stats) -> list[Any]:
+def _to_normalized(stats: Stats) -> list[Any]:
     from torchvision.transforms import v2
 
     return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(stats[0]), std=list(stats[1]))]

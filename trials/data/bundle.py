@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -43,18 +42,10 @@ class DataBundle:
         """Pin the next training pass to ``epoch``'s shuffle and augmentation (e.g. on resume)."""
         self.train.set_epoch(epoch)
 
-    def describe(self) -> dict[str, Any]:
-        """Plain facts for logs and the results store."""
-        return {
-            "num_classes": self.num_classes,
-            "image_size": self.image_size,
-            "train_size": self.train_size,
-            "val_size": self.val_size,
-            "train_path": type(self.train).__name__,
-            "val_path": type(self.val).__name__,
-            "steps_per_epoch": len(self.train),
-            "data_workers": getattr(self.train, "workers", 0),
-        }
+    @property
+    def workers(self) -> int:
+        """Loader worker processes of the training path (0: device-resident tensors or the main process)."""
+        return getattr(self.train, "workers", 0)
 
 
 def usable_cpus() -> int:
