@@ -1,0 +1,37 @@
+"""The ``archsearch`` command line.
+
+Commands live by what they touch: :mod:`.trial_commands` (one model or trial, no store),
+:mod:`.read_commands` (read studies), :mod:`.run_commands` (run studies, write the store);
+:mod:`.common` holds what they share. Heavy packages are bound lazily (``trials.lazy``), so
+``archsearch --help`` imports neither torch nor Ray. Bad input exits with code 2 and a one-line
+message naming the offending value.
+"""
+
+from __future__ import annotations
+
+import click
+
+from harness import __version__
+from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
+from harness.cli.run_commands import reproduce_command, search_command
+from harness.cli.trial_commands import bench_command, models_command, trial_command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="archsearch")
+def main() -> None:
+    """archsearch: search and benchmark CaiT and CoAtNet architectures."""
+
+
+for _command in (
+    models_command,
+    trial_command,
+    bench_command,
+    studies_command,
+    trials_command,
+    search_command,
+    pareto_command,
+    report_command,
+    reproduce_command,
+):
+    main.add_command(_command)

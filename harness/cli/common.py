@@ -1,0 +1,67 @@
+"""What every ``archsearch`` command shares: one-line usage errors, the --store option, store opening,
+and DataFrame rows as plain records."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from trials.lazy import lazy_import
+
+store_package = lazy_import("harness.store")  # SQLAlchemy: only for the commands that open a store
+
+
+class UsageError(click.ClickException):
+    """A one-line error about the user's input; exit code 2 (like click's own usage errors)."""
+
+    exit_code = 2
+
+
+MAX_ERROR_LINE = 600  # characters: an error is one readable line, whatever value it quotes
+
+
+def one_line(text: str) -> str:
+    """The first line of ``text``, cut to MAX_ERROR_LINE characters."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 3] + "..."
+
+
+def config_error(error: Exception) -> UsageError:
+    """A configuration error as the one-line usage error the CLI prints."""
+    return UsageError(one_line(str(error)) or type(error).__name__)
+
+
+store_option = click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="Store URL (sqlite:///PATH or postgresql://USER@HOST/DB); default $ARCHSEARCH_STORE, "
+    "else sqlite:///archsearch.db.",
+)
+
+
+def open_store(url: str | None, *, create: bool, read_only: bool = False):
+    """The store at ``url`` (or the default), or a one-line usage error naming what is wrong with it."""
+    try:
+        return store_package.Store.open(url, create=create, read_only=read_only)
+    except store_package.StoreError as error:
+        raise UsageError(str(error)) from None
+
+
+def records(frame) -> list[dict]:
+    """DataFrame rows as plain dicts: NaN -> None, numpy scalars -> Python, times -> ISO strings."""
+    records = []
+    for record in frame.to_dict(orient="records"):
+        clean = {}
+        for key, value in record.items():
+            if hasattr(value, "item") and not isinstance(value, (list, dict)):
+                value = value.item()
+            if hasattr(value, "isoformat"):
+                value = value.isoformat()
+            if isinstance(value, float) and math.isnan(value):
+                value = None
+            clean[key] = value
+        records.append(clean)
+    return records

@@ -1,0 +1,178 @@
+"""Commands that read studies from the store (never write it): ``studies``, ``trials``, ``pareto``, ``report``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dashboards.columns import searched_config_columns
+from harness.cli.common import UsageError, open_store, records, store_option
+from harness.output import FORMATS, render
+from trials.lazy import lazy_import
+
+pareto = lazy_import("dashboards.pareto")  # pandas and moocore: only when a front is asked for
+report = lazy_import("dashboards.report")  # seaborn: only when a report is written
+store_package = lazy_import("harness.store")  # SQLAlchemy
+
+
+@click.command("studies")
+@store_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def studies_command(store_url: str | None, fmt: str) -> None:
+    """The studies in the store, with trial counts by status."""
+    with open_store(store_url, create=False, read_only=True) as store:
+        frame = store.studies()
+    rows = records(frame)
+    columns = ["name", "status", "objectives", "trials", "completed", "pruned", "failed", "diverged", "infeasible"]
+    click.echo(render(rows, fmt, [*columns, "running", "interrupted", "updated_at", "message"]))
+
+
+@click.command("trials")
+@click.argument("study")
+@store_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=0, max=2**62), default=None, help="Show at most N trials (after --sort)."
+)
+@click.option(
+    "--sort",
+    "sort",
+    default=None,
+    metavar="METRIC[:asc|desc]",
+    help="Order by a metric (top1, flops, params, throughput, number, ended_at, ...), missing values last. "
+    "Without a direction, an objective of the study sorts best first; anything else ascending.",
+)
+def trials_command(study: str, store_url: str | None, fmt: str, limit: int | None, sort: str | None) -> None:
+    """One row per trial of STUDY: number, status, config, params, FLOPs, throughput, final/best metrics.
+
+    The table shows only the config keys that vary across the rows shown; CSV and JSON have all of them.
+    With --sort and --limit the ordering and the cut happen in the database, so the top of a
+    100,000-trial study comes back at once.
+    """
+    with open_store(store_url, create=False, read_only=True) as store:
+        try:
+            metric, descending = _parse_sort(sort, store, study) if sort else (None, False)
+            frame = store.trials(study, sort=metric, descending=descending, limit=limit)
+            total = sum(n for status, n in store.counts(study).items() if status != "epochs")
+        except store_package.StoreError as error:
+            raise UsageError(str(error)) from None
+    rows = records(frame)
+    if fmt != "table":
+        click.echo(render(rows, fmt, list(frame.columns)))
+        return
+    config_columns = [c for c in frame.columns if c.startswith("config.")]
+    varying = [c for c in config_columns if frame[c].astype(str).nunique() > 1]
+    metric_columns = [c for c in frame.columns if c not in config_columns and c in _METRIC_COLUMNS]
+    for row in rows:  # why a trial failed, in a few words (the whole error: --format json)
+        error = " ".join(str(row.get("error") or "").split())
+        row["error"] = error if len(error) <= 60 else error[:57] + "..."
+    error_column = ["error"] if any(row["error"] for row in rows) else []
+    columns = ["number", "status", *varying, "params", "flops", "throughput", *metric_columns, *error_column]
+    click.echo(render(rows, "table", columns))
+    if len(frame) < total:
+        order = f", sorted by {metric} {'descending' if descending else 'ascending'}" if metric else ""
+        click.echo(f"{len(frame)} of {total} trials{order}")
+
+
+def _parse_sort(text: str, store, study: str) -> tuple[str, bool]:
+    """``top1:desc`` -> ("top1", True); a bare objective sorts best first (max -> descending)."""
+    metric, sep, direction = text.partition(":")
+    metric = metric.strip()
+    if not metric:
+        raise UsageError(f"--sort {text!r} is not METRIC[:asc|desc]")
+    if sep:
+        if direction not in ("asc", "desc"):
+            raise UsageError(f"--sort direction {direction!r} of {metric!r} must be asc or desc")
+        return metric, direction == "desc"
+    objectives = {o["name"]: o["direction"] for o in store.study(study).get("objectives") or []}
+    return metric, objectives.get(metric) == "max"
+
+
+_METRIC_COLUMNS = ("top1", "top5", "eval_loss", "train_loss", "best_top1", "epochs")
+
+
+def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
+    """The objectives the studies were searched for (they must agree; otherwise pass --objectives)."""
+    found = {}
+    for name in studies:
+        objectives = store.study(name)["objectives"]
+        objectives = json.loads(objectives) if isinstance(objectives, str) else objectives
+        found[name] = {o["name"]: o["direction"] for o in objectives}
+    distinct = {tuple(v.items()) for v in found.values()}
+    if len(distinct) > 1:
+        shown = "; ".join(f"{k}: " + ",".join(f"{m}:{d}" for m, d in v.items()) for k, v in found.items())
+        raise pareto.ParetoError(f"the studies have different objectives ({shown}): pass --objectives")
+    return next(iter(found.values()))
+
+
+@click.command("pareto")
+@click.argument("studies", nargs=-1, required=True)
+@click.option(
+    "--objectives",
+    default=None,
+    help="2 or 3 METRIC:max|min, e.g. top1:max,flops:min (default: the study's own objectives).",
+)
+@click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter by a config value (repeatable).")
+@store_option
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def pareto_command(
+    studies: tuple[str, ...], objectives: str | None, where: tuple[str, ...], store_url: str | None, fmt: str
+):
+    """The Pareto front of STUDY... (completed trials only; the others are counted)."""
+    try:
+        filters = pareto.parse_where(where)
+        with open_store(store_url, create=False, read_only=True) as store:
+            wanted = pareto.parse_objectives(objectives) if objectives else _studies_objectives(store, studies)
+            result = pareto.query_front(store, list(studies), wanted, filters)
+    except (pareto.ParetoError, store_package.StoreError) as error:
+        raise UsageError(str(error)) from None
+    front = result.front
+    config_columns = [c for c in front.columns if c.startswith("config.")]
+    if fmt == "table":  # the searched parameters always, and whatever else differs between members
+        with open_store(store_url, create=False, read_only=True) as store:
+            specs = [store.study(name)["spec"] for name in studies]
+        searched = [c for spec in specs for c in searched_config_columns(spec, config_columns)]
+        varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
+        columns = ["study", "number", *wanted, *dict.fromkeys([*searched, *varying])]
+    else:  # JSON and CSV: flat rows, one key per column, as `trials` writes them
+        columns = ["study", "number", *wanted, *config_columns]
+    rows = [{c: record.get(c) for c in columns} for record in records(front)]
+    click.echo(render(rows, fmt, columns))
+    if fmt == "table":
+        counted = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
+        click.echo(f"front of {len(front)} from {sum(result.counts.values())} trials ({counted})")
+
+
+@click.command("report")
+@click.argument("studies", nargs=-1, required=True)
+@click.option("-o", "--output", "output", default="report.html", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--objectives", default=None, help="METRIC:max|min,... (default: each study's own objectives).")
+@click.option("--png", "png_dir", default=None, type=click.Path(file_okay=False), help="Also write the figures here.")
+@click.option("--color-by", default=None, help="Config key to colour the Pareto scatter by (e.g. config.model.layout).")
+@store_option
+def report_command(
+    studies: tuple[str, ...],
+    output: str,
+    objectives: str | None,
+    png_dir: str | None,
+    color_by: str | None,
+    store_url: str | None,
+) -> None:
+    """A self-contained HTML report of STUDY...: spec, hardware, counts, Pareto front, figures."""
+    try:
+        wanted = pareto.parse_objectives(objectives) if objectives else None
+        with open_store(store_url, create=False, read_only=True) as store:
+            for study in studies:
+                store.study(study)  # unknown study: a one-line error before any work
+            path = report.write_report(store, list(studies), wanted, output, png_dir=png_dir, color_by=color_by)
+    except (pareto.ParetoError, store_package.StoreError) as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:  # a non-directory or read-only place, a full disk: one line, exit 2
+        if isinstance(error, (FileExistsError, NotADirectoryError)):
+            reason = f"a file is in the way of its folder {Path(output).parent}"
+        else:
+            reason = error.strerror or str(error)
+        raise UsageError(f"cannot write the report to {output}: {reason}") from None
+    click.echo(f"report written to {Path(path).resolve()}")

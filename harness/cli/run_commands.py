@@ -1,0 +1,158 @@
+"""Commands that run studies and write the store: ``search`` and ``reproduce``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from dashboards.columns import searched_config_columns
+from harness.cli.common import UsageError, config_error, open_store, records, store_option
+from harness.output import render
+from harness.ray_setup import SearchError, check_study_name
+from search_space.validation import load_spec
+from trials.configio import ConfigError
+from trials.lazy import lazy_import
+
+# Ray, Optuna and SQLAlchemy: only once a command runs (``--help`` stays instant).
+cluster = lazy_import("harness.cluster")
+interrupts = lazy_import("harness.interrupts")
+reproduction = lazy_import("harness.reproduce")
+search = lazy_import("harness.search")
+store_package = lazy_import("harness.store")
+
+
+@click.command("search")
+@click.argument("spec_path", metavar="[SPEC.yaml]", required=False, type=click.Path(dir_okay=False))
+@store_option
+@click.option(
+    "--address",
+    default=None,
+    help="Ray cluster to join: auto, HOST:PORT or ray://HOST:PORT (its token is found like Ray does: "
+    "$RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token); default: a local Ray.",
+)
+@click.option("--name", "study_name", default=None, help="Study name (default: the spec's name).")
+@click.option("--resume", "resume_study", default=None, metavar="STUDY", help="Continue an interrupted search.")
+@click.option(
+    "--results-dir",
+    default=None,
+    help="Where Ray Tune keeps trial checkpoints: a directory (default ./ray_results), on a cluster one every "
+    "node mounts, or cloud storage (s3://bucket/path, gs://bucket/path).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Also show Ray's own banners and logs.")
+def search_command(
+    spec_path: str | None,
+    store_url: str | None,
+    address: str | None,
+    study_name: str | None,
+    resume_study: str | None,
+    results_dir: str | None,
+    verbose: bool,
+) -> None:
+    """Run a search: Optuna proposes, Ray Tune dispatches, every trial lands in the store.
+
+    With --resume STUDY (no SPEC needed: the store keeps it), an interrupted search continues:
+    finished trials are kept, unfinished ones resume from their last epoch checkpoint.
+    """
+    if spec_path is None and resume_study is None:
+        raise UsageError("give a SPEC.yaml to start a search, or --resume STUDY to continue one")
+    url = store_package.resolve_store_url(store_url)
+    try:
+        if spec_path is not None:
+            spec = load_spec(spec_path, check_paths=address is None)
+        check_study_name(resume_study or study_name or spec.name)  # before anything is written
+        with open_store(url, create=resume_study is None) as store:  # a bad URL fails here, before Ray starts
+            if spec_path is None:
+                spec = load_spec(store.study(resume_study)["spec"], check_paths=address is None)
+    except (ConfigError, store_package.StoreError, SearchError) as error:
+        raise config_error(error) from None
+    try:
+        summary = search.run_search(
+            spec,
+            url,
+            study_name=resume_study or study_name,
+            address=address,
+            results_dir=results_dir,
+            resume=resume_study is not None,
+            verbose=verbose,
+        )
+    except (store_package.StoreError, SearchError, cluster.ClusterError) as error:
+        raise UsageError(str(error)) from None
+    except interrupts.SearchInterrupted as interrupted:  # Ctrl-C, SIGTERM, a store outage: resumable, one line
+        click.echo(f"\n{interrupted}", err=True)
+        raise SystemExit(interrupted.exit_code) from None
+    except KeyboardInterrupt:  # before the search started: nothing ran
+        click.echo("\nsearch interrupted before any trial ran", err=True)
+        raise SystemExit(130) from None
+    counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v and k != "epochs")
+    click.echo(f"\nstudy {summary.study} in {summary.store_url}: {counts} ({summary.wall_time_s:.0f}s)")
+    if summary.status != "completed":
+        # The study is recorded as failed with this reason (`archsearch studies` shows it).
+        click.echo(f"Error: search failed: {summary.message}", err=True)
+        raise SystemExit(2 if summary.spec_problem else 1)
+    front = summary.front
+    config_columns = [c for c in front.columns if c.startswith("config.")]
+    searched = searched_config_columns(spec.model_dump(mode="json"), config_columns)
+    varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
+    click.echo("Pareto front (" + ", ".join(f"{k}:{v}" for k, v in spec.objectives.items()) + "):")
+    click.echo(render(records(front), "table", ["number", *spec.objectives, *dict.fromkeys([*searched, *varying])]))
+
+
+@click.command("reproduce")
+@click.argument("study", type=click.Choice(["coatnet-layouts", "cait-depth", "cait-class-attention"]))
+@click.option(
+    "--scale",
+    type=click.Choice(["tiny", "cpu", "small", "paper"]),
+    default="tiny",
+    show_default=True,
+    help="tiny: a smoke run; cpu: conclusive on a 2-core CPU; small: one GPU; paper: the papers' budgets.",
+)
+@click.option("--seeds", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option(
+    "--protocol", "protocols", multiple=True, type=click.Choice(["generalisation", "capacity"]), help="Default: both."
+)
+@click.option("--dataset", default="synthetic", show_default=True, help="synthetic, digits, cifar10, cifar100, ...")
+@click.option("--data-dir", default=None)
+@click.option("--output", default="reproductions", show_default=True, type=click.Path(file_okay=False))
+@click.option("--margin", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              help="Equivalence margin of '~' claims, in the metric's units (points of top-1).")  # fmt: skip
+@click.option("--large-margin", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="The difference a '>>' claim needs.")  # fmt: skip
+@click.option("--report-only", is_flag=True, help="Write the summaries again from the store; run nothing.")
+@click.option("--address", default=None, help="Ray cluster to join; default: local Ray.")
+@store_option
+def reproduce_command(
+    study, scale, seeds, protocols, dataset, data_dir, output, margin, large_margin, report_only, address, store_url
+) -> None:
+    """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
+    url = store_package.resolve_store_url(store_url)
+    open_store(url, create=not report_only).close()
+    protocols = tuple(protocols) or ("generalisation", "capacity")
+    # The command as a reader can re-run it from where it ran: the output folder relative to there.
+    shown = ["archsearch reproduce", study, f"--scale {scale}", f"--seeds {seeds}"]
+    shown += [f"--protocol {p}" for p in protocols] if study == "coatnet-layouts" else []
+    shown += [f"--dataset {dataset}"] + ([f"--data-dir {data_dir}"] if data_dir else [])
+    shown += [f"--output {os.path.relpath(output)}"]
+    shown += [f"--margin {margin:g}"] if margin != 1.0 else []
+    shown += [f"--large-margin {large_margin:g}"] if large_margin != 5.0 else []
+    try:
+        written = reproduction.reproduce(
+            study,
+            url,
+            scale=scale,
+            seeds=seeds,
+            protocols=protocols,
+            dataset=dataset,
+            data_dir=data_dir,
+            address=address,
+            output=Path(output),
+            command=" ".join(shown),
+            margin=margin,
+            large_margin=large_margin,
+            run=not report_only,
+        )
+    except (ConfigError, store_package.StoreError, ValueError) as error:
+        raise UsageError(str(error).splitlines()[0]) from None
+    for path in written:
+        click.echo(f"wrote {os.path.relpath(path)}")

@@ -1,0 +1,173 @@
+"""Commands about one model or one trial, no store involved: ``models``, ``trial``, ``bench``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from harness.cli.common import UsageError, config_error
+from harness.output import FORMATS, render
+from trials.configio import ConfigError
+from trials.lazy import lazy_import
+from trials.trial_config import load_trial_config, read_yaml
+
+# torch and the models: only for the commands that build one (``--help`` stays instant).
+models_package = lazy_import("trials.models")
+measure = lazy_import("trials.measure")
+runner = lazy_import("trials.runner")
+train = lazy_import("trials.train")
+
+
+@click.command("models")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--family", type=click.Choice(["cait", "coatnet"]), default=None, help="Only this family.")
+def models_command(fmt: str, family: str | None) -> None:
+    """The catalogue of model presets with their key settings and parameter counts."""
+    rows = []
+    for name in models_package.preset_names(family):
+        config = models_package.PRESETS[name]
+        row = {"name": name, "family": config.family, "image_size": config.image_size}
+        row.update(_key_settings(config))
+        row["params"] = models_package.preset_parameter_count(config)
+        row["params_m"] = round(row["params"] / 1e6, 2)
+        if fmt == "json":
+            row["config"] = config.to_dict()
+        rows.append(row)
+    columns = ["name", "family", "image_size", "settings", "params_m"]
+    click.echo(render(rows, fmt, columns))
+
+
+def _key_settings(config) -> dict[str, str]:
+    if config.family == "cait":
+        ca = f"+{config.ca_depth}CA" if config.ca_depth else f" cls@{config.class_token_layer}"
+        ls = config.layer_scale_init()
+        ls_text = "rezero" if config.layer_scale == "rezero" else ("off" if ls is None else f"ls={ls:g}")
+        th = " th" if config.talking_heads else ""
+        text = f"{config.depth}SA{ca} d={config.embed_dim} h={config.num_heads} p={config.patch_size} {ls_text}{th}"
+    else:
+        depths = "-".join(str(d) for d in config.depths)
+        dims = "-".join(str(d) for d in config.dims)
+        text = f"{config.layout} blocks {depths} dims {dims}"
+    return {"settings": text}
+
+
+@click.command("trial")
+@click.argument("config_path", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--device", default=None, help="Override the config's device (auto, cpu, cuda, cuda:N).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+def trial_command(config_path: str, fmt: str, device: str | None, progress: bool | None) -> None:
+    """Run one trial from a YAML config: build, measure, train, evaluate; print the result.
+
+    Exit code 0 when the trial completed or diverged (both are results), 1 when it failed,
+    2 when the config is invalid.
+    """
+    try:
+        raw = read_yaml(config_path)
+        if device is not None and isinstance(raw, dict):
+            raw["device"] = device
+        config = load_trial_config(raw)
+    except ConfigError as error:
+        raise config_error(error) from None
+    result = runner.run_trial(config, progress=progress)
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        click.echo(_trial_report(result))
+    if result.status == "failed":
+        raise SystemExit(1)
+
+
+def _trial_report(result) -> str:
+    lines = [f"status: {result.status}" + (f" (at step {result.diverged_at_step})" if result.diverged_at_step else "")]
+    if result.error:
+        lines.append(f"error: {result.error.splitlines()[0]}")
+    if result.cost is not None:
+        c = result.cost
+        lines.append(
+            render(
+                [
+                    {
+                        "params": c.params,
+                        "gflops": None if c.flops is None else c.flops / 1e9,
+                        "img_s": c.throughput,
+                        "latency_ms": c.latency_ms,
+                        "batch": c.batch_size,
+                        "dtype": c.dtype,
+                        "device": c.device,
+                    }
+                ],
+                "table",
+            )
+        )
+    if result.epochs:
+        columns = ["epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "train_images_per_s"]
+        lines.append(render([m.to_dict() for m in result.epochs], "table", columns))
+    if result.final:
+        lines.append("final: " + ", ".join(f"{k}={v:.4g}" for k, v in result.final.items()))
+    lines.append(f"wall time: {result.wall_time_s:.1f}s")
+    return "\n\n".join(lines)
+
+
+@click.command("bench")
+@click.argument("models", nargs=-1, required=True, metavar="PRESET_OR_CONFIG...")
+@click.option("--image-size", type=int, default=None, help="Input size (default: each model's own).")
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--dtype", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+def bench_command(
+    models: tuple[str, ...],
+    image_size: int | None,
+    batch_size: int,
+    device: str,
+    dtype: str,
+    repeats: int,
+    warmup: int,
+    fmt: str,
+) -> None:
+    """Cost only, no training: params, FLOPs, throughput and latency of presets or YAML configs."""
+    try:
+        configs = [(name, _bench_config(name, image_size)) for name in models]
+    except ConfigError as error:
+        raise config_error(error) from None
+    if batch_size < 1 or repeats < 1 or warmup < 0:
+        raise UsageError("--batch-size and --repeats must be >= 1, --warmup >= 0")
+    dev = train.resolve_device(device)
+    rows = []
+    for name, config in configs:
+        cost = measure.measure_cost(
+            models_package.build_model(config),
+            config.image_size,
+            device=dev,
+            dtype=train.resolve_dtype(dtype, dev),
+            batch_size=batch_size,
+            warmup=warmup,
+            repeats=repeats,
+        )
+        rows.append({"name": name, "family": config.family, **cost.to_dict()})
+    columns = ["name", "params", "flops", "throughput", "latency_ms", "batch_size", "image_size", "dtype", "device"]
+    click.echo(render(rows, fmt, columns))
+
+
+def _bench_config(name: str, image_size: int | None):
+    """A preset name, or a YAML file holding a model config or a trial config (its ``model``)."""
+    presets = models_package.PRESETS
+    if name in presets:
+        config = models_package.resolve_config(name)
+    elif Path(name).suffix in (".yaml", ".yml") or Path(name).exists():
+        raw = read_yaml(name)
+        if isinstance(raw, dict) and "model" in raw:
+            config = load_trial_config(raw).model
+        else:
+            try:
+                config = models_package.resolve_config(raw)
+            except ConfigError as error:
+                raise ConfigError(f"{name}: {error.field}", error.message) from None
+    else:
+        raise ConfigError("", f"{name!r} is neither a preset ({', '.join(presets)}) nor a YAML file")
+    return config.replace(image_size=image_size) if image_size else config
