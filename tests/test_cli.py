@@ -117,20 +117,3 @@ def test_bench_bad_input_exits_2(tmp_path):
     bad.write_text("family: cait\nembed_dim: 100\nnum_heads: 8\n")
     result = CliRunner().invoke(main, ["bench", str(bad)])
     assert result.exit_code == 2 and "embed_dim: 100 is not divisible by num_heads 8" in result.output
-
-
-def test_models_cost_model_and_pareto_maths_import_without_the_heavy_packages():
-    """The models, the search-space layer and the multi-objective maths run with torch (or less) alone."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "import trials.models, search_space, search_space.sampling, search_space.validation\n"
-        "import search_space.cost_model, dashboards.multiobjective\n"
-        "heavy = [m for m in ('ray', 'optuna', 'sqlalchemy', 'seaborn', 'fvcore') if m in sys.modules]\n"
-        "print(','.join(heavy))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "", f"imported: {done.stdout.strip()}"

@@ -18,6 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from trials.lazy import lazy_import
+
+fvcore_nn = lazy_import("fvcore.nn")  # fvcore: only when FLOPs are counted by tracing
+
 # Element-wise and data-movement ops: zero FLOPs by convention (not "unsupported").
 ELEMENTWISE_OPS = (
     "aten::add",
@@ -79,15 +83,14 @@ def count_flops(model: nn.Module, inputs: torch.Tensor | tuple[torch.Tensor, ...
     ``by_module`` holds the top-level children's totals; ``unsupported`` any op fvcore saw but
     did not count and that is not a known zero-FLOP element-wise op.
     """
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # fvcore's import warns about torch APIs it uses
         warnings.simplefilter("ignore", FutureWarning)
-        from fvcore.nn import FlopCountAnalysis
-
+        flop_count_analysis = fvcore_nn.FlopCountAnalysis
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     was_training = model.training
     model.eval()
     try:
-        analysis = FlopCountAnalysis(model, args)
+        analysis = flop_count_analysis(model, args)
         analysis.set_op_handle(
             "aten::scaled_dot_product_attention", sdpa_flop_handle, "aten::baddbmm", baddbmm_flop_handle
         )

@@ -16,17 +16,19 @@ each one has a CPU test with CUDA's initialisation stubbed (``tests/test_cuda_co
   process is fine), a compile error (run eagerly instead), or a sticky CUDA error (the CUDA
   context is broken: the worker process must end, or it poisons the next trial it is reused for).
 
-torch is imported lazily: ``search_space`` and the cost model use the formula without torch.
+torch is bound lazily (``trials.lazy``): the memory formula is used where torch is not loaded.
 """
 
 from __future__ import annotations
 
 import gc
 import math
-from typing import TYPE_CHECKING, Any
+import traceback
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+from trials.lazy import lazy_import
+
+torch = lazy_import("torch")  # search_space and the harness use the formulas without torch
 
 GIB = 2**30
 # Memory a CUDA process uses outside the caching allocator, which the allocator's cap does not
@@ -90,8 +92,6 @@ def memory_cap_fraction(
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> CUDA when available, else CPU; a CUDA device always carries its index."""
-    import torch
-
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
@@ -102,8 +102,6 @@ def resolve_device(name: str) -> torch.device:
 
 def cuda_index(device: torch.device) -> int:
     """The integer index of a CUDA device (the current device when the device has none)."""
-    import torch
-
     return int(device.index) if device.index is not None else int(torch.cuda.current_device())
 
 
@@ -112,8 +110,6 @@ def cap_process_memory(device: torch.device, share: float | None) -> dict[str, A
 
     Returns what it set, for the trial's record: the fraction, the cap in bytes, the GPU's memory.
     """
-    import torch
-
     index = cuda_index(device)
     total = int(torch.cuda.get_device_properties(index).total_memory)
     fraction = memory_cap_fraction(share, total)
@@ -131,8 +127,6 @@ def configure_backends(device: torch.device) -> dict[str, bool]:
     The benchmark calls this too, so a trial and ``benchmarks/gpu.py`` measure the same thing.
     Returns the settings in force, which the trial records.
     """
-    import torch
-
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -151,8 +145,6 @@ def release_memory(device: torch.device) -> None:
     """
     gc.collect()
     if device.type == "cuda":
-        import torch
-
         torch.cuda.empty_cache()
 
 
@@ -160,8 +152,6 @@ def peak_memory(device: torch.device) -> tuple[float | None, float | None]:
     """(max allocated MiB, max reserved MiB) since the last reset; None on CPU."""
     if device.type != "cuda":
         return None, None
-    import torch
-
     return torch.cuda.max_memory_allocated(device) / 2**20, torch.cuda.max_memory_reserved(device) / 2**20
 
 
@@ -178,8 +168,6 @@ def _chain(error: BaseException):
 
 def is_out_of_memory(error: BaseException) -> bool:
     """Whether ``error`` (or what it wraps: a compile error around an OOM) is an out-of-memory."""
-    import torch
-
     for e in _chain(error):
         if isinstance(e, torch.OutOfMemoryError):
             return True
@@ -205,8 +193,6 @@ def is_compile_error(error: BaseException) -> bool:
     An out-of-memory or a sticky CUDA error is never a compile error: falling back to eager would
     hide it (and then fail again, or on a broken CUDA context).
     """
-    import traceback
-
     if is_out_of_memory(error) or is_sticky_cuda_error(error):
         return False
     for e in _chain(error):

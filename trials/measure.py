@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from .flops import count_flops
 from .timing import time_repeated
 
 
@@ -53,8 +54,6 @@ def dtype_name(dtype: torch.dtype) -> str:
 def count_flops_or_none(model: nn.Module, image_size: int, device: torch.device) -> int | None:
     """fvcore FLOPs of one image, or None where fvcore is not installed (e.g. a bare GPU node)."""
     try:
-        from .flops import count_flops
-
         images = torch.randn(1, 3, image_size, image_size, device=device)
         return count_flops(model, images).total
     except ImportError:

@@ -13,10 +13,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import torch
+
 from .configio import ConfigError
+from .data import build_data
 from .gpu import GpuShareError, cap_process_memory, configure_backends, is_sticky_cuda_error, release_memory
-from .measure import CostMeasurement
-from .train import EpochCallback, EpochMetrics
+from .measure import CostMeasurement, measure_cost
+from .models import build_model
+from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
 from .trial_config import TrialConfig, load_trial_config
 
 TrialStatus = Literal["completed", "diverged", "failed"]
@@ -173,10 +177,6 @@ def _limit_gpu_memory(trial: TrialConfig, device, runtime: dict[str, Any]) -> No
 
 
 def _build(trial: TrialConfig, runtime: dict[str, Any]):
-    from .data import build_data
-    from .models import build_model
-    from .train import Trainer, resolve_device, resolve_dtype, seed_everything
-
     device = resolve_device(trial.device)
     runtime["device"] = str(device)
     try:
@@ -200,10 +200,6 @@ def _build(trial: TrialConfig, runtime: dict[str, Any]):
 
 
 def _measure(trial: TrialConfig, trainer) -> CostMeasurement:
-    import torch
-
-    from .measure import measure_cost
-
     m = trial.measure
     # Measuring must not disturb the training RNG streams: same seed, same metrics.
     devices = [trainer.device] if trainer.device.type == "cuda" else []

@@ -13,13 +13,17 @@ import math
 import random
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trials.lazy import lazy_import
 
 from .configio import ConfigError
 from .data import DataBundle
@@ -27,6 +31,9 @@ from .gpu import is_compile_error, peak_memory, release_memory
 from .gpu import resolve_device as resolve_device
 from .timing import synchronize
 from .trial_config import TrainingConfig
+
+dynamo_utils = lazy_import("torch._dynamo.utils")  # the compiler's counters: only when compiling
+tqdm_auto = lazy_import("tqdm.auto")  # the progress bar: only on a terminal
 
 
 @dataclass(frozen=True)
@@ -71,12 +78,7 @@ class TrainOutcome:
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:  # pragma: no cover - numpy ships with torch in practice
-        pass
+    np.random.seed(seed % 2**32)
 
 
 class WarmupCosine:
@@ -211,10 +213,8 @@ class Trainer:
         about four trials, and later trials silently run eagerly. Resetting per trial keeps each
         trial compiled; :attr:`compiled_graphs` counts what this trial really compiled.
         """
-        from torch._dynamo.utils import counters
-
         torch.compiler.reset()
-        self._graphs_at_start = counters["stats"]["unique_graphs"]
+        self._graphs_at_start = dynamo_utils.counters["stats"]["unique_graphs"]
         try:
             return torch.compile(self.model, backend=backend)
         except Exception as error:  # an unknown backend name is a config error, named as such
@@ -225,9 +225,7 @@ class Trainer:
         """Graphs torch.compile produced for this trial so far (0 when it ran eagerly)."""
         if not self.compile_requested:
             return 0
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"]["unique_graphs"] - self._graphs_at_start)
+        return int(dynamo_utils.counters["stats"]["unique_graphs"] - self._graphs_at_start)
 
     @property
     def compiled(self) -> bool:
@@ -236,8 +234,6 @@ class Trainer:
 
     def _compile_failed(self, reason: str) -> None:
         """torch.compile could not compile this model: run it eagerly, say so once, keep the note."""
-        import warnings
-
         note = f"torch.compile failed ({reason}); the trial ran eagerly"
         warnings.warn(note, RuntimeWarning, stacklevel=3)
         self.notes.append(note)
@@ -428,6 +424,4 @@ def _compile_failure_reason(error: BaseException) -> str:
 def _progress_bar(total: int, description: str, enabled: bool):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=description, leave=False, unit="step")
+    return tqdm_auto.tqdm(total=total, desc=description, leave=False, unit="step")

@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 from .configio import ConfigError, check_fields, from_mapping, is_int, is_number, require, to_mapping
 from .data_config import DataConfig
 from .models.build import resolve_config
 from .models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
+from .yaml_bounds import YamlTooLarge, safe_load_bounded
 
 Precision = Literal["auto", "fp32", "bf16"]
 
@@ -224,10 +227,6 @@ MAX_CONFIG_BYTES = 1_000_000  # a spec or trial config is a page of YAML; anythi
 def read_yaml(path: str | Path) -> Any:
     """``yaml.safe_load`` a file, with one-line errors for a missing, oversized, binary or non-UTF-8
     file and for YAML syntax errors (line and column)."""
-    import yaml
-
-    from .yaml_bounds import YamlTooLarge, safe_load_bounded
-
     path = Path(path)
     if not path.is_file():
         raise ConfigError("", f"config file not found: {path}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 MAX_EXPANDED_NODES = 100_000  # a search spec is a page: a few hundred nodes; this is generous
 _INFINITE = 10**18
 
@@ -30,8 +32,6 @@ class YamlTooLarge(ValueError):
 
 
 def _children(node) -> list[tuple[str | None, Any]]:
-    import yaml
-
     if isinstance(node, yaml.MappingNode):
         out = []
         for key, value in node.value:
@@ -88,8 +88,6 @@ def expanded_size(root) -> tuple[int, str]:
 
 def safe_load_bounded(text: str) -> Any:
     """``yaml.safe_load`` of ``text``, refusing a document that expands past the bound (YamlTooLarge)."""
-    import yaml
-
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()

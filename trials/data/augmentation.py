@@ -1,6 +1,6 @@
 """Augmentation: MixUp/CutMix on a batch, and the per-sample transforms of the loader path.
 
-Both are torchvision's transforms v2, imported inside the functions that need them. The tensor
+Both are torchvision's transforms v2, bound lazily (``trials.lazy``): loaded when first used. The tensor
 path crops and flips on its device instead (:func:`trials.data.sources.crop_flip_batch`).
 """
 
@@ -12,8 +12,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trials.lazy import lazy_import
+
 from ..data_config import AugmentConfig
 from .loading import Stats
+
+v2 = lazy_import("torchvision.transforms.v2")  # torchvision: MixUp/CutMix and the loader path only
 
 # Evaluation crop: resize the short side to size / 0.875, then centre-crop (the DeiT/timm default).
 EVAL_CROP_RATIO = 0.875
@@ -28,8 +32,6 @@ class BatchMix:
     """
 
     def __init__(self, num_classes: int, mixup_alpha: float, cutmix_alpha: float):
-        from torchvision.transforms import v2
-
         options = []
         if mixup_alpha > 0:
             options.append(v2.MixUp(alpha=mixup_alpha, num_classes=num_classes))
@@ -50,8 +52,6 @@ def make_mix(augment: AugmentConfig, num_classes: int) -> MixFn | None:
 
 def train_transform(augment: AugmentConfig, image_size: int, native_size: int | None, stats: Stats) -> Callable:
     """Per-sample training transforms v2. ``native_size`` None: file images of any size (RandomResizedCrop)."""
-    from torchvision.transforms import v2
-
     ops: list[Any] = [v2.ToImage()]
     if native_size is None:
         ops += [v2.RandomResizedCrop(image_size, antialias=True)] if augment.random_crop else _eval_resize(image_size)
@@ -69,20 +69,14 @@ def train_transform(augment: AugmentConfig, image_size: int, native_size: int | 
 
 def eval_transform(image_size: int, stats: Stats) -> Callable:
     """Per-sample evaluation transforms for file images: resize the short side, centre crop."""
-    from torchvision.transforms import v2
-
     return v2.Compose([v2.ToImage(), *_eval_resize(image_size), *_to_normalized(stats)])
 
 
 def _eval_resize(image_size: int) -> list[Any]:
-    from torchvision.transforms import v2
-
     return [v2.Resize(round(image_size / EVAL_CROP_RATIO), antialias=True), v2.CenterCrop(image_size)]
 
 
 def _to_normalized(stats: Stats) -> list[Any]:
-    from torchvision.transforms import v2
-
     return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(stats[0]), std=list(stats[1]))]
 
 

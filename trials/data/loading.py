@@ -2,11 +2,12 @@
 
 In-memory datasets come back as uint8 (N, 3, H, W) tensors on the CPU, file-backed ones as
 lists of paths and labels; turning them into batches is :mod:`trials.data.sources`' job.
-torchvision is imported inside the functions that need it.
+torchvision, scikit-learn and PIL are bound lazily (``trials.lazy``): loaded with their dataset only.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from trials.lazy import lazy_import
+
 from ..configio import ConfigError
 from ..data_config import CIFAR_NUM_CLASSES, DIGITS_VAL_FRACTION, NATIVE_IMAGE_SIZE, DataConfig
 from ..synthetic import make_synthetic
 from .seeding import derive_seed, seeded_generator
+
+# Per dataset, only when it is loaded: scikit-learn (the digits extra), torchvision, PIL.
+sklearn_datasets = lazy_import("sklearn.datasets")
+torchvision_datasets = lazy_import("torchvision.datasets")
+PIL_Image = lazy_import("PIL.Image")
 
 # Published per-channel statistics of the training splits (mean, std), in [0, 1] units.
 CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
@@ -93,7 +101,7 @@ def _digits_splits(config: DataConfig) -> tuple[Split, Split]:
     dataset for CPU-scale studies.
     """
     try:
-        from sklearn.datasets import load_digits
+        load_digits = sklearn_datasets.load_digits
     except ImportError:
         raise ConfigError("name", "digits needs scikit-learn: pip install 'archsearch[digits]'") from None
     bunch = load_digits()
@@ -118,9 +126,7 @@ def _cifar_class(name: str, verify: bool) -> type:
     torchvision checks every file (and the metadata) against the md5 of the official archive,
     which a re-packed or subset copy cannot match; a missing md5 makes it check existence only.
     """
-    from torchvision.datasets import CIFAR10, CIFAR100
-
-    base = CIFAR10 if name == "cifar10" else CIFAR100
+    base = torchvision_datasets.CIFAR10 if name == "cifar10" else torchvision_datasets.CIFAR100
     if verify:
         return base
     attributes = {
@@ -158,15 +164,13 @@ def _cifar_splits(config: DataConfig) -> tuple[Split, Split]:
 
 
 def _image_folder(path: Path, role: str) -> Any:
-    from torchvision.datasets import ImageFolder
-
     if not path.is_dir():
         raise ConfigError(
             "data_dir",
             f"imagefolder expects {path} with one sub-folder of images per class ({role}); {path} does not exist",
         )
     try:
-        return ImageFolder(str(path))
+        return torchvision_datasets.ImageFolder(str(path))
     except (FileNotFoundError, RuntimeError) as error:
         raise ConfigError("data_dir", f"no usable images in {path}: {error}") from error
 
@@ -194,11 +198,7 @@ MAX_UPSCALE = 4.0  # beyond this, training mostly sees interpolation: say so
 
 def warn_if_upscaled(first_image: str | Path, image_size: int) -> float:
     """Warn once when the files are much smaller than the training size (8x8 digits trained at 224)."""
-    import warnings
-
-    from PIL import Image
-
-    with Image.open(first_image) as image:
+    with PIL_Image.open(first_image) as image:
         side = min(image.size)
     factor = image_size / max(side, 1)
     if factor > MAX_UPSCALE:

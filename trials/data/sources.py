@@ -17,9 +17,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from trials.lazy import lazy_import
+
 from ..data_config import AugmentConfig
 from .loading import Stats
 from .seeding import make_epoch_plan
+
+tv_tensors = lazy_import("torchvision.tv_tensors")  # torchvision: the loader path only
+torchvision_folder = lazy_import("torchvision.datasets.folder")
 
 
 def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
@@ -246,8 +251,6 @@ class TensorImages:
         self.images = images
 
     def __call__(self, i: int) -> Tensor:
-        from torchvision import tv_tensors
-
         return tv_tensors.Image(self.images[i])
 
 
@@ -258,6 +261,4 @@ class FileImages:
         self.paths = list(paths)
 
     def __call__(self, i: int) -> Any:
-        from torchvision.datasets.folder import default_loader
-
-        return default_loader(self.paths[i])
+        return torchvision_folder.default_loader(self.paths[i])

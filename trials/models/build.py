@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trials.lazy import lazy_import
+
 from .config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError, config_from_dict
 from .presets import PRESETS
+
+# The configs and presets are torch-free (the spec layer and the CLI read them); the modules are not.
+cait = lazy_import("trials.models.cait")
+coatnet = lazy_import("trials.models.coatnet")
+torch = lazy_import("torch")
 
 
 def resolve_config(spec: str | ModelConfig | Mapping[str, Any], **overrides: Any) -> ModelConfig:
@@ -44,12 +51,8 @@ def build_model(spec: str | ModelConfig | Mapping[str, Any], **overrides: Any):
     """
     config = resolve_config(spec, **overrides)
     if isinstance(config, CaiTConfig):
-        from .cait import CaiT
-
-        return CaiT(config)
-    from .coatnet import CoAtNet
-
-    return CoAtNet(config)
+        return cait.CaiT(config)
+    return coatnet.CoAtNet(config)
 
 
 def count_parameters(model) -> int:
@@ -59,7 +62,5 @@ def count_parameters(model) -> int:
 
 def preset_parameter_count(spec: str | ModelConfig | Mapping[str, Any], **overrides: Any) -> int:
     """Parameter count of a model built on the meta device: no memory, no initialisation cost."""
-    import torch
-
     with torch.device("meta"):
         return count_parameters(build_model(spec, **overrides))

@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trials.lazy import lazy_import
+
+torchvision_ops = lazy_import("torchvision.ops")  # only for a drop-path rate > 0 (see drop_path)
+
 
 class Mlp(nn.Module):
     """Transformer FFN: Linear -> GELU -> Linear."""
@@ -51,9 +55,7 @@ def drop_path(rate: float) -> nn.Module:
     """
     if rate <= 0.0:
         return nn.Identity()
-    from torchvision.ops import StochasticDepth
-
-    return StochasticDepth(rate, mode="row")
+    return torchvision_ops.StochasticDepth(rate, mode="row")
 
 
 def init_transformer_weights(module: nn.Module) -> None:

@@ -1,0 +1,92 @@
+"""The import rules of ARCHITECTURE.md, checked: imports at the top, heavy ones lazy in one way, light layers light."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PACKAGES = ("trials", "search_space", "dashboards", "harness")
+
+
+def _product_modules() -> list[Path]:
+    return [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "migrations" not in p.parts]
+
+
+def _imports_inside_functions(path: Path) -> list[str]:
+    found = []
+
+    def visit(node: ast.AST, inside: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            scoped = inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and inside:
+                found.append(f"{path.relative_to(ROOT)}:{child.lineno}")
+            visit(child, scoped)
+
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def test_every_import_is_at_the_top_of_its_module():
+    """Heavy packages are bound there with trials.lazy.lazy_import; none is imported inside a function."""
+    inside = [hit for path in _product_modules() for hit in _imports_inside_functions(path)]
+    assert inside == [], f"{len(inside)} imports inside functions or classes: {inside[:20]}"
+
+
+def test_every_lazily_bound_module_exists():
+    """A typo in a lazy_import name would only fail when that code path runs: import every one now."""
+    from trials.lazy import LAZY_MODULES
+
+    for pkg in PACKAGES:
+        package = importlib.import_module(pkg)
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{pkg}."):
+            if ".migrations" not in info.name:
+                importlib.import_module(info.name)
+    assert len(LAZY_MODULES) > 10
+    for name in sorted(LAZY_MODULES):
+        importlib.import_module(name)
+
+
+def test_a_lazy_module_loads_on_first_use_only():
+    from trials.lazy import LazyModule, lazy_import
+
+    assert lazy_import("json") is sys.modules["json"]  # already paid for: the real module
+    sys.modules.pop("colorsys", None)
+    lazy = lazy_import("colorsys")
+    assert isinstance(lazy, LazyModule) and "colorsys" not in sys.modules
+    assert lazy.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
+    assert "colorsys" in sys.modules and "loaded" in repr(lazy)
+    with pytest.raises(ModuleNotFoundError):
+        _ = lazy_import("no_such_module_anywhere").anything
+
+
+def _heavy_after(imports: str) -> list[str]:
+    code = (
+        "import sys\n"
+        f"{imports}\n"
+        "heavy = ('ray', 'optuna', 'sqlalchemy', 'seaborn', 'fvcore', 'pandas', 'scipy', 'torch', 'torchvision')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [m for m in done.stdout.strip().split(",") if m]
+
+
+def test_models_cost_model_and_pareto_maths_import_without_the_heavy_packages():
+    """The models, the search-space layer and the multi-objective maths run with torch (or less) alone."""
+    loaded = _heavy_after(
+        "import trials.models, trials.runner, search_space, search_space.sampling, search_space.validation\n"
+        "import search_space.cost_model, dashboards.multiobjective"
+    )
+    assert set(loaded) <= {"torch"}, loaded
+
+
+def test_the_command_line_starts_without_torch_ray_or_a_database_driver():
+    """``archsearch --help`` and argument errors stay instant: the commands bind their heavy modules lazily."""
+    assert _heavy_after("import harness.cli") == []
