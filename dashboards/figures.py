@@ -8,20 +8,23 @@ seaborn is imported inside the functions so that importing this module stays che
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib
-import matplotlib.ticker
 
-matplotlib.use("Agg")
-
-import json
+matplotlib.use("Agg")  # files, never a window: set before pyplot loads (the imports below wait for it)
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
+from matplotlib import ticker
 from matplotlib.figure import Figure
+
+from dashboards.pareto import front_mask
 
 # Trials without a usable accuracy, drawn in their own strip with one marker each so they stay visible.
 NO_RESULT_MARKERS: dict[str, str] = {"failed": "X", "diverged": "v", "infeasible": "s"}
@@ -55,8 +58,6 @@ def category_labels(values: pd.Series) -> pd.Series:
     Config columns of a study mix types (a key only some families have, a list-valued knob), and
     text and floats cannot be sorted together: labels are always strings.
     """
-    import json
-
     def label(value: Any) -> str:
         if _is_missing(value):
             return "missing"
@@ -86,15 +87,11 @@ def _axes_order(objectives: Mapping[str, str]) -> tuple[str, str]:
 
 
 def _front_mask(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarray:
-    from dashboards.pareto import front_mask
-
     return np.asarray(front_mask(frame, objectives), dtype=bool)
 
 
 def _colors(values: pd.Series) -> tuple[list[Any], dict[str, Any] | None, Any]:
     """Per-row colors for a config key: (colors, legend {label: color} or None, mappable for a color bar)."""
-    import seaborn as sns
-
     numeric = _numeric(values)
     labels = category_labels(values)
     if numeric.notna().all() and labels.nunique() > _MAX_CATEGORIES:
@@ -123,8 +120,6 @@ def pareto_scatter(
     scale instead of one marker each, and everything below the front is rasterised, so the figure
     costs the same at 100,000 trials as at 2,000; ``color_by`` then colors the front's members only.
     """
-    import seaborn as sns
-
     sns.set_theme(style="whitegrid")
     x_name, y_name = _axes_order(objectives)
     frame = frame.reset_index(drop=True)
@@ -232,8 +227,6 @@ def _density(ax: Any, x: np.ndarray, y: np.ndarray, log_x: bool, fig: Figure) ->
 
 def hypervolume_curve(progress: pd.DataFrame) -> Figure:
     """Hypervolume against the number of finished trials: flattening means the search has stopped paying off."""
-    import seaborn as sns
-
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(8, 4))
     if len(progress):
@@ -258,8 +251,6 @@ def hypervolume_curve(progress: pd.DataFrame) -> Figure:
 
 def learning_curves(curves: pd.DataFrame, numbers: Sequence[int]) -> Figure:
     """Eval top-1 and train loss per epoch for the given trials (the front's members): were they still improving?"""
-    import seaborn as sns
-
     sns.set_theme(style="whitegrid")
     fig, (top, loss) = plt.subplots(1, 2, figsize=(11, 4))
     chosen = curves[curves["number"].isin(list(numbers))] if len(curves) else curves
@@ -277,7 +268,7 @@ def learning_curves(curves: pd.DataFrame, numbers: Sequence[int]) -> Figure:
     loss.set_ylabel("train_loss (lower is better)")
     for ax in (top, loss):
         ax.set_xlabel("epoch")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # epochs are whole numbers
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))  # epochs are whole numbers
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, title="trial", ncol=2)
         else:
@@ -328,9 +319,6 @@ def objective_vs_params(
     ``of_total``: the number of completed trials in the study when ``frame`` is a random sample of
     them (a large study); the title then says so.
     """
-    import seaborn as sns
-    from matplotlib import ticker
-
     sns.set_theme(style="whitegrid")
     done = frame[(frame["status"] == "completed") & _numeric(frame[objective]).notna()].copy()
     done[objective] = _numeric(done[objective])
@@ -377,8 +365,6 @@ def objective_vs_params(
 def loss_vs_accuracy(curves: pd.DataFrame, variant_of: Mapping[int, str]) -> Figure:
     """The CoAtNet paper's Fig. 1 form: each run's path of (training loss, eval top-1) over epochs,
     coloured by variant, so generalisation reads as accuracy at equal training loss."""
-    import seaborn as sns
-
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = sorted(set(variant_of.values()))
@@ -422,10 +408,6 @@ def variant_intervals(rows: Sequence[Any], metric: str) -> Figure:
     Variants named ``d<depth>-<scheme>`` (the CaiT depth study) are drawn as accuracy against
     depth, one line per residual scheme.
     """
-    import re
-
-    import seaborn as sns
-
     sns.set_theme(style="whitegrid")
     depth_named = [re.fullmatch(r"d(\d+)-(\w+)", r.variant) for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.2))

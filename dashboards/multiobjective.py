@@ -24,6 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from trials.lazy import lazy_import
+
+moocore = lazy_import("moocore")  # compiled hypervolume code: only when a front is computed
+
 DIRECTIONS = ("max", "min")
 
 
@@ -58,8 +62,6 @@ def non_dominated(points: np.ndarray, directions: Sequence[str] | None = None) -
         return np.zeros(0, dtype=bool)
     if len(pts) == 1:
         return np.ones(1, dtype=bool)
-    import moocore
-
     return np.asarray(moocore.is_nondominated(pts, keep_weakly=True), dtype=bool)
 
 
@@ -85,8 +87,6 @@ def hypervolume(points: np.ndarray, directions: Sequence[str], reference: Sequen
     pts = pts[np.all(pts < ref, axis=1)]
     if len(pts) == 0:
         return 0.0
-    import moocore
-
     return float(moocore.hypervolume(pts, ref=ref))
 
 
@@ -171,8 +171,6 @@ class _Front3D:
             return
         keep = ~np.all(point <= self.front, axis=1)
         self.front = np.vstack([self.front[keep], point])
-        import moocore
-
         self.volume = float(moocore.hypervolume(self.front, ref=self.ref))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from dashboards.multiobjective import DIRECTIONS, ObjectiveError, hypervolume, hypervolume_history, non_dominated
 
@@ -68,8 +69,6 @@ def parse_where(items: Iterable[str]) -> dict[str, str]:
 
 
 def _numeric(frame, column: str) -> np.ndarray:
-    import pandas as pd
-
     return pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
 
 
@@ -157,8 +156,6 @@ def query_front(
     Reads only number, status, costs and the objectives (plus filtered config keys) of every
     trial; the configs of the front's members are added when ``with_configs``.
     """
-    import pandas as pd
-
     frames = []
     for study in studies:
         if not any(n for status, n in store.counts(study).items() if status != "epochs"):
@@ -177,8 +174,6 @@ def query_front(
 
 def _attach_configs(store, rows):
     """``rows`` (with ``study`` and ``number``) joined with their flattened configs, order kept."""
-    import pandas as pd
-
     pieces = []
     for study, group in rows.groupby("study", sort=False):
         configs = store.configs(study, group["number"].tolist())
@@ -189,8 +184,6 @@ def _attach_configs(store, rows):
 
 def study_front(store, study: str, objectives: Mapping[str, str]):
     """The front of one study with its members' configs (the search's end-of-run summary); empty without trials."""
-    import pandas as pd
-
     try:
         return query_front(store, [study], objectives).front
     except ParetoError:
@@ -204,8 +197,6 @@ def hypervolume_progress(frame, objectives: Mapping[str, str], reference: Sequen
     recorded), in one incremental pass. The reference is fixed for the whole curve (given, or the
     worst completed value of each objective), so the curve never decreases.
     """
-    import pandas as pd
-
     finished = frame[frame["status"].isin(FINISHED_STATUSES)]
     order = ["ended_at", "number"] if "ended_at" in finished and finished["ended_at"].notna().all() else ["number"]
     finished = finished.sort_values(order, kind="stable")

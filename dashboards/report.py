@@ -17,8 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import yaml
+from jinja2 import Environment
 
 from dashboards import figures
 from dashboards.pareto import front_mask, hypervolume_progress
@@ -109,8 +112,6 @@ def _decoded(value: Any) -> Any:
 def _dump(value: Any) -> str:
     """YAML when available (how specs are written), JSON otherwise."""
     try:
-        import yaml
-
         return yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
     except Exception:  # unserialisable objects or no PyYAML: JSON with str() fallback still shows it
         return json.dumps(value, indent=2, default=str)
@@ -143,8 +144,6 @@ def _cell(value: Any) -> str:
 
 
 def _png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
-
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
@@ -307,8 +306,6 @@ def write_report(
     ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty;
     the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``.
     """
-    from jinja2 import Environment
-
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     png_path = Path(png_dir) if png_dir is not None else None

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 ALPHA = 0.05  # one-sided tests at the 95% level
 POWER = 0.8  # for the "smallest resolvable difference" and "seeds needed" statements
@@ -48,8 +49,6 @@ class Interval:
 
 def t_critical(df: float, confidence: float = 0.95) -> float:
     """Two-sided critical value of Student's t (scipy); unbounded below 1 degree of freedom."""
-    from scipy import stats
-
     if df < 1:
         return math.inf
     return float(stats.t.ppf(0.5 + confidence / 2, df))
@@ -97,8 +96,6 @@ class Difference:
 
 
 def _p_greater(excess: float, se: float, df: float) -> float:
-    from scipy import stats
-
     if df < 1 or not math.isfinite(df):
         return 1.0
     if se == 0:
@@ -165,8 +162,6 @@ class Verdict:
 
 def _resolvable(spread: float, n: int, paired: bool) -> float:
     """The smallest true difference a one-sided 5% test detects with 80% power at this spread and n."""
-    from scipy import stats
-
     if n < 2 or not math.isfinite(spread):
         return math.inf
     df = n - 1 if paired else 2 * n - 2

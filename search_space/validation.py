@@ -20,7 +20,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from trials.configio import ConfigError
+from trials.trial_config import load_trial_config, read_yaml
 
+from .sampling import build_trial_config, cost_violations
 from .spec import (
     _INDEXED,
     ChoiceDomain,
@@ -85,9 +87,6 @@ def check_base_config(spec: SearchSpec, *, check_paths: bool = True) -> None:
     (``training.epochs: 0``, ``data.name: imagenet``) is reported at that key; errors that only
     some samples hit depend on the sampled values and are left to sampling time (infeasible).
     """
-    from search_space.sampling import build_trial_config
-    from trials.trial_config import load_trial_config
-
     rng = random.Random(spec.search.seed)
     samples = [corner(spec, "low"), corner(spec, "high")]
     samples += [_random_params(spec, rng) for _ in range(BASE_CONFIG_SAMPLES)]
@@ -183,8 +182,6 @@ def check_constraints_leave_something(spec: SearchSpec) -> None:
     """
     if not spec.constraints:
         return
-    from search_space.sampling import build_trial_config, cost_violations
-
     constraints = [parse_constraint(text, f"constraints[{i}]") for i, text in enumerate(spec.constraints)]
     rng = random.Random(spec.search.seed)
     candidates = [corner(spec, "low"), corner(spec, "high")]
@@ -227,8 +224,6 @@ def load_spec(source: str | Path | Mapping[str, Any], *, check_paths: bool = Tru
     also requires an on-disk dataset's ``data_dir`` to exist on this machine.
     """
     if isinstance(source, (str, Path)):
-        from trials.trial_config import read_yaml
-
         source = read_yaml(source)
     if not isinstance(source, Mapping):
         raise ConfigError("", f"a search spec must be a mapping, got {type(source).__name__}")
@@ -252,8 +247,6 @@ def check_params(spec: SearchSpec) -> None:
     ``num_heads`` fixed at 8) is a spec error; invalid combinations of searched values are found
     at sampling time and recorded as infeasible.
     """
-    from .sampling import build_trial_config  # sampling imports spec, as this module does
-
     fixed = {name: domain.fixed for name, domain in spec.params.items() if isinstance(domain, FixedDomain)}
     for name, domain in spec.params.items():
         param_target(name, spec.family)
