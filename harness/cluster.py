@@ -13,9 +13,17 @@ stopped cluster or a wrong token is one line naming the cause and the fix.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from pathlib import Path
+
+from trials.lazy import lazy_import
+
+# Ray: only when a cluster is joined (the CLI imports this module to check its arguments).
+ray = lazy_import("ray")
+ray_raylet = lazy_import("ray._raylet")
+ray_services = lazy_import("ray._private.services")
 
 AUTH_MODE = "RAY_AUTH_MODE"
 TOKEN_VARIABLE = "RAY_AUTH_TOKEN"
@@ -44,10 +52,8 @@ def use_token_if_available() -> str | None:
     if source is None or os.environ.get(AUTH_MODE):
         return source
     os.environ[AUTH_MODE] = "token"
-    with contextlib.suppress(Exception):  # Ray already imported: refresh its cached config too
-        from ray._raylet import Config
-
-        Config.initialize("")
+    with contextlib.suppress(Exception):  # Ray caches its config: refresh it
+        ray_raylet.Config.initialize("")
     return source
 
 
@@ -59,9 +65,7 @@ def resolve(address: str) -> tuple[str, str, int]:
     else:
         scheme = "gcs"
         if address == "auto":
-            from ray._private.services import canonicalize_bootstrap_address
-
-            found = canonicalize_bootstrap_address("auto")
+            found = ray_services.canonicalize_bootstrap_address("auto")
             if found is None:
                 raise ClusterError(
                     "--address auto found no running Ray cluster here (RAY_ADDRESS is unset and no cluster was "
@@ -97,11 +101,9 @@ def _quiet_stderr():
 
 def _check_token(host: str, port: int, source: str | None) -> None:
     """Ask the cluster's GCS for one key with the token this process would send (well under a second)."""
-    from ray._raylet import GcsClient
-
     try:
         with _quiet_stderr():
-            client = GcsClient(address=f"{host}:{port}")
+            client = ray_raylet.GcsClient(address=f"{host}:{port}")
             client.internal_kv_get(b"session_name", b"session", timeout=CONNECT_TIMEOUT_S)
     except Exception as error:
         text = str(error)
@@ -119,10 +121,6 @@ def _check_token(host: str, port: int, source: str | None) -> None:
 
 def join(address: str) -> None:
     """``ray.init`` on the cluster at ``address``, after the token and pre-flight checks (ClusterError)."""
-    import logging
-
-    import ray
-
     source = use_token_if_available()
     scheme, host, port = resolve(address)
     if not _listening(host, port):
@@ -139,6 +137,4 @@ def join(address: str) -> None:
 
 
 def alive_nodes() -> int:
-    import ray
-
     return sum(1 for node in ray.nodes() if node.get("Alive", True))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from search_space.spec import param_target
+
 
 def error_reason(error: str | None) -> str:
     """The line of an error that says what went wrong (the exception line at the end of a traceback)."""
@@ -20,8 +22,6 @@ def common_error(errors: list[str]) -> str | None:
 
 def searched_value(spec: dict, config: dict, name: str) -> Any:
     """The value a sampled trial config holds for the spec's searched parameter ``name``."""
-    from search_space.spec import param_target
-
     section, field, index = param_target(name, spec["family"])
     if section == "variant":
         return config.get("name")

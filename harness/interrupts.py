@@ -22,7 +22,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from optuna.exceptions import StorageInternalError
 from ray.tune import Callback
+from sqlalchemy.exc import SQLAlchemyError
+
+from harness.store import StoreError
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -128,11 +132,6 @@ def store_failures() -> tuple[type[BaseException], ...]:
     ``StorageInternalError``, not a SQLAlchemy error: without it here a full disk during a
     suggestion escaped as Ray's tracebacks instead of the one-line, resumable stop.
     """
-    from optuna.exceptions import StorageInternalError
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from harness.store import StoreError
-
     return (SQLAlchemyError, StorageInternalError, StoreError, OSError)
 
 

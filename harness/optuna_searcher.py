@@ -21,6 +21,8 @@ The searcher is pickled for ``Tuner.restore``; it holds a store URL, never an op
 
 from __future__ import annotations
 
+import importlib
+import json
 import sys
 from typing import Any
 
@@ -31,6 +33,7 @@ from ray.tune.search.optuna import OptunaSearch
 from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.samplers import TuneGridSampler
+from harness.store import Store
 from search_space.sampling import SpaceFunction, build_trial_config
 from search_space.spec import SearchSpec
 
@@ -43,8 +46,6 @@ LEGACY_MODULES = {"harness.searcher": "harness.optuna_searcher", "search_space.g
 
 def alias_legacy_modules() -> None:
     """Make the old module names importable as the new modules, for unpickling older experiments."""
-    import importlib
-
     for old, new in LEGACY_MODULES.items():
         sys.modules.setdefault(old, importlib.import_module(new))
 
@@ -88,8 +89,6 @@ class ArchsearchSearch(OptunaSearch):
     @property
     def store(self):
         if self._store is None:
-            from harness.store import Store
-
             self._store = Store.open(self.store_url)
         return self._store
 
@@ -235,8 +234,6 @@ def tell_outcome(study, number: int, result: dict | None, error: bool, metrics: 
 
 def config_key(config: dict) -> str:
     """Identity of a trial configuration: the full config after sampling, seed included."""
-    import json
-
     return json.dumps(config, sort_keys=True, default=str)
 
 

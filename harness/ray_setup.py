@@ -8,12 +8,18 @@ does the first contact with a cluster (token, pre-flight).
 
 from __future__ import annotations
 
+import logging
 import os
+import platform
 import re
 from pathlib import Path
 from typing import Any
 
+from harness.cluster import alive_nodes, join
 from search_space.spec import SearchSpec
+from trials.lazy import lazy_import
+
+ray = lazy_import("ray")  # only once a search starts: the CLI imports this module to check arguments
 
 
 class SearchError(RuntimeError):
@@ -30,8 +36,6 @@ def quiet_ray(verbose: bool) -> None:
     The per-trial progress line and the final front are archsearch's; Ray Tune's experiment box,
     TensorBoard hint and "wrote the experiment state" lines are not shown by default.
     """
-    import logging
-
     if verbose:
         return
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # the legacy reporter, silent at verbose=0
@@ -40,15 +44,9 @@ def quiet_ray(verbose: bool) -> None:
 
 
 def init_ray(address: str | None, spec: SearchSpec) -> None:
-    import logging
-
-    import ray
-
     if ray.is_initialized():
         return
     if address:
-        from harness.cluster import join
-
         join(address)  # the cluster's token, a pre-flight check, one-line errors (ClusterError)
     else:
         # address="local": always a fresh local Ray, never a cluster someone else started here.
@@ -75,8 +73,6 @@ def storage_location(results_dir: str | Path | None) -> tuple[str, bool]:
 
 def check_storage(results_dir_chosen: bool, storage: str) -> None:
     """On a cluster of several nodes, trial checkpoints must live where every node can read them."""
-    from harness.cluster import alive_nodes
-
     nodes = alive_nodes()
     if nodes > 1 and not results_dir_chosen:
         raise SearchError(
@@ -90,8 +86,6 @@ def check_storage(results_dir_chosen: bool, storage: str) -> None:
 def check_resources(spec: SearchSpec) -> None:
     """Every trial's resource request fits on some node of the Ray cluster; otherwise Ray would
     queue the trials forever. Raises :class:`SearchError` naming ``search.resources``."""
-    import ray
-
     wanted = spec.search.resources
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", True)]
     most_gpus = max((r.get("GPU", 0) for r in nodes), default=0)
@@ -114,10 +108,6 @@ def check_resources(spec: SearchSpec) -> None:
 
 def ray_hardware() -> dict[str, Any]:
     """What the search runs on (recorded with the study, shown in reports)."""
-    import platform
-
-    import ray
-
     resources = ray.cluster_resources()
     gpu_names = sorted({k for k in resources if k.startswith("accelerator_type:")})
     return {

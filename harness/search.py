@@ -10,10 +10,21 @@ The Optuna study lives in the same database as the store (Optuna's own tables be
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+
+from dashboards.pareto import study_front
+from harness import interrupts
+from harness.interrupts import InterruptCallback, SearchInterrupted
+from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
 from harness.ray_setup import (
     check_resources,
     check_storage,
@@ -24,8 +35,13 @@ from harness.ray_setup import (
     ray_hardware,
     storage_location,
 )
-from harness.store.urls import optuna_storage_url
+from harness.samplers import make_sampler
+from harness.store import Store, StoreError, mask_url
+from harness.store.liveness import HEARTBEAT_S
+from harness.store.urls import optuna_storage_url, split_secret
 from harness.study_outcome import final_status, hopeless_reason, reconcile, replay_finished
+from harness.trainable import search_trainable
+from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
 from search_space.spec import SearchSpec
 
 HOPELESS_AFTER = 3  # this many failed trials, none completed, all with the same error: the search stops
@@ -44,30 +60,16 @@ class SearchSummary:
 
 
 def _trainable(spec: SearchSpec):
-    from ray import tune
-
-    from harness.trainable import search_trainable
-
     resources = {"cpu": spec.search.resources.cpus, "gpu": spec.search.resources.gpus}
     return tune.with_resources(tune.with_parameters(search_trainable, spec=spec.model_dump(mode="json")), resources)
 
 
 def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
-    import optuna
-    from ray import tune
-
-    from harness.interrupts import InterruptCallback
-    from harness.optuna_searcher import ArchsearchSearch
-    from harness.samplers import make_sampler
-    from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
-
     storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
     scheduler = None
     es = spec.search.early_stopping
     if es is not None:
-        from ray.tune.schedulers import ASHAScheduler
-
         scheduler = ASHAScheduler(
             metric=es.metric,
             mode=spec.objectives.get(es.metric, "min" if es.metric.endswith("loss") else "max"),
@@ -119,12 +121,6 @@ def run_search(
     are kept, unfinished ones resume from their last checkpoint, and Optuna trials the driver
     lost are reconciled (told FAIL, stored ``failed`` as interrupted) so none stays RUNNING.
     """
-    import time
-
-    import optuna
-
-    from harness import interrupts
-
     started = time.perf_counter()
     name = check_study_name(study_name or spec.name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -168,21 +164,15 @@ class _StopWatchdog:
     """
 
     def __init__(self, store_url: str, name: str, command: str):
-        import threading
-
         self.store_url, self.name, self.command = store_url, name, command
         self._cancelled = threading.Event()
 
     def arm(self, request) -> None:
         """Called from the signal handler: the work happens on a thread (the main thread may hold a
         store transaction that this must not wait for)."""
-        import threading
-
         threading.Thread(target=self._run, args=(request,), name="archsearch-stop", daemon=True).start()
 
     def _run(self, request) -> None:
-        import sys
-
         _interrupted(self.store_url, self.name, request, self.command)
         if self._cancelled.wait(HARD_STOP_AFTER_S):
             return
@@ -206,15 +196,6 @@ def _run_search(
     verbose: bool,
     started: float,
 ) -> SearchSummary:
-    import time
-
-    from ray import tune
-
-    from dashboards.pareto import study_front
-    from harness import interrupts
-    from harness.store import Store, StoreError
-    from harness.store.urls import split_secret
-
     with Store.open(store_url) as store:
         if resume and name not in store.study_names():
             raise StoreError(f"cannot resume: study {name!r} is not in {store.url}")
@@ -237,8 +218,6 @@ def _run_search(
     public_url, password = split_secret(store_url)  # what Ray and Optuna get: no password
     _hand_password_to_libpq(password)
     if resume and tune.Tuner.can_restore(experiment):
-        from harness.optuna_searcher import alias_legacy_modules
-
         alias_legacy_modules()  # an experiment pickled before the searcher's modules were renamed
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
         replay_finished(tuner, spec, public_url, name)
@@ -277,8 +256,6 @@ def _run_search(
 
 
 def resume_command(name: str, store_url: str, address: str | None, storage_path: str, chosen: bool) -> str:
-    from harness.store import mask_url
-
     parts = ["archsearch search --resume", name, "--store", mask_url(store_url)]
     if address:
         parts += ["--address", address]
@@ -289,9 +266,6 @@ def resume_command(name: str, store_url: str, address: str | None, storage_path:
 
 def _interrupted(store_url: str, name: str, stop, command: str):
     """Record an interrupted search (running trials and the study ``interrupted``) and say how to resume."""
-    from harness.interrupts import SearchInterrupted
-    from harness.store import Store
-
     counts: dict[str, int] = {}
     try:
         with Store.open(store_url) as store:
@@ -305,8 +279,6 @@ def _interrupted(store_url: str, name: str, stop, command: str):
 
 
 def _set_status(store_url: str, name: str, status: str, message: str | None) -> None:
-    from harness.store import Store
-
     try:
         with Store.open(store_url) as store:
             store.set_study_status(name, status, message=message)
@@ -319,16 +291,11 @@ class _Heartbeat:
     another host is recognised (no heartbeat) and its study shown ``interrupted``."""
 
     def __init__(self, store_url: str, name: str):
-        import threading
-
         self.store_url, self.name = store_url, name
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="archsearch-heartbeat", daemon=True)
 
     def _run(self) -> None:
-        from harness.store import Store
-        from harness.store.store import HEARTBEAT_S
-
         try:
             with Store.open(self.store_url) as store:
                 while not self._stop.wait(HEARTBEAT_S):

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import optuna
+
+from harness.failures import common_error, shared_searched_value
+from harness.optuna_searcher import tell_outcome
+from harness.output import nest_keys
+from harness.result_keys import NUMBER_KEY, STATUS_KEY
+from harness.store import Store
 from harness.store.urls import optuna_storage_url
+from search_space.sampling import build_trial_config
 from search_space.spec import SearchSpec
 
 
@@ -23,8 +31,6 @@ def final_status(store, name: str, counts: dict[str, int], spec: SearchSpec) -> 
     if counts.get("completed", 0) > 0:
         return "completed", None, False
     ran = sum(counts.get(s, 0) for s in ("pruned", "failed", "diverged"))
-    from harness.failures import common_error
-
     if ran == 0 and counts.get("infeasible", 0) > 0:
         errors = store.trial_errors(name, ("infeasible",), limit=1)
         detail = f": the last one {errors[0]}" if errors else ""
@@ -47,8 +53,6 @@ def hopeless_reason(store, name: str, after: int, spec: dict | None = None) -> s
     """The common error when no trial completed and at least ``after`` failed all the same way,
     over different sampled values (what :class:`harness.tune_callbacks.HopelessSearchStopper`
     stops a search on), else None."""
-    from harness.failures import common_error, shared_searched_value
-
     counts = store.counts(name, epochs=False)
     if counts["completed"] or counts["pruned"] or counts["failed"] < after:
         return None
@@ -67,10 +71,6 @@ def reconcile(store, name: str, optuna_url: str, *, stopped: str | None = None) 
     ``stopped`` (the search was ended on purpose), such trials are PRUNED in Optuna and ``interrupted``
     in the store, with that reason: they were cancelled, not stopped early by the scheduler.
     """
-    import optuna
-
-    from harness.output import nest_keys
-
     study = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(optuna_url))
     fixed = {"optuna": 0, "store": 0}
     state = optuna.trial.TrialState.PRUNED if stopped else optuna.trial.TrialState.FAIL
@@ -101,12 +101,6 @@ def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
     once: the store's record is idempotent, and Optuna is told only what it does not hold yet.
     Returns how many store records were written.
     """
-    import optuna
-
-    from harness.optuna_searcher import tell_outcome
-    from harness.result_keys import NUMBER_KEY, STATUS_KEY
-    from harness.store import Store
-
     try:
         results = list(tuner.get_results())
     except Exception:  # no results saved yet: nothing to replay
@@ -133,10 +127,6 @@ def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
 
 def trial_number_and_config(spec: dict[str, Any], params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """(the store's trial number, the trial config) of a Tune trial's params."""
-    from harness.result_keys import NUMBER_KEY
-    from search_space.sampling import build_trial_config
-    from search_space.spec import SearchSpec
-
     params = dict(params)
     number = params.pop(NUMBER_KEY)
     return number, build_trial_config(SearchSpec.model_validate(spec), params)
@@ -144,8 +134,6 @@ def trial_number_and_config(spec: dict[str, Any], params: dict[str, Any]) -> tup
 
 def record_outcome(store, study: str, spec: dict[str, Any], params: dict[str, Any], result: dict[str, Any]) -> None:
     """Write a finished trial's final record from its last Tune result (its outcome mark, cost, final metrics)."""
-    from harness.result_keys import STATUS_KEY
-
     number, config = trial_number_and_config(spec, params)
     status = result.get(STATUS_KEY) or "pruned"  # no outcome mark: stopped early by the scheduler
     final = {k.removeprefix("final_"): v for k, v in result.items() if k.startswith("final_")}

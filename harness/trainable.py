@@ -13,6 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.result_keys import NUMBER_KEY, STATUS_KEY
+from search_space.sampling import build_trial_config
+from search_space.spec import SearchSpec
+from trials.lazy import lazy_import
+
+# The driver imports this module only to name the trainable: torch and the trial code load on the worker.
+ray = lazy_import("ray")
+tune = lazy_import("ray.tune")
+torch = lazy_import("torch")
+runner = lazy_import("trials.runner")
 
 CHECKPOINT_FILE = "trainer.pt"
 
@@ -33,15 +42,11 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
     optimiser state there for the whole trial. ``weights_only=True``: state dicts and plain values
     only, so a tampered checkpoint on a shared results dir cannot run code on resume.
     """
-    import torch
-
     return torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
 
 
 def trial_cpus() -> float | None:
     """The CPUs Ray assigned to this trial (what its DataLoader workers must stay within)."""
-    import ray
-
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
     return float(cpus) if cpus else None
 
@@ -59,14 +64,6 @@ def _cost_metrics(cost) -> dict[str, Any]:
 
 def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     """Tune function trainable; ``spec`` is bound with ``tune.with_parameters``."""
-    import ray
-    import torch
-    from ray import tune
-
-    from search_space.sampling import build_trial_config
-    from search_space.spec import SearchSpec
-    from trials.runner import final_metrics, run_trial, trial_facts
-
     search_spec = SearchSpec.model_validate(spec)
     params = dict(params)
     number = params.pop(NUMBER_KEY, None)
@@ -91,8 +88,8 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     def report_epoch(metrics, trainer) -> None:
         payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
         if trainer.finished:  # the whole budget ran: this is the trial's final result
-            payload.update({f"final_{k}": v for k, v in final_metrics(trainer.history).items()})
-            payload.update({f"final_{k}": v for k, v in trial_facts(trainer).items()})
+            payload.update({f"final_{k}": v for k, v in runner.final_metrics(trainer.history).items()})
+            payload.update({f"final_{k}": v for k, v in runner.trial_facts(trainer).items()})
             if trainer.notes:  # e.g. a torch.compile fallback: kept with the trial's final record
                 payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)
@@ -101,7 +98,9 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
             torch.save(trainer.state_dict(), Path(directory) / CHECKPOINT_FILE)
             tune.report(payload, checkpoint=tune.Checkpoint.from_directory(directory))
 
-    result = run_trial(config, callback=report_epoch, resume_state=pending.pop if pending else None, progress=False)
+    result = runner.run_trial(
+        config, callback=report_epoch, resume_state=pending.pop if pending else None, progress=False
+    )
     runtime = {f"final_{k}": float(v) for k, v in result.runtime.items() if isinstance(v, (int, float, bool))}
     if result.worker_unusable:
         raise WorkerUnusable(f"this worker's CUDA context is broken; the trial failed with: {result.error}")

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from typing import Any
 
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
+from dashboards.pareto import front_mask
+from harness import interrupts
 from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY
+from harness.store import Store
 from harness.study_outcome import hopeless_reason, record_outcome, trial_number_and_config
 
 EPOCH_KEYS = ("epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction")
@@ -37,8 +41,6 @@ class StoreCallback(Callback):
     @property
     def store(self):
         if self._store is None:
-            from harness.store import Store
-
             self._store = Store.open(self.store_url)
         return self._store
 
@@ -121,10 +123,6 @@ class ProgressCallback(Callback):
         return {**self.__dict__, "_store": None, "stream": None, "_front_size": None, "_front_due": 0.0}
 
     def _front(self) -> int:
-        import time
-
-        from dashboards.pareto import front_mask
-
         now = time.monotonic()
         if self._front_size is None or now >= self._front_due:
             outcomes = self._store.outcomes(self.study, list(self.objectives), strict=False)
@@ -134,8 +132,6 @@ class ProgressCallback(Callback):
         return self._front_size
 
     def _line(self) -> str:
-        from harness.store import Store
-
         if self._store is None:
             self._store = Store.open(self.store_url)
         counts = self._store.counts(self.study, epochs=False)
@@ -147,8 +143,6 @@ class ProgressCallback(Callback):
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        from harness import interrupts
-
         if interrupts.current() is not None:  # stopping: the one line that says why comes at the end
             return
         try:
@@ -183,8 +177,6 @@ class HopelessSearchStopper(Stopper):
     def stop_all(self) -> bool:
         if self.reason is not None:
             return True
-        from harness.store import Store
-
         try:
             if self._store is None:
                 self._store = Store.open(self.store_url)

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.files import atomic_write
+from dashboards.report import write_report
 from harness.reproduce.analysis import summarize
 from harness.reproduce.studies import plan
 from harness.reproduce.summary import markdown_summary, study_figures
+from harness.search import run_search
 from harness.store import Store
 from search_space.validation import load_spec
 
@@ -35,9 +37,6 @@ def reproduce(
     ``run=False`` writes the summaries and reports again from the store (e.g. with another
     ``margin``) without running anything.
     """
-    from dashboards.report import write_report  # seaborn: only when reports are written
-    from harness.search import run_search  # Ray: only when studies run
-
     output.mkdir(parents=True, exist_ok=True)
     written = []
     for spec_dict, protocol, claims, ranking in plan(study, scale, seeds, protocols, dataset, data_dir):

@@ -6,8 +6,10 @@ import io
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 
+from dashboards.figures import loss_vs_accuracy, variant_intervals
 from dashboards.files import atomic_write
 from harness.reproduce.analysis import VariantSummary
 from harness.reproduce.studies import PAPER_RANKING
@@ -91,10 +93,6 @@ def markdown_summary(
 def study_figures(store, study: str, rows: list[VariantSummary], output: Path) -> list[tuple[str, Path]]:
     """The reproduction's own figures: accuracy against training loss per run (CoAtNet Fig. 1 form),
     and the metric per variant with its interval (accuracy against depth for the depth study)."""
-    import matplotlib.pyplot as plt  # the plotting stack: only when figures are drawn
-
-    from dashboards.figures import loss_vs_accuracy, variant_intervals
-
     trials = store.trials(study)
     variant_of = {int(n): str(v) for n, v in zip(trials["number"], trials["config.name"], strict=True)}
     made = []

@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 
 from .errors import StoreError
@@ -79,10 +81,7 @@ class StoreBase:
         return code in _RETRYABLE_PG_CODES or "database is locked" in message or "database is busy" in message
 
     def _insert(self, conn, model):
-        if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
+        insert = postgresql_insert if conn.dialect.name == "postgresql" else sqlite_insert
         return insert(model)
 
     def _upsert(

@@ -8,8 +8,13 @@ once; a read-only opening only checks that the schema is one it can read.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from urllib.parse import quote
 
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import DBAPIError
 
@@ -28,8 +33,6 @@ def _first_line(error: BaseException) -> str:
 
 
 def _alembic_config(connection=None):
-    from alembic.config import Config
-
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
@@ -38,8 +41,6 @@ def _alembic_config(connection=None):
 
 def schema_revisions() -> tuple[str, list[str]]:
     """(head revision, every revision this archsearch knows)."""
-    from alembic.script import ScriptDirectory
-
     script = ScriptDirectory.from_config(_alembic_config())
     return script.get_current_head(), [r.revision for r in script.walk_revisions()]
 
@@ -51,9 +52,6 @@ def _read_only_sqlite_url(url):
     On a read-only mount SQLite cannot create the shared-memory file a WAL database's readers
     use, so there the file is opened ``immutable`` (no locks, no -shm): nothing can change it.
     """
-    import os
-    from urllib.parse import quote
-
     path = Path(url.database).resolve()
     flags = "mode=ro" if os.access(path.parent, os.W_OK) else "mode=ro&immutable=1"
     return url.set(database=f"file:{quote(str(path))}?{flags}", query={**url.query, "uri": "true"})
@@ -109,8 +107,6 @@ class Migrations(StoreBase):
                 )
             if current is None and not create:
                 raise StoreError(f"no archsearch store at {self.url}: it has no archsearch tables yet")
-            from alembic import command
-
             command.upgrade(_alembic_config(conn), "head")
 
     def _check_schema(self) -> None:

@@ -7,6 +7,8 @@ whose driver is gone becomes ``interrupted`` (resumable), and its lease can be t
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,9 +25,6 @@ HEARTBEAT_STALE_S = 600.0  # a driver on another host silent this long is taken 
 def driver_identity(pid: int | None = None) -> str:
     """``"HOST PID START"`` of a process (this one by default): START (the process's start time in
     clock ticks since boot, from /proc) tells a live driver from a new process that reused its PID."""
-    import os
-    import socket
-
     pid = os.getpid() if pid is None else pid
     return f"{socket.gethostname()} {pid} {_process_start(pid) or 0}"
 
@@ -39,8 +38,6 @@ def _process_start(pid: int) -> int | None:
 
 
 def _pid_alive(pid: int) -> bool:
-    import os
-
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -52,8 +49,6 @@ def _pid_alive(pid: int) -> bool:
 
 def _driver_gone(driver: str | None, updated_at: datetime | None, now: datetime, stale_after_s: float) -> str | None:
     """Why a ``running`` study's driver is known to be gone, or None while it may be alive."""
-    import socket
-
     host, pid, start = [*driver.split(), "", "", ""][:3] if driver else ("", "", "")
     if host == socket.gethostname() and pid.isdigit():
         alive = _pid_alive(int(pid)) and str(_process_start(int(pid)) or 0) == start

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import pandas as pd
 from sqlalchemy import func, select
 
 from .errors import StoreError
@@ -47,8 +48,6 @@ class Queries(Liveness):
 
         Studies whose driver died are marked ``interrupted`` first, so the status shown is true.
         """
-        import pandas as pd
-
         gone = self.gone_drivers() if self.read_only else {name: None for name in self.mark_interrupted()}
         with self.engine.connect() as conn:
             studies = conn.execute(select(Study.__table__).order_by(Study.id)).mappings().all()
@@ -93,8 +92,6 @@ class Queries(Liveness):
         """DataFrame of ``columns`` (trials outer-joined with measurements) for one study, by number
         (or ``order_by``, then number), at most ``limit`` rows, with the ``final`` metrics JSON expanded
         into columns (a measured cost column wins a clash) unless ``expand_final`` is false."""
-        import pandas as pd
-
         study_id = self._study_id(study)
         trial, meas = Trial.__table__, Measurement.__table__
         selected = [trial.c.number, *([trial.c.final] if expand_final else []), *columns]
@@ -166,8 +163,6 @@ class Queries(Liveness):
         return self._with_configs(frame, flatten_config)
 
     def _with_configs(self, frame, flatten: bool):
-        import pandas as pd
-
         if frame.empty:
             return frame.drop(columns=["config"])
         configs = [_decoded(c) or {} for c in frame.pop("config")]
@@ -256,8 +251,6 @@ class Queries(Liveness):
         The sample is spread evenly over trial numbers, so a key searched from the start and one
         added late both show up, without decoding every config of a large study.
         """
-        import pandas as pd
-
         study_id = self._study_id(study)
         trial = Trial.__table__
         with self.engine.connect() as conn:
@@ -273,8 +266,6 @@ class Queries(Liveness):
 
     def configs(self, study: str, numbers: Iterable[int]):
         """The flattened configs (``number`` + ``config.*`` columns) of the trials ``numbers`` only."""
-        import pandas as pd
-
         study_id = self._study_id(study)
         trial = Trial.__table__
         wanted = sorted({int(n) for n in numbers})
@@ -308,8 +299,6 @@ class Queries(Liveness):
 
     def learning_curves(self, study: str, numbers: Iterable[int] | None = None):
         """Per-epoch metrics of a study's trials (all, or those ``numbers``), one row per epoch."""
-        import pandas as pd
-
         study_id = self._study_id(study)
         trial, epochs = Trial.__table__, EpochRecord.__table__
         query = (

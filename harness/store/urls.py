@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 from .errors import StoreError
 
 DEFAULT_STORE_URL = "sqlite:///archsearch.db"
@@ -25,9 +28,6 @@ def mask_url(url: str) -> str:
     Both places a password can hide are masked: ``user:password@`` and the query string
     (``?password=...``, which libpq and psycopg accept too).
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     try:
         parsed = make_url(url)
         secret = {k: "ARCHSEARCHMASKED" for k in parsed.query if k.lower() in SECRET_QUERY_KEYS}
@@ -49,9 +49,6 @@ def split_secret(url: str) -> tuple[str, str | None]:
     password; the driver passes the password to libpq through ``PGPASSWORD`` instead (as
     ``psql`` users do), so it never reaches a disk.
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
@@ -71,9 +68,6 @@ def split_secret(url: str) -> tuple[str, str | None]:
 
 def normalize_url(url: str):
     """A SQLAlchemy URL with our driver choices (psycopg 3 for PostgreSQL), or a StoreError."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as error:  # ValueError: a port that is not a number
@@ -94,8 +88,6 @@ def normalize_url(url: str):
 
 def optuna_storage_url(store_url: str) -> str:
     """The store URL as Optuna's RDBStorage takes it (psycopg 3 for PostgreSQL; the password, if any, kept)."""
-    from sqlalchemy.engine import make_url
-
     url = make_url(store_url)
     if url.get_backend_name() == "postgresql":
         url = url.set(drivername="postgresql+psycopg")

@@ -15,6 +15,8 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from harness import __version__
+
 from .base import StoreBase, _now
 from .errors import StoreError
 from .liveness import driver_identity
@@ -55,8 +57,6 @@ class Writes(StoreBase):
         exist_ok: bool = True,
     ) -> int:
         """Create a study (or return the existing one of that name when ``exist_ok``)."""
-        from harness import __version__
-
         if isinstance(objectives, Mapping):
             objectives = [{"name": k, "direction": v} for k, v in objectives.items()]
         now = _now()
