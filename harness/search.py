@@ -39,12 +39,10 @@ from harness.samplers import make_sampler
 from harness.store import Store, StoreError, mask_url
 from harness.store.liveness import HEARTBEAT_S
 from harness.store.urls import optuna_storage_url, split_secret
-from harness.study_outcome import final_status, hopeless_reason, reconcile, replay_finished
+from harness.study_outcome import final_status, hopeless_after, hopeless_reason, reconcile, replay_finished
 from harness.trainable import search_trainable
 from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
 from search_space.spec import SearchSpec
-
-HOPELESS_AFTER = 3  # this many failed trials, none completed, all with the same error: the search stops
 
 
 @dataclass
@@ -84,7 +82,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
         StoreCallback(store_url, name, spec_dict),
         ProgressCallback(store_url, name, dict(spec.objectives)),
     ]
-    stopper = HopelessSearchStopper(store_url, name, min(HOPELESS_AFTER, spec.search.n_trials), spec_dict)
+    stopper = HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict)
     return tune.Tuner(
         _trainable(spec),
         tune_config=tune.TuneConfig(
@@ -241,7 +239,7 @@ def _run_search(
         raise _interrupted(store_url, name, stop, resume_command(name, store_url, address, storage_path, chosen))
     # The search ran to its end: no trial of it may stay running in Optuna or in the store.
     with Store.open(store_url) as store:
-        stopped = hopeless_reason(store, name, min(HOPELESS_AFTER, spec.search.n_trials), spec.model_dump(mode="json"))
+        stopped = hopeless_reason(store, name, hopeless_after(spec), spec.model_dump(mode="json"))
         if stopped:  # trials still in flight were stopped with the search, not lost
             reconcile(
                 store, name, optuna_storage_url(store_url), stopped=f"stopped: every trial failed with: {stopped}"

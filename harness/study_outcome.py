@@ -49,6 +49,14 @@ def final_status(store, name: str, counts: dict[str, int], spec: SearchSpec) -> 
     return "failed", f"no trial completed ({parts})", False
 
 
+HOPELESS_AFTER = 3  # this many failed trials, none completed, all with the same error: the search stops
+
+
+def hopeless_after(spec: SearchSpec) -> int:
+    """How many trials must fail the same way before a search is hopeless: 3, or ``n_trials`` if fewer."""
+    return min(HOPELESS_AFTER, spec.search.n_trials)
+
+
 def hopeless_reason(store, name: str, after: int, spec: dict | None = None) -> str | None:
     """The common error when no trial completed and at least ``after`` failed all the same way,
     over different sampled values (what :class:`harness.tune_callbacks.HopelessSearchStopper`

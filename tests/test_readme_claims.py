@@ -1,0 +1,189 @@
+"""README claims that no other test pinned down: each test names the claim it guards.
+
+Small and fast on purpose: they check the stated property directly (a value, a limit, a shipped
+file), so the README and the code cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from search_space.sampling import build_trial_config, grid_space
+from search_space.validation import load_spec
+from trials.configio import ConfigError
+
+ROOT = Path(__file__).parents[1]
+QUICKSTART = ROOT / "search_space" / "presets" / "quickstart.yaml"
+
+
+def _spec(**params) -> dict:
+    base = yaml.safe_load(QUICKSTART.read_text())
+    base["params"] = params
+    base["constraints"] = []
+    return base
+
+
+def test_quickstart_is_the_small_cpu_search_the_readme_describes():
+    """README set-up: 8 CoAtNet trials on the built-in synthetic data, top-1 against FLOPs, on a CPU."""
+    spec = load_spec(QUICKSTART)
+    assert spec.family == "coatnet" and spec.search.n_trials == 8
+    assert spec.data["name"] == "synthetic"
+    assert dict(spec.objectives) == {"top1": "max", "flops": "min"}
+    assert spec.search.resources.gpus == 0
+
+
+def test_every_domain_form_the_readme_lists_loads_and_samples():
+    """``{int: [lo, hi], step, log}``, ``{float: ..., log}``, ``{choice: [...]}``, ``{fixed: v}`` or a bare value."""
+    spec = load_spec(
+        _spec(
+            **{
+                "depths[2]": {"int": [2, 6], "step": 2},
+                "dims[3]": {"int": [64, 256], "log": True},
+                "lr": {"float": [1e-4, 1e-2], "log": True},
+                "layout": {"choice": ["CCTT", "CTTT"]},
+                "drop_path_rate": {"fixed": 0.1},
+                "weight_decay": 0.05,
+            }
+        )
+    )
+    assert spec.params["depths[2]"].step == 2 and spec.params["dims[3]"].log and spec.params["lr"].log
+    import optuna
+
+    from search_space.sampling import SpaceFunction
+
+    sampled = {"depths[2]": 4, "dims[3]": 128, "lr": 1e-3, "layout": "CTTT"}
+    params = SpaceFunction(spec).suggest(optuna.trial.FixedTrial(sampled))  # what the searcher samples
+    assert params == {**sampled, "drop_path_rate": 0.1, "weight_decay": 0.05}
+    config = build_trial_config(spec, params)
+    assert config["model"]["drop_path_rate"] == 0.1 and config["training"]["weight_decay"] == 0.05
+    grid = load_spec(_spec(**{"depths[2]": {"int": [2, 6], "step": 2}, "drop_path_rate": {"fixed": 0.1}}))
+    assert grid_space(grid) == {"depths[2]": [2, 4, 6], "drop_path_rate": [0.1]}
+
+
+@pytest.mark.parametrize(
+    ("params", "extra", "key"),
+    [
+        ({"layout": {"choice": []}}, {}, "params.layout"),  # empty choices
+        ({}, {"training": {"steps": 0}}, "training.steps"),
+        ({}, {"training": {"lr": -1.0}}, "training.lr"),
+    ],
+)
+def test_the_spec_refuses_empty_choices_zero_steps_and_a_negative_learning_rate(params, extra, key):
+    raw = _spec(**params)
+    for section, values in extra.items():
+        raw[section] = {**raw.get(section, {}), **values}
+    with pytest.raises(ConfigError) as caught:
+        load_spec(raw)
+    assert str(caught.value).startswith(key), str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["a", "study.v2", "cait_depth-3", "x" * 128])
+def test_study_names_of_letters_digits_dots_underscores_and_dashes_are_accepted(name):
+    from harness.ray_setup import check_study_name
+
+    assert check_study_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "x" * 129, "a/b", "a..b", ".hidden", "sp ace", "é"])
+def test_other_study_names_are_refused(name):
+    from harness.ray_setup import SearchError, check_study_name
+
+    with pytest.raises(SearchError, match="not a valid study name"):
+        check_study_name(name)
+
+
+def test_the_data_loader_workers_are_capped_at_eight():
+    """README: workers = min(8, CPUs - 1), within the trial's allocation."""
+    from trials.data import auto_workers
+
+    assert auto_workers(cpus=64) <= 8
+    assert auto_workers(cpus=1) == 0
+
+
+def test_the_report_thresholds_are_the_readmes():
+    """README: above 2,000 trials a density; 10 curves; 50 front rows; a 2,000-trial parameter sample."""
+    from dashboards import report
+
+    assert (report.LARGE_STUDY, report.MAX_CURVES, report.MAX_FRONT_ROWS, report.PARAM_SAMPLE) == (2000, 10, 50, 2000)
+
+
+def test_trial_configs_are_frozen_dataclasses():
+    from trials.trial_config import load_trial_config
+
+    config = load_trial_config({"model": "cait_tiny32"})
+    assert dataclasses.is_dataclass(config)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.seed = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("trial-*.yaml")), ids=lambda p: p.name)
+def test_the_shipped_example_trials_load(path):
+    from trials.trial_config import load_trial_config, read_yaml
+
+    config = load_trial_config(read_yaml(path))
+    assert config.training.epochs >= 1
+
+
+@pytest.mark.parametrize("scale", ["tiny", "cpu", "small", "paper"])
+def test_every_reproduction_scale_builds_a_valid_spec(scale):
+    """README: the layout and CaiT studies at tiny, cpu, small and paper scale are ordinary specs."""
+    from harness.reproduce import cait_class_attention_spec, cait_depth_spec, coatnet_layouts_spec
+
+    for protocol in ("generalisation", "capacity"):
+        spec = load_spec(coatnet_layouts_spec(scale, protocol, 3), check_paths=False)
+        assert spec.search.sampler == "grid" and spec.search.n_trials == 5 * 3
+    for build in (cait_depth_spec, cait_class_attention_spec):
+        raw, claims, _ = build(scale, 3)
+        assert load_spec(raw, check_paths=False).search.n_trials == len(raw["variants"]) * 3 and claims
+
+
+def test_architecture_md_names_every_module():
+    """README: ARCHITECTURE.md has one line per module (packages listed by their modules)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    missing = []
+    for package in ("trials", "search_space", "dashboards", "harness", "benchmarks"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path.name == "__init__.py" or "migrations" in path.parts:
+                continue
+            if f"`{path.name}`" not in text and f"{path.stem}.py" not in text:
+                missing.append(str(path.relative_to(ROOT)))
+    assert missing == []
+
+
+def test_the_gpu_benchmark_imports_nothing_but_torch_and_the_project():
+    """README: benchmarks/gpu.py needs only torch (and timm) on the GPU machine: no fvcore, Optuna, Ray, SQL."""
+    tree = ast.parse((ROOT / "benchmarks" / "gpu.py").read_text())
+    top = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            top |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            top.add(node.module.split(".")[0])
+    assert not top & {"fvcore", "optuna", "ray", "sqlalchemy", "pydantic", "alembic"}
+    code = "import sys, benchmarks.gpu\nprint(','.join(m for m in ('fvcore', 'optuna', 'ray') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stderr[-2000:] + done.stdout
+
+
+def test_a_different_seed_is_a_different_configuration_not_a_duplicate():
+    """README: a duplicate is the same configuration, seed included."""
+    from harness.optuna_searcher import config_key
+
+    spec = load_spec(_spec(layout={"choice": ["CCTT"]}))
+    config = build_trial_config(spec, {"layout": "CCTT"})
+    reseeded = {**config, "seed": config.get("seed", 0) + 1}
+    assert config_key(config) == config_key(dict(config)) != config_key(reseeded)
+
+
+@pytest.mark.parametrize(("n_trials", "after"), [(1, 1), (2, 2), (3, 3), (50, 3)])
+def test_a_hopeless_search_stops_after_three_failures_or_n_trials_if_fewer(n_trials, after):
+    from harness.study_outcome import hopeless_after
+
+    assert hopeless_after(load_spec(_spec(layout={"choice": ["CCTT"]}) | {"search": {"n_trials": n_trials}})) == after
