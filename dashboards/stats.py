@@ -1,34 +1,45 @@
-"""Verdicts on the papers' claims that a reviewer accepts: paired seeds, one-sided tests, equivalence margins.
+"""Verdicts on the papers' claims that a referee accepts: paired seeds, one-sided tests, margins, Holm.
 
-Every verdict is a one-sided test at the 5% level (scipy.stats), on the difference A - B of a
-metric over seeds, oriented so that positive means "A is better":
+Every verdict is a one-sided test at the 5% level (scipy.stats) on the difference A - B of a metric
+over seeds, oriented so that positive means "A is better"; each relation has a "holds" and a
+"does not hold" direction, symmetric to each other:
 
-* ``A > B``  holds if A - B > 0 is significant; does not hold if B - A > 0 is; else inconclusive.
-* ``A ~ B``  holds only if equivalence within +-``margin`` is shown (TOST: both one-sided tests);
-  does not hold if a difference beyond the margin is significant; else inconclusive.
-* ``A >= B`` holds if ``A > B`` or ``A ~ B`` holds; does not hold if ``B > A`` holds; else inconclusive.
-* ``A >> B`` holds if A - B > ``large_margin`` is significant; does not hold if A - B < ``large_margin`` is.
+* ``A > B``   holds if A - B > 0 is significant; does not hold if A - B < 0 is.
+* ``A >= B``  non-inferiority with ``margin``: holds if A - B > -margin is significant; does not
+  hold if A - B < -margin is (A is worse by more than the margin).
+* ``A ~ B``   equivalence within +-``margin`` (TOST: both one-sided tests) holds; does not hold if
+  a difference beyond the margin, either way, is significant.
+* ``A >> B``  holds if A - B > ``large_margin`` is significant; does not hold if A - B < ``large_margin`` is.
 
-Absence of evidence is never agreement: with fewer than ``min_seeds`` seeds per variant every
-verdict is "inconclusive (fewer than 3 seeds)". **Paired design**: when both samples are keyed by
-seed (the same seed gives every variant the same data order and split), differences are taken
-per seed (paired t on the common seeds); otherwise the samples are independent (Welch). Each
-:class:`Verdict` says which test was used, the difference, its 95% interval, the margin, and the
-power of the design in plain words (the smallest difference these seeds resolve; the seeds the
-observed difference would need).
+Anything else is inconclusive: absence of evidence is never agreement; with fewer than
+``min_seeds`` seeds per variant every verdict is "inconclusive (fewer than 3 seeds)". **Paired
+design**: when both samples are keyed by seed (a seed gives every variant the same data order and
+split), differences are per seed (paired t); otherwise the samples are independent (Welch). The
+interval reported is the **90%** two-sided t-interval, the one that matches one-sided 5% tests and
+TOST (a decision at 5% is exactly "the 90% interval clears the threshold"). For fewer than
+:data:`EXACT_BELOW` paired seeds, the exact sign-flip permutation p-value of the same one-sided
+hypothesis is reported beside the t-test's. **Power** is stated as the design's: the smallest true
+difference these seeds detect with 80% power at the spread seen, never "the seeds that would decide
+it" (a post-hoc figure that only restates the p-value). **Multiplicity**: :func:`holm` adjusts a
+study's family of claims (Holm's step-down); a decision whose adjusted p-value reaches 5% becomes
+inconclusive. :func:`failure_rates` compares how often two variants fail to learn (Fisher's exact
+test), for runs that must be counted, never averaged away.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
-ALPHA = 0.05  # one-sided tests at the 95% level
-POWER = 0.8  # for the "smallest resolvable difference" and "seeds needed" statements
+ALPHA = 0.05  # one-sided tests at the 5% level
+CONFIDENCE = 1 - 2 * ALPHA  # 0.90: the two-sided interval that matches one-sided 5% tests and TOST
+POWER = 0.8  # for the "smallest difference these seeds detect" statement
+EXACT_BELOW = 10  # paired seeds: below this, the exact sign-flip p-value is reported beside the t-test's
 MIN_SEEDS = 3
 RELATIONS = (">", "~", ">=", ">>")
 
@@ -78,8 +89,9 @@ class Difference:
     n_b: int
     spread: float  # sd of the per-seed differences (paired) or sqrt(var_a + var_b) (Welch)
     paired: bool
+    per_seed: tuple[float, ...] = ()  # the paired differences A - B, one per common seed
 
-    def interval(self, confidence: float = 0.95) -> Interval:
+    def interval(self, confidence: float = CONFIDENCE) -> Interval:
         n = min(self.n_a, self.n_b)
         if self.df < 1 or not math.isfinite(self.se):
             return Interval(self.estimate, -math.inf, math.inf, n)
@@ -93,6 +105,23 @@ class Difference:
     def p_below(self, threshold: float) -> float:
         """One-sided p-value of H1: A - B < threshold."""
         return _p_greater(threshold - self.estimate, self.se, self.df)
+
+    def exact_p(self, threshold: float, above: bool) -> float | None:
+        """Exact sign-flip permutation p-value of H1: A - B > threshold (``above``) or < threshold.
+
+        Under H0 each per-seed difference from the threshold is as likely negative as positive, so
+        all 2^n sign patterns are equally likely; the p-value is the share whose mean is at least
+        as extreme as the observed one. Only for paired designs with fewer than EXACT_BELOW seeds.
+        """
+        if not self.paired or not self.per_seed or len(self.per_seed) >= EXACT_BELOW:
+            return None
+        centred = np.asarray(self.per_seed, dtype=float) - threshold
+        if not above:
+            centred = -centred
+        observed = centred.mean()
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(centred))))
+        means = (signs * np.abs(centred)).mean(axis=1)
+        return float(np.mean(means >= observed - 1e-12))
 
 
 def _p_greater(excess: float, se: float, df: float) -> float:
@@ -126,7 +155,7 @@ def difference(a: Sample, b: Sample) -> Difference:
             sd = float(d.std(ddof=1))
             return Difference(
                 float(d.mean()), sd / math.sqrt(len(d)), float(len(d) - 1), f"paired t ({len(d)} seeds)",
-                len(d), len(d), sd, True,
+                len(d), len(d), sd, True, tuple(float(x) for x in d),
             )  # fmt: skip
     xa, xb = _values(a), _values(b)
     estimate = float(xa.mean() - xb.mean()) if len(xa) and len(xb) else math.nan
@@ -151,10 +180,17 @@ class Verdict:
     claim: str
     result: str  # starts with "holds", "does not hold" or "inconclusive"
     difference: Difference
-    interval: Interval  # 95% two-sided interval of A - B ("better" oriented)
-    margin: float | None  # the margin the relation uses (~: equivalence, >>: large), None for > and >=
-    p_value: float  # the p-value that decided it (or the smaller of the two when inconclusive)
-    power: str  # plain words: what these seeds can resolve, and what the observed difference would need
+    interval: Interval  # 90% two-sided interval of A - B ("better" oriented): matches the 5% one-sided tests
+    margin: float | None  # the margin the relation uses (~ and >=: margin, >>: large margin), None for >
+    p_value: float  # the t-test's p-value that decided it (or the smallest candidate when inconclusive)
+    power: str  # plain words: the smallest difference these seeds detect with 80% power
+    p_exact: float | None = None  # the exact sign-flip p-value of the same hypothesis (paired, < 10 seeds)
+    p_adjusted: float | None = None  # after Holm over the study's family of claims (see holm)
+    unadjusted: str | None = None  # the result before Holm, where Holm changed it
+
+    @property
+    def decided(self) -> bool:
+        return not self.result.startswith("inconclusive")
 
     def __str__(self) -> str:
         return self.result
@@ -169,37 +205,12 @@ def _resolvable(spread: float, n: int, paired: bool) -> float:
     return float((stats.t.ppf(1 - ALPHA, df) + stats.t.ppf(POWER, df)) * se)
 
 
-def _seeds_needed(effect: float, spread: float, paired: bool, most: int = 1000) -> int | None:
-    """Seeds per variant for a one-sided 5% test to detect ``effect`` with 80% power (None: over ``most``)."""
-    if effect <= 0 or not math.isfinite(spread):
-        return None
-    if spread == 0:
-        return MIN_SEEDS
-    for n in range(2, most + 1):
-        if _resolvable(spread, n, paired) <= effect:
-            return max(n, MIN_SEEDS)
-    return None
-
-
-def _power_words(diff: Difference, relation: str, margin: float | None) -> str:
+def _power_words(diff: Difference) -> str:
     n = min(diff.n_a, diff.n_b)
     if n < 2 or not math.isfinite(diff.spread):
         return "no spread can be estimated from fewer than 2 seeds"
     smallest = _resolvable(diff.spread, n, diff.paired)
-    observed = abs(diff.estimate)
-    if relation == "~":
-        room = (margin or 0.0) - observed
-        needed = _seeds_needed(room, diff.spread, diff.paired)
-        target = f"equivalence within +-{margin:g} (observed {observed:.3g})"
-    elif relation == ">>":
-        room = abs(diff.estimate - (margin or 0.0))
-        needed = _seeds_needed(room, diff.spread, diff.paired)
-        target = f"the observed difference from the {margin:g} margin ({room:.3g})"
-    else:
-        needed = _seeds_needed(observed, diff.spread, diff.paired)
-        target = f"the observed difference ({observed:.3g})"
-    need = f"{needed} seeds" if needed is not None else "more than 1000 seeds (or no number of seeds)"
-    return f"{n} seeds resolve differences of {smallest:.3g} or more; {target} would need {need} per variant"
+    return f"{n} seeds detect a true difference of {smallest:.3g} or more with 80% power (at the spread seen)"
 
 
 def assess(
@@ -222,42 +233,81 @@ def assess(
     interval = diff.interval()
     used_margin = margin if relation in ("~", ">=") else (large_margin if relation == ">>" else None)
     claim = claim or f"A {relation} B"
-    power = _power_words(diff, relation, used_margin)
+    power = _power_words(diff)
 
-    def done(result: str, p: float) -> Verdict:
-        return Verdict(claim, result, diff, interval, used_margin, p, power)
+    def done(result: str, p: float, threshold: float | None = None, above: bool = True) -> Verdict:
+        exact = None if threshold is None else diff.exact_p(threshold, above)
+        return Verdict(claim, result, diff, interval, used_margin, p, power, exact)
 
     if min(diff.n_a, diff.n_b) < min_seeds:
         return done(f"inconclusive (fewer than {min_seeds} seeds)", 1.0)
-    p_better, p_worse = diff.p_above(0.0), diff.p_below(0.0)
-    p_equivalent = max(diff.p_above(-margin), diff.p_below(margin))  # TOST
-    p_beyond = min(diff.p_above(margin), diff.p_below(-margin))
-    if relation == ">":
-        if p_better < ALPHA:
-            return done("holds", p_better)
-        if p_worse < ALPHA:
-            return done("does not hold (B is better)", p_worse)
-        return done("inconclusive", min(p_better, p_worse))
     if relation == "~":
+        p_low, p_high = diff.p_above(-margin), diff.p_below(margin)
+        p_equivalent = max(p_low, p_high)  # TOST
+        p_above, p_below = diff.p_above(margin), diff.p_below(-margin)
         if p_equivalent < ALPHA:
-            return done(f"holds (equivalent within +-{margin:g})", p_equivalent)
-        if p_beyond < ALPHA:
-            return done(f"does not hold (they differ by more than {margin:g})", p_beyond)
-        return done("inconclusive", min(p_equivalent, p_beyond))
-    if relation == ">=":
-        if p_better < ALPHA:
-            return done("holds (A is better)", p_better)
-        if p_equivalent < ALPHA:
-            return done(f"holds (equivalent within +-{margin:g})", p_equivalent)
-        if p_worse < ALPHA:
-            return done("does not hold (B is better)", p_worse)
-        return done("inconclusive", min(p_better, p_equivalent, p_worse))
-    p_large, p_not_large = diff.p_above(large_margin), diff.p_below(large_margin)
-    if p_large < ALPHA:
-        return done(f"holds (better by more than {large_margin:g})", p_large)
-    if p_not_large < ALPHA:
-        return done(f"does not hold (the difference is below {large_margin:g})", p_not_large)
-    return done("inconclusive", min(p_large, p_not_large))
+            weaker = (-margin, True) if p_low >= p_high else (margin, False)
+            return done(f"holds (equivalent within +-{margin:g})", p_equivalent, *weaker)
+        if min(p_above, p_below) < ALPHA:
+            side = (margin, True) if p_above <= p_below else (-margin, False)
+            return done(f"does not hold (they differ by more than {margin:g})", min(p_above, p_below), *side)
+        return done("inconclusive", min(p_equivalent, p_above, p_below))
+    threshold = {">": 0.0, ">=": -margin, ">>": large_margin}[relation]
+    p_holds, p_fails = diff.p_above(threshold), diff.p_below(threshold)
+    if p_holds < ALPHA:
+        why = {">": "", ">=": f" (not worse by {margin:g} or more)", ">>": f" (better by more than {large_margin:g})"}
+        return done("holds" + why[relation], p_holds, threshold, True)
+    if p_fails < ALPHA:
+        why = {
+            ">": " (B is better)",
+            ">=": f" (A is worse by more than {margin:g})",
+            ">>": f" (the difference is below {large_margin:g})",
+        }
+        return done("does not hold" + why[relation], p_fails, threshold, False)
+    return done("inconclusive", min(p_holds, p_fails))
+
+
+def holm(verdicts: Sequence[Verdict], alpha: float = ALPHA) -> list[Verdict]:
+    """Holm's step-down adjustment over a family of claims (one study's), in the given order.
+
+    Each verdict's deciding p-value is adjusted: sorted ascending, the i-th smallest of m is
+    multiplied by (m - i + 1), made monotone, capped at 1. A decision ("holds" or "does not hold")
+    whose adjusted p-value is not below ``alpha`` becomes "inconclusive after Holm"; the result
+    before the adjustment is kept in ``unadjusted``. Claims that could not be tested (fewer seeds)
+    stay in the family, with p = 1, so that dropping them cannot make the others easier to pass.
+    """
+    m = len(verdicts)
+    order = sorted(range(m), key=lambda i: verdicts[i].p_value)
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * verdicts[i].p_value))
+        adjusted[i] = running
+    out = []
+    for v, p in zip(verdicts, adjusted, strict=True):
+        if v.decided and p >= alpha:
+            out.append(replace(v, result=f"inconclusive after Holm ({v.result})", p_adjusted=p, unadjusted=v.result))
+        else:
+            out.append(replace(v, p_adjusted=p))
+    return out
+
+
+@dataclass(frozen=True)
+class FailureComparison:
+    """How often two variants failed to learn, and Fisher's exact test of "A fails less often than B"."""
+
+    failed_a: int
+    runs_a: int
+    failed_b: int
+    runs_b: int
+    p_value: float  # one-sided: A's failure rate is lower than B's
+
+
+def failure_rates(failed_a: int, runs_a: int, failed_b: int, runs_b: int) -> FailureComparison:
+    """Fisher's exact test (one-sided) on the 2x2 table of failed / learned runs of A and B."""
+    table = [[failed_a, runs_a - failed_a], [failed_b, runs_b - failed_b]]
+    _, p = stats.fisher_exact(table, alternative="less")
+    return FailureComparison(failed_a, runs_a, failed_b, runs_b, float(p))
 
 
 def verdict(a: Sample, b: Sample, relation: str, higher_is_better: bool = True, **options: float) -> str:

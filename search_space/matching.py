@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from trials.models.config import CoAtNetConfig
 
-from .cost_model import estimate_params
+from .cost_model import estimate_flops, estimate_params
 
 
 def _widths(base: int, step: int) -> list[int]:
@@ -28,49 +28,86 @@ def _change(candidate: CoAtNetConfig, base: CoAtNetConfig) -> float:
     )
 
 
-def match_layout(base: CoAtNetConfig, layout: str, target: int, tolerance: float = 0.05) -> CoAtNetConfig:
-    """The allocation of ``layout`` closest to ``base`` whose parameter count is within ``tolerance`` of
-    ``target``: S3/S4 block counts and widths are re-allocated (S0..S2 are kept)."""
+def _allocations(base: CoAtNetConfig, layout: str, flops: bool) -> list[dict]:
+    """Candidate re-allocations of ``layout`` around ``base`` (keyword arguments of ``base.replace``).
+
+    Parameters only: S3/S4 block counts and widths move (S0..S2 kept). With FLOPs too, S2's block
+    count and width move as well (the early, high-resolution stage is where compute goes).
+    """
     step = base.head_size  # T stages need multiples of the head size; C stages use the same grid
     if layout == "VIT-REL":
         # One stack of blocks at S3's width: only the total block count matters (each stage >= 1).
         total = sum(base.depths[1:])
-        allocations = [
-            ((*base.depths[:1], 1, 1, 1, n - 3), (*base.dims[:3], w, base.dims[4]))
+        return [
+            {"depths": (*base.depths[:1], 1, 1, 1, n - 3), "dims": (*base.dims[:3], w, base.dims[4])}
             for n in range(4, 2 * total + 3)
             for w in _widths(base.dims[3], step)
         ]
-    else:
-        allocations = [
-            ((*base.depths[:3], d3, d4), (*base.dims[:3], w3, w4))
-            for d3, d4, w3, w4 in itertools.product(
-                range(1, 2 * base.depths[3] + 3),
-                range(1, base.depths[4] + 2),
-                _widths(base.dims[3], step),
-                _widths(base.dims[4], step),
-            )
-            if w4 >= w3  # widths never shrink with depth
-        ]
+    stage2 = (
+        itertools.product(range(1, 2 * base.depths[2] + 2), _widths(base.dims[2], step))
+        if flops
+        else [(base.depths[2], base.dims[2])]
+    )
+    return [
+        {"depths": (*base.depths[:2], d2, d3, d4), "dims": (*base.dims[:2], w2, w3, w4)}
+        for (d2, w2), d3, d4, w3, w4 in itertools.product(
+            list(stage2),
+            range(1, 2 * base.depths[3] + 3),
+            range(1, base.depths[4] + 2),
+            _widths(base.dims[3], step),
+            _widths(base.dims[4], step),
+        )
+        if w4 >= w3 >= w2  # widths never shrink with depth
+    ]
+
+
+def match_layout(
+    base: CoAtNetConfig,
+    layout: str,
+    target: int,
+    tolerance: float = 0.05,
+    target_flops: int | None = None,
+) -> CoAtNetConfig:
+    """The allocation of ``layout`` closest to ``base`` whose parameter count is within ``tolerance``
+    of ``target`` (and, with ``target_flops``, whose FLOPs are too): see :func:`_allocations` for
+    which knobs move."""
     best: tuple[float, float, CoAtNetConfig] | None = None
-    for depths, dims in allocations:
+    for change in _allocations(base, layout, target_flops is not None):
         try:
-            candidate = base.replace(layout=layout, depths=depths, dims=dims)
+            candidate = base.replace(layout=layout, **change)
         except ValueError:
             continue
-        error = abs(estimate_params(candidate) / target - 1.0)
+        error = _mismatch(candidate, target, target_flops)
         # Prefer candidates well inside the tolerance, then the smallest change from the reference.
         key = (0.0 if error <= tolerance / 2 else error, _change(candidate, base))
         if best is None or key < best[:2]:
             best = (*key, candidate)
-    if best is None or abs(estimate_params(best[2]) / target - 1.0) > tolerance:
-        raise ValueError(f"no allocation of layout {layout} is within {tolerance:.0%} of {target:,} parameters")
+    if best is None or _mismatch(best[2], target, target_flops) > tolerance:
+        what = "parameters" if target_flops is None else f"parameters and {target_flops:,} FLOPs"
+        raise ValueError(f"no allocation of layout {layout} is within {tolerance:.0%} of {target:,} {what}")
     return best[2]
 
 
-def match_layouts(base: CoAtNetConfig, layouts: Sequence[str], tolerance: float = 0.05) -> dict[str, CoAtNetConfig]:
-    """Every layout at the parameter count of ``base`` (within ``tolerance``); ``base``'s own layout is kept."""
+def _mismatch(candidate: CoAtNetConfig, target: int, target_flops: int | None) -> float:
+    error = abs(estimate_params(candidate) / target - 1.0)
+    if target_flops is not None:
+        error = max(error, abs(estimate_flops(candidate) / target_flops - 1.0))
+    return error
+
+
+def match_layouts(
+    base: CoAtNetConfig, layouts: Sequence[str], tolerance: float = 0.05, *, flops: bool = False
+) -> dict[str, CoAtNetConfig]:
+    """Every layout at the parameter count of ``base`` (within ``tolerance``), and at its FLOPs too
+    with ``flops`` (the paper compares models of comparable size and compute); ``base``'s own layout
+    is kept."""
     target = estimate_params(base)
+    target_flops = estimate_flops(base) if flops else None
     return {
-        layout: base.replace(layout=layout) if layout == base.layout else match_layout(base, layout, target, tolerance)
+        layout: base.replace(layout=layout)
+        if layout == base.layout
+        # VIT-REL's token count fixes its FLOPs per parameter (16 tokens: far below CoAtNet's, 64: far
+        # above): it is matched on parameters at its patch size, and its FLOPs are reported.
+        else match_layout(base, layout, target, tolerance, None if layout == "VIT-REL" else target_flops)
         for layout in layouts
     }

@@ -446,3 +446,78 @@ def test_an_image_folder_without_val_is_refused_before_dispatch(tmp_path):
     with pytest.raises(ConfigError, match=r"no val/ folder.*val_fraction"):
         check_spec(load_spec(spec))
     check_spec(load_spec({**spec, "data": {**spec["data"], "val_fraction": 0.5}}))
+
+
+# -- mnist5k: real digits with a test split kept apart ------------------------------------------
+
+
+def test_mnist5k_has_a_test_split_fixed_for_every_seed_and_a_validation_split_per_seed():
+    from trials.data.loading import _mnist5k_splits
+
+    splits = {seed: _mnist5k_splits(DataConfig(name="mnist5k", seed=seed)) for seed in (0, 1)}
+    (train0, val0, test0), (_, val1, test1) = splits[0], splits[1]
+    assert (len(train0.labels), len(val0.labels), len(test0.labels)) == (3000, 1000, 1000)
+    assert torch.equal(test0.images, test1.images) and torch.equal(test0.labels, test1.labels)
+    assert not torch.equal(val0.labels, val1.labels)  # validation is drawn per seed
+    assert train0.images.shape[1:] == (3, 32, 32) and train0.images.dtype == torch.uint8
+    assert set(test0.labels.tolist()) == set(range(10))
+    # no image is in two splits (rows compared as bytes)
+    def keys(split):
+        return {bytes(x.numpy().tobytes()) for x in split.images[:, 0]}
+
+    assert not keys(test0) & keys(val0) and not keys(test0) & keys(train0) and not keys(val0) & keys(train0)
+    capped = _mnist5k_splits(DataConfig(name="mnist5k", seed=0, train_size=1000))[0]
+    assert len(capped.labels) == 1000
+
+
+def test_a_completed_mnist5k_trial_reports_test_metrics_once_at_the_end():
+    from trials.runner import run_trial
+
+    result = run_trial(
+        {
+            "model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2},
+            "data": {"name": "mnist5k", "train_size": 256, "batch_size": 64, "image_size": 32},
+            "training": {"epochs": 1, "lr": 1e-3, "warmup_epochs": 0},
+            "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
+        }
+    )
+    assert result.status == "completed", result.error
+    assert 0 <= result.final["test_top1"] <= 100 and result.final["test_loss"] > 0
+    assert all("test" not in k for m in result.epochs for k in m.to_dict())  # never per epoch
+
+
+def test_batchnorm_recalibration_recomputes_the_statistics_from_the_training_split_alone():
+    """The recalibrated statistics depend on the weights and the training split only (not on what
+    the running averages held before), the momentum comes back, and the eval-mode loss is recorded."""
+    from trials.models import build_model
+    from trials.runner import run_trial
+    from trials.train import Trainer
+    from trials.trial_config import TrainingConfig
+
+    config = {
+        "model": {"preset": "coatnet_tiny32", "depths": [1, 1, 1, 1, 1], "dims": [8, 8, 16, 32, 32]},
+        "data": {"name": "synthetic", "train_size": 256, "val_size": 128, "batch_size": 64},
+        "training": {"epochs": 1, "lr": 2e-3, "warmup_epochs": 0, "recalibrate_batchnorm": True},
+        "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
+    }
+    result = run_trial(config)
+    assert result.status == "completed", result.error
+    assert result.epochs[-1].train_eval_loss is not None and result.final["train_eval_loss"] > 0
+    plain = run_trial({**config, "training": {**config["training"], "recalibrate_batchnorm": False}})
+    assert plain.epochs[-1].train_eval_loss is None and "train_eval_loss" not in plain.final
+
+    torch.manual_seed(0)
+    data = build_data(DataConfig(train_size=256, val_size=64, batch_size=64), "cpu", train_eval=True)
+    model = build_model(config["model"] | {"preset": "coatnet_tiny32"}, num_classes=10)
+    trainer = Trainer(model, data, TrainingConfig(epochs=1, recalibrate_batchnorm=True), torch.device("cpu"))
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for m in norms:  # arbitrary running statistics before
+        m.running_mean.fill_(3.0)
+    trainer.recalibrate_batchnorm()
+    first = [m.running_mean.clone() for m in norms]
+    for m in norms:
+        m.running_mean.fill_(-7.0)
+    trainer.recalibrate_batchnorm()
+    assert all(torch.allclose(a, m.running_mean) for a, m in zip(first, norms, strict=True))
+    assert not torch.allclose(first[0], torch.full_like(first[0], 3.0))
+    assert all(m.momentum == 0.1 for m in norms)

@@ -45,15 +45,16 @@ def test_mean_ci_known_values():
 
 
 def test_welch_and_paired_intervals_equal_scipy():
+    """The default interval is the 90% one (it matches the one-sided 5% tests)."""
     from scipy import stats
 
     a, b = [20.0, 22.0, 24.0, 21.0], [10.0, 11.0, 12.0, 14.5]
     welch = difference(a, b)
-    expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.90)
     assert welch.test.startswith("Welch") and not welch.paired
     assert (welch.interval().low, welch.interval().high) == pytest.approx((expected.low, expected.high), rel=1e-12)
     paired = difference(dict(enumerate(a)), dict(enumerate(b)))
-    expected = stats.ttest_rel(a, b).confidence_interval(0.95)
+    expected = stats.ttest_rel(a, b).confidence_interval(0.90)
     assert paired.test == "paired t (4 seeds)" and paired.paired
     assert (paired.interval().low, paired.interval().high) == pytest.approx((expected.low, expected.high), rel=1e-12)
     # One-sided p-values are scipy's too.
@@ -90,7 +91,7 @@ def test_verdicts_on_known_cases():
     assert verdict(high, low, ">>") == "holds (better by more than 5)"
     assert verdict(high, low, "~").startswith("does not hold")
     assert verdict(low, high, ">") == "does not hold (B is better)"
-    assert verdict(low, high, ">=") == "does not hold (B is better)"
+    assert verdict(low, high, ">=") == "does not hold (A is worse by more than 1)"
     small = {s: v + 2.0 for s, v in low.items()}  # better by 2: > holds, >> does not (below 5)
     assert verdict(small, low, ">") == "holds"
     assert verdict(small, low, ">>") == "does not hold (the difference is below 5)"
@@ -101,13 +102,66 @@ def test_verdicts_on_known_cases():
         verdict(high, low, "<")
 
 
-def test_verdicts_say_how_they_were_reached_and_what_more_seeds_would_do():
+def test_verdicts_say_how_they_were_reached_and_what_the_design_detects():
     a = {s: 71.0 + (s % 3) for s in range(5)}
     b = {s: 70.0 + ((s + 1) % 3) for s in range(5)}
     v = assess(a, b, ">", claim="A > B")
     assert v.result == "inconclusive" and v.difference.test == "paired t (5 seeds)"
     assert v.interval.low < v.difference.estimate < v.interval.high
-    assert "5 seeds resolve differences of" in v.power and "would need" in v.power
-    needed = int(v.power.split("would need ")[1].split()[0])
-    assert needed > 5  # the observed difference is below what 5 seeds resolve
+    assert "5 seeds detect a true difference of" in v.power and "would need" not in v.power
     assert assess(a, b, "~", margin=3.0).margin == 3.0
+
+
+def test_the_interval_is_the_90_percent_one_that_matches_one_sided_5_percent_tests():
+    from scipy import stats
+
+    a = {s: 71.0 + (s % 3) + 0.1 * s for s in range(6)}
+    b = {s: 70.0 + ((s + 1) % 3) for s in range(6)}
+    v = assess(a, b, ">")
+    d = [a[s] - b[s] for s in range(6)]
+    low, high = stats.t.interval(0.90, 5, loc=sum(d) / 6, scale=stats.sem(d))
+    assert (v.interval.low, v.interval.high) == pytest.approx((low, high), rel=1e-12)
+    # the decision at 5% one-sided is exactly "the 90% interval clears 0"
+    assert (v.result == "holds") == (v.interval.low > 0)
+
+
+def test_non_inferiority_is_symmetric_to_greater_with_the_margin_as_threshold():
+    base = {s: 80.0 + 0.2 * ((s * 3) % 4) for s in range(6)}
+    slightly_worse = {s: v - 0.3 for s, v in base.items()}  # worse, but by less than the 1-point margin
+    much_worse = {s: v - 3.0 for s, v in base.items()}
+    assert verdict(slightly_worse, base, ">=").startswith("holds (not worse by 1")
+    assert verdict(slightly_worse, base, ">") == "does not hold (B is better)"
+    assert verdict(much_worse, base, ">=") == "does not hold (A is worse by more than 1)"
+    assert verdict(much_worse, base, ">=", margin=5.0).startswith("holds")
+
+
+def test_exact_sign_flip_p_values_beside_the_t_test():
+    a = {s: 10.0 + s for s in range(5)}
+    b = {s: 9.0 + s - 0.5 * (s % 2) for s in range(5)}  # every paired difference positive
+    v = assess(a, b, ">")
+    assert v.result == "holds" and v.p_exact == pytest.approx(1 / 32)  # only the all-positive pattern
+    many = {s: 10.0 + s for s in range(12)}
+    assert assess(many, {s: x - 1 + 0.1 * (s % 3) for s, x in many.items()}, ">").p_exact is None  # >= 10 seeds
+    assert assess([1.0, 2.0, 3.0], [0.0, 1.0, 1.5], ">").p_exact is None  # unpaired: no sign-flip test
+
+
+def test_holm_adjusts_a_family_and_undoes_decisions_it_cannot_support():
+    from dataclasses import replace
+
+    from dashboards.stats import holm
+
+    template = assess({s: 90.0 + s % 2 for s in range(5)}, {s: 80.0 + s % 2 for s in range(5)}, ">")
+    family = [replace(template, claim=c, p_value=p) for c, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))]
+    adjusted = holm(family)
+    assert [v.p_adjusted for v in adjusted] == pytest.approx([0.03, 0.06, 0.06])
+    assert adjusted[0].result == "holds"
+    assert adjusted[1].result == "inconclusive after Holm (holds)" and adjusted[1].unadjusted == "holds"
+    assert not adjusted[2].decided
+
+
+def test_failure_rates_use_fishers_exact_test():
+    from dashboards.stats import failure_rates
+
+    comparison = failure_rates(0, 5, 5, 5)  # A never fails, B always does
+    assert comparison.p_value == pytest.approx(1 / 252)
+    assert failure_rates(2, 5, 2, 5).p_value > 0.5

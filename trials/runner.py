@@ -77,7 +77,16 @@ def final_metrics(history: list[EpochMetrics]) -> dict[str, float]:
         "train_images_per_s": last.train_images_per_s,
         **_peak("train_peak_memory_mb", [m.peak_memory_mb for m in history]),
         **_peak("train_peak_reserved_mb", [m.peak_reserved_mb for m in history]),
+        **({} if last.train_eval_loss is None else {"train_eval_loss": last.train_eval_loss}),
     }
+
+
+def test_metrics(trainer) -> dict[str, float]:
+    """The held-out test split's loss and accuracy, once, after training (datasets that keep one apart)."""
+    if trainer.data.test is None:
+        return {}
+    loss, top1, top5 = trainer.evaluate(trainer.data.test)
+    return {"test_loss": loss, "test_top1": top1, "test_top5": top5}
 
 
 def _peak(name: str, values: list[float | None]) -> dict[str, float]:
@@ -135,6 +144,8 @@ def run_trial(
             result.error = str(outcome.diverged)
         else:
             result.status = "completed"
+            if not outcome.stopped_early:  # the test split is touched only by a trial that ran its budget
+                result.final.update(test_metrics(trainer))
     except Exception as error:  # out of memory, a data error...: recorded, never raised
         result.status = "failed"
         result.epochs = list(trainer.history)
@@ -186,7 +197,7 @@ def _build(trial: TrialConfig, runtime: dict[str, Any]):
     runtime.update(configure_backends(device))
     seed_everything(trial.seed)
     try:
-        data = build_data(trial.data, device, cpus=trial.cpus)
+        data = build_data(trial.data, device, cpus=trial.cpus, train_eval=trial.training.recalibrate_batchnorm)
     except ConfigError as error:
         raise error.under("data") from None
     runtime["data_workers"] = data.workers

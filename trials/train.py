@@ -52,6 +52,7 @@ class EpochMetrics:
     data_wait_fraction: float
     peak_memory_mb: float | None = None  # CUDA: the most memory allocated during the epoch
     peak_reserved_mb: float | None = None  # CUDA: the most memory the caching allocator held (what the cap bounds)
+    train_eval_loss: float | None = None  # training split, eval mode, no augmentation (recalibrate_batchnorm)
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -356,15 +357,40 @@ class Trainer:
         raise Diverged(first_step + index + 1, what, value)
 
     @torch.inference_mode()
-    def evaluate(self) -> tuple[float, float, float]:
-        """Mean cross-entropy (no smoothing), top-1 and top-5 accuracy (%) on the validation split."""
+    def recalibrate_batchnorm(self) -> None:
+        """Recompute every BatchNorm's running statistics over the un-augmented training split.
+
+        Statistics are reset and accumulated as a plain average over the pass (``momentum=None``)
+        in train mode without gradients; the weights do not change. A model without BatchNorm
+        (CaiT) is left as it is.
+        """
+        norms = [m for m in self.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if not norms or self.data.train_eval is None:
+            return
+        momenta = [m.momentum for m in norms]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None
+        self.model.train()
+        try:
+            with torch.no_grad():
+                for images, _ in self.data.train_eval:
+                    x = self._prepare(images)
+                    with self._autocast():
+                        self._with_fallback(lambda forward, x=x: forward(x))
+        finally:
+            for m, momentum in zip(norms, momenta, strict=True):
+                m.momentum = momentum
+
+    def evaluate(self, source: Any = None) -> tuple[float, float, float]:
+        """Mean cross-entropy (no smoothing), top-1 and top-5 accuracy (%) on ``source`` (the validation split)."""
         self.model.eval()
         loss_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         correct1 = torch.zeros((), device=self.device, dtype=torch.long)
         correct5 = torch.zeros((), device=self.device, dtype=torch.long)
         count = 0
         k = min(5, self.data.num_classes)
-        for images, labels in self.data.val:
+        for images, labels in self.data.val if source is None else source:
             x = self._prepare(images)
             with self._autocast():
                 logits = self._with_fallback(lambda forward, x=x: forward(x)).float()
@@ -386,6 +412,10 @@ class Trainer:
             try:
                 train_loss, seconds, wait, images = self.train_epoch(progress)
                 lr = self._epoch_mean_lr
+                train_eval_loss = None
+                if self.config.recalibrate_batchnorm and self.data.train_eval is not None:
+                    self.recalibrate_batchnorm()
+                    train_eval_loss = self.evaluate(self.data.train_eval)[0]
                 eval_loss, top1, top5 = self.evaluate()
                 if not math.isfinite(eval_loss):
                     raise Diverged(self.step, "evaluation loss", eval_loss)
@@ -407,6 +437,7 @@ class Trainer:
                 data_wait_fraction=wait / seconds if seconds > 0 else 0.0,
                 peak_memory_mb=peak_allocated,
                 peak_reserved_mb=peak_reserved,
+                train_eval_loss=train_eval_loss,
             )
             self.history.append(metrics)
             if callback is not None and callback(metrics, self):

