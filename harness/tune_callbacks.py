@@ -22,7 +22,10 @@ from harness.result_keys import NUMBER_KEY
 from harness.store import Store
 from harness.study_outcome import hopeless_reason, record_outcome, trial_number_and_config
 
-EPOCH_KEYS = ("epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction")
+EPOCH_KEYS = (
+    "epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction",
+    "train_eval_loss",
+)  # fmt: skip
 
 
 class StoreCallback(Callback):

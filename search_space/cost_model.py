@@ -133,10 +133,16 @@ def _mlp(t: _Tally, tokens: int, dim: int, hidden: int) -> None:
 
 def _residual_scale(t: _Tally, config: CaiTConfig) -> None:
     """One LayerScale gain: per-channel vector, one ReZero scalar, or nothing ("off")."""
-    if config.layer_scale == "rezero":
+    if config.scalar_gain:
         t.parameter(1)
     elif config.layer_scale_init() is not None:
         t.parameter(config.embed_dim)
+
+
+def _branch_norm(t: _Tally, config: CaiTConfig, tokens: int) -> None:
+    """The LayerNorm a pre-norm branch starts with; none for ReZero proper."""
+    if config.branch_norm:
+        t.layer_norm(tokens, config.embed_dim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,7 +152,7 @@ def _residual_scale(t: _Tally, config: CaiTConfig) -> None:
 def _cait_self_attention_block(t: _Tally, config: CaiTConfig, tokens: int) -> None:
     """Pre-norm SA block over ``tokens`` tokens (patches, plus the class token once it joined)."""
     dim, heads, head_dim = config.embed_dim, config.num_heads, config.head_dim
-    t.layer_norm(tokens, dim)
+    _branch_norm(t, config, tokens)
     t.linear(tokens, dim, 3 * dim, bias=config.qkv_bias)
     if config.talking_heads:
         # Explicit (q * scale) @ k^T and weights @ v, with a head mix before and after the softmax.
@@ -157,7 +163,7 @@ def _cait_self_attention_block(t: _Tally, config: CaiTConfig, tokens: int) -> No
         t.attention(heads, tokens, tokens, head_dim)
     t.linear(tokens, dim, dim)
     _residual_scale(t, config)
-    t.layer_norm(tokens, dim)
+    _branch_norm(t, config, tokens)
     _mlp(t, tokens, dim, config.mlp_hidden_dim)
     _residual_scale(t, config)
 
@@ -165,13 +171,13 @@ def _cait_self_attention_block(t: _Tally, config: CaiTConfig, tokens: int) -> No
 def _cait_class_attention_block(t: _Tally, config: CaiTConfig) -> None:
     """CA block: norm over [cls, patches], the class token is the only query and the only token updated."""
     dim, tokens = config.embed_dim, 1 + config.num_patches
-    t.layer_norm(tokens, dim)
+    _branch_norm(t, config, tokens)
     t.linear(1, dim, dim, bias=config.qkv_bias)  # q from the class token
     t.linear(tokens, dim, 2 * dim, bias=config.qkv_bias)  # k, v from [cls, patches]
     t.attention(config.num_heads, 1, tokens, config.head_dim)
     t.linear(1, dim, dim)
     _residual_scale(t, config)
-    t.layer_norm(1, dim)
+    _branch_norm(t, config, 1)
     _mlp(t, 1, dim, config.mlp_hidden_dim)
     _residual_scale(t, config)
 

@@ -26,6 +26,8 @@ CAIT_VARIANTS = {
     "talking_heads_off": {"talking_heads": False},
     "layer_scale_off": {"layer_scale": "off"},
     "rezero": {"layer_scale": "rezero"},
+    "rezero_proper": {"residual": "rezero"},
+    "deit_rezero_proper": {"residual": "rezero", "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False},
     "layer_scale_float": {"layer_scale": 0.3},
     "no_qkv_bias": {"qkv_bias": False},
     "deit_insert_0": {"ca_depth": 0, "cls_insert_layer": 0},

@@ -61,6 +61,20 @@ def test_layer_scale_float_off_and_rezero():
     assert torch.equal(rezero.blocks[0](x), x)
 
 
+def test_rezero_proper_has_no_branch_layernorm_and_starts_as_the_identity():
+    """``residual: rezero`` (Bachlechner et al. 2020): x + alpha * F(x), no LayerNorm, alpha = 0 at init."""
+    model = build_model("cait_tiny32", residual="rezero", layer_scale="paper").eval()
+    norms = [name for name, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms == ["norm"]  # only the final norm before the head
+    scales = _layer_scales(model)
+    assert len(scales) == 2 * (model.config.depth + model.config.ca_depth)
+    assert all(s.gamma.shape == (1,) and s.gamma.item() == 0.0 for s in scales)  # layer_scale is unused
+    x = torch.randn(2, 64, 96)
+    assert torch.equal(model.blocks[0](x), x)
+    prenorm = build_model("cait_tiny32", layer_scale="rezero")
+    assert len([m for m in prenorm.modules() if isinstance(m, torch.nn.LayerNorm)]) > 1
+
+
 def test_class_attention_updates_only_the_class_token():
     model = build_model("cait_tiny32").eval()
     block: ClassAttentionBlock = model.ca_blocks[0]

@@ -112,6 +112,7 @@ class EpochRecord(Base):
     epoch_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     wall_time: Mapped[float | None] = mapped_column(Float, nullable=True)  # seconds since the trial started
     data_wait_fraction: Mapped[float | None] = mapped_column(Float, nullable=True)
+    train_eval_loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # eval mode, since schema 0004
 
 
 MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns if c.name != "trial_id")

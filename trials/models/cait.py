@@ -83,16 +83,21 @@ class ClassAttention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(b, 1, c))
 
 
+def _branch_norm(config: CaiTConfig) -> nn.Module:
+    """The LayerNorm a residual branch starts with (pre-norm), or none (ReZero proper)."""
+    return nn.LayerNorm(config.embed_dim, eps=1e-6) if config.branch_norm else nn.Identity()
+
+
 class SelfAttentionBlock(nn.Module):
     """Pre-norm block: x + ls1 * SA(LN(x)), then x + ls2 * FFN(LN(x)), each with drop-path."""
 
     def __init__(self, config: CaiTConfig, drop_path_rate: float):
         super().__init__()
-        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.layer_scale == "rezero"
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.scalar_gain
+        self.norm1 = _branch_norm(config)
         self.attn = SelfAttention(dim, config.num_heads, config.qkv_bias, config.talking_heads)
         self.ls1 = residual_scale(dim, ls_init, rezero)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm2 = _branch_norm(config)
         self.mlp = Mlp(dim, config.mlp_hidden_dim)
         self.ls2 = residual_scale(dim, ls_init, rezero)
         self.drop_path = drop_path(drop_path_rate)
@@ -107,11 +112,11 @@ class ClassAttentionBlock(nn.Module):
 
     def __init__(self, config: CaiTConfig):
         super().__init__()
-        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.layer_scale == "rezero"
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.scalar_gain
+        self.norm1 = _branch_norm(config)
         self.attn = ClassAttention(dim, config.num_heads, config.qkv_bias)
         self.ls1 = residual_scale(dim, ls_init, rezero)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm2 = _branch_norm(config)
         self.mlp = Mlp(dim, config.mlp_hidden_dim)
         self.ls2 = residual_scale(dim, ls_init, rezero)
 

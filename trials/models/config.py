@@ -109,7 +109,13 @@ class CaiTConfig(_ConfigBase):
     ``0`` gives DeiT/ViT; values in between are the paper's "late insertion" variants.
 
     ``layer_scale``: a float (per-channel init), ``"paper"`` (the paper's depth schedule),
-    ``"off"`` (plain residuals, DeiT) or ``"rezero"`` (one scalar gain per branch, init 0).
+    ``"off"`` (plain residuals, DeiT) or ``"rezero"`` (one scalar gain per branch, init 0, on
+    pre-normalised branches: CaiT Table 1's "alpha = eps" column with eps = 0).
+
+    ``residual``: ``"prenorm"`` (x + g * F(LN(x)), g set by ``layer_scale``) or ``"rezero"``
+    (Bachlechner et al. 2020: x + alpha * F(x), no LayerNorm on the branch, one scalar alpha per
+    branch initialised to 0; ``layer_scale`` is then unused). The final LayerNorm before the head
+    stays in both.
     """
 
     family: ClassVar[str] = "cait"
@@ -129,6 +135,7 @@ class CaiTConfig(_ConfigBase):
     drop_path_rate: float = 0.0
     drop_path_schedule: DropPathSchedule = "uniform"
     cls_insert_layer: int | None = None
+    residual: Literal["prenorm", "rezero"] = "prenorm"
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -167,6 +174,7 @@ class CaiTConfig(_ConfigBase):
             )
         _probability(owner, "drop_path_rate", self.drop_path_rate)
         _one_of(owner, "drop_path_schedule", self.drop_path_schedule, ("uniform", "linear"))
+        _one_of(owner, "residual", self.residual, ("prenorm", "rezero"))
         if self.cls_insert_layer is not None:
             _non_negative_int(owner, "cls_insert_layer", self.cls_insert_layer)
             if self.cls_insert_layer > self.depth:
@@ -200,11 +208,23 @@ class CaiTConfig(_ConfigBase):
 
     def layer_scale_init(self) -> float | None:
         """Resolved per-channel LayerScale init, or None when per-channel LayerScale is not used."""
+        if self.residual == "rezero":
+            return None
         if self.layer_scale == "paper":
             return paper_layer_scale_init(self.depth)
         if self.layer_scale in ("off", "rezero"):
             return None
         return float(self.layer_scale)
+
+    @property
+    def scalar_gain(self) -> bool:
+        """Whether each residual branch has one scalar gain initialised to 0 (either ReZero form)."""
+        return self.residual == "rezero" or self.layer_scale == "rezero"
+
+    @property
+    def branch_norm(self) -> bool:
+        """Whether each residual branch starts with a LayerNorm (pre-norm); ReZero proper has none."""
+        return self.residual == "prenorm"
 
     def block_drop_path_rates(self) -> list[float]:
         return drop_path_rates(self.drop_path_rate, self.depth, self.drop_path_schedule)
@@ -307,6 +327,16 @@ class CoAtNetConfig(_ConfigBase):
 
     def num_blocks(self) -> int:
         return sum(self.depths[1:])
+
+    @property
+    def scalar_gain(self) -> bool:
+        """Whether each residual branch has one scalar gain initialised to 0 (either ReZero form)."""
+        return self.residual == "rezero" or self.layer_scale == "rezero"
+
+    @property
+    def branch_norm(self) -> bool:
+        """Whether each residual branch starts with a LayerNorm (pre-norm); ReZero proper has none."""
+        return self.residual == "prenorm"
 
     def block_drop_path_rates(self) -> list[float]:
         return drop_path_rates(self.drop_path_rate, self.num_blocks(), self.drop_path_schedule)
