@@ -15,11 +15,13 @@ def test_layout_specs_are_matched_grids():
         assert spec.search.sampler == "grid" and spec.search.n_trials == len(LAYOUTS) * 3
         assert set(spec.variants) == set(LAYOUTS)
     generalisation = coatnet_layouts_spec("tiny", "generalisation", 1)
-    assert generalisation["data"]["augment"] == {"random_crop": False, "hflip": False}
-    assert generalisation["training"]["weight_decay"] == 0.0 and generalisation["training"]["label_smoothing"] == 0.0
     capacity = coatnet_layouts_spec("tiny", "capacity", 1)
+    for spec in (generalisation, capacity):  # no augmentation, no regularisation, BatchNorm recalibrated
+        assert spec["data"]["augment"] == {"random_crop": False, "hflip": False}
+        assert spec["training"]["weight_decay"] == 0.0 and spec["training"]["label_smoothing"] == 0.0
+        assert spec["training"]["recalibrate_batchnorm"] is True
+        assert spec["data"]["name"] == "mnist5k" and spec["data"]["image_size"] == 64
     assert capacity["data"]["train_size"] > generalisation["data"]["train_size"]
-    assert capacity["training"]["epochs"] > generalisation["training"]["epochs"]
     with pytest.raises(ValueError, match="unknown scale"):
         coatnet_layouts_spec("huge", "capacity", 1)
 
@@ -95,11 +97,19 @@ def test_cait_study_plans():
     from harness.reproduce import plan
 
     (depth,) = plan("cait-depth", "tiny", 2, (), "synthetic", None)
-    spec = load_spec(depth[0])
-    assert {v["layer_scale"] for v in spec.variants.values()} == {"off", "rezero", "paper"}
+    spec = load_spec(depth.spec)
+    # The DeiT baseline of CaiT's Table 1: class token from layer 0, no class attention, no talking heads.
+    assert (spec.base_model["ca_depth"], spec.base_model["cls_insert_layer"], spec.base_model["talking_heads"]) == (
+        0, 0, False,
+    )  # fmt: skip
+    schemes = {name.split("-", 1)[1]: v for name, v in spec.variants.items()}
+    assert schemes["none"]["layer_scale"] == "off" and schemes["layerscale"]["layer_scale"] == "paper"
+    assert schemes["rezero"]["residual"] == "rezero"  # ReZero proper: no LayerNorm, gain at 0
     assert spec.search.n_trials == len(spec.variants) * 2
+    assert " - " in depth.protocol.claims[0][0]  # the primary claim is the depth x scheme interaction
+    assert depth.protocol.failure_rule and "Fisher" in "\n".join(depth.protocol.markdown())
     (split,) = plan("cait-class-attention", "tiny", 1, (), "synthetic", None)
-    spec = load_spec(split[0])
+    spec = load_spec(split.spec)
     assert {(v["depth"], v["ca_depth"]) for v in spec.variants.values()} >= {(4, 0), (2, 2), (3, 1), (4, 1), (4, 2)}
     assert any(v["ca_depth"] == 0 and v["cls_insert_layer"] == 2 for v in spec.variants.values())  # late insertion
 
@@ -121,3 +131,83 @@ def test_tiny_cait_studies_run_and_report(tmp_path, study):
     assert "Paper's ranking" in summary and "| variant | completed | diverged | failed |" in summary
     assert "-variants.png)" in summary and all(p.exists() for p in written)
     assert written[1].exists()
+
+
+def test_accuracy_is_read_at_the_level_on_log_loss_and_runs_that_never_reach_it_are_listed():
+    import math
+
+    import pandas as pd
+
+    from harness.reproduce import accuracy_at_level
+
+    curves = pd.DataFrame(
+        [
+            # trial 0 crosses 0.1 between epochs 2 (loss 0.4, 80%) and 3 (loss 0.025, 95%)
+            *({"number": 0, "epoch": e, "train_loss": 9.0, "train_eval_loss": loss, "top1": a}
+              for e, loss, a in [(1, 1.0, 60.0), (2, 0.4, 80.0), (3, 0.025, 95.0)]),
+            # trial 1 never gets below 0.3: listed, not clamped to its last accuracy
+            *({"number": 1, "epoch": e, "train_loss": 9.0, "train_eval_loss": loss, "top1": a}
+              for e, loss, a in [(1, 1.2, 55.0), (2, 0.5, 70.0), (3, 0.3, 75.0)]),
+        ]
+    )  # fmt: skip
+    trials = pd.DataFrame({"number": [0, 1], "status": ["completed", "completed"]})
+    level, values, missed = accuracy_at_level(curves, trials, 0.1)
+    t = (math.log(0.1) - math.log(0.4)) / (math.log(0.025) - math.log(0.4))  # halfway on log-loss
+    assert level == 0.1 and values == {0: pytest.approx(80.0 + t * 15.0)} and missed == [1]
+    assert t == pytest.approx(0.5)  # the eval-mode loss was read, not the running one (9.0)
+
+
+def _record(store, study: str, variant: str, seed: int, number: int, **final) -> None:
+    store.finish_trial(
+        study, number, status="completed", config={"name": variant, "seed": seed},
+        measurement={"params": 1000, "flops": 1e6}, final=final,
+        epochs=[{"epoch": 1, "train_loss": final.get("train_loss", 0.5), "top1": final.get("top1", 50.0)}],
+    )  # fmt: skip
+
+
+def test_the_depth_study_counts_failures_tests_the_interaction_and_corrects_for_its_family(tmp_path):
+    from harness.reproduce import StudyNumbers, markdown_summary, plan
+    from harness.store import Store
+
+    (run,) = plan("cait-depth", "tiny", 5, (), "synthetic", None)
+    accuracy = {  # LayerScale helps more at depth 4 than at depth 2; d4-none fails to learn on 3 seeds
+        "d2-none": [80, 81, 80, 82, 81], "d2-rezero": [79, 80, 80, 81, 80], "d2-layerscale": [81, 82, 81, 83, 82],
+        "d4-none": [10, 11, 84, 85, 84], "d4-rezero": [86, 87, 86, 88, 87], "d4-layerscale": [90, 91, 90, 92, 91],
+    }  # fmt: skip
+    with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        store.create_study(run.protocol.study, run.spec, {"top1": "max"})
+        number = 0
+        for variant, values in accuracy.items():
+            for seed, top1 in enumerate(values):
+                loss = 2.29 if top1 < 20 else 0.3  # a failure sits at ln(10) = 2.303
+                _record(store, run.protocol.study, variant, seed, number, top1=float(top1), train_loss=loss)
+                number += 1
+        numbers = StudyNumbers()
+        rows, verdicts, metric = summarize(store, run.protocol.study, run.protocol, numbers=numbers)
+    assert metric == "final validation top-1"  # synthetic keeps no test split
+    assert numbers.failures["d4-none"] == (2, 5) and numbers.failures["d4-layerscale"] == (0, 5)
+    by_variant = {r.variant: r for r in rows}
+    assert by_variant["d4-none"].n == 3 and by_variant["d4-none"].excluded == 2  # never averaged in
+    interaction = verdicts[0]
+    assert interaction["claim"] == "d4-layerscale - d4-none > d2-layerscale - d2-none"
+    assert interaction["p_holm"] >= interaction["p"]  # Holm over the study's four claims
+    assert any("fails less often" in claim for claim, _ in numbers.fisher)
+    text = markdown_summary(run.protocol.study, run.protocol, rows, verdicts, "cmd", numbers=numbers)
+    assert text.index("Protocol (pre-registered") < text.index("## Results")
+    assert "| d4-none | 2 | 5 |" in text and "Fisher's exact test" in text
+
+
+def test_a_much_better_claim_that_the_ceiling_decides_is_not_reported_as_a_result(tmp_path):
+    from harness.reproduce import plan
+    from harness.store import Store
+
+    (run,) = plan("coatnet-layouts", "tiny", 5, ("capacity",), "synthetic", None)
+    claims = [("A", ">>", "B")]
+    with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        store.create_study("c", run.spec, {"top1": "max"})
+        for seed in range(5):  # B is at 97%: a 5-point lead is impossible, whatever A does
+            _record(store, "c", "A", seed, 2 * seed, top1=99.0 + 0.1 * seed)
+            _record(store, "c", "B", seed, 2 * seed + 1, top1=97.0 + 0.1 * (seed % 2))
+        _, verdicts, _ = summarize(store, "c", "accuracy", claims)
+    assert verdicts[0]["verdict"].startswith("inconclusive (ceiling: B at 97")
+    assert "does not hold" in verdicts[0]["verdict"]  # the unadjusted result is still shown

@@ -356,7 +356,6 @@ class Trainer:
         what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", norm)
         raise Diverged(first_step + index + 1, what, value)
 
-    @torch.inference_mode()
     def recalibrate_batchnorm(self) -> None:
         """Recompute every BatchNorm's running statistics over the un-augmented training split.
 
@@ -382,6 +381,7 @@ class Trainer:
             for m, momentum in zip(norms, momenta, strict=True):
                 m.momentum = momentum
 
+    @torch.inference_mode()
     def evaluate(self, source: Any = None) -> tuple[float, float, float]:
         """Mean cross-entropy (no smoothing), top-1 and top-5 accuracy (%) on ``source`` (the validation split)."""
         self.model.eval()

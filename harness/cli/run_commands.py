@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from trials.lazy import lazy_import
 cluster = lazy_import("harness.cluster")
 interrupts = lazy_import("harness.interrupts")
 reproduction = lazy_import("harness.reproduce")
+planning = lazy_import("harness.reproduce.planning")
 search = lazy_import("harness.search")
 store_package = lazy_import("harness.store")
 
@@ -112,20 +114,29 @@ def search_command(
 @click.option(
     "--protocol", "protocols", multiple=True, type=click.Choice(["generalisation", "capacity"]), help="Default: both."
 )
-@click.option("--dataset", default="synthetic", show_default=True, help="synthetic, digits, cifar10, cifar100, ...")
+@click.option("--dataset", default="mnist5k", show_default=True, help="mnist5k, synthetic, digits, cifar10, ...")
 @click.option("--data-dir", default=None)
 @click.option("--output", default="reproductions", show_default=True, type=click.Path(file_okay=False))
-@click.option("--margin", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="Equivalence margin of '~' claims, in the metric's units (points of top-1).")  # fmt: skip
-@click.option("--large-margin", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
-              help="The difference a '>>' claim needs.")  # fmt: skip
+@click.option("--margin", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Margin of '~' and '>=' claims, in the metric's units (default: the protocol's).")  # fmt: skip
+@click.option("--large-margin", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="The difference a '>>' claim needs (default: the protocol's).")  # fmt: skip
 @click.option("--report-only", is_flag=True, help="Write the summaries again from the store; run nothing.")
+@click.option(
+    "--plan", "plan_only", is_flag=True, help="Print the variants, the protocol and the time here; run nothing."
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="With --plan: a table or JSON.")  # fmt: skip
 @click.option("--address", default=None, help="Ray cluster to join; default: local Ray.")
 @store_option
 def reproduce_command(
-    study, scale, seeds, protocols, dataset, data_dir, output, margin, large_margin, report_only, address, store_url
-) -> None:
+    study, scale, seeds, protocols, dataset, data_dir, output, margin, large_margin, report_only, plan_only, fmt,
+    address, store_url,
+) -> None:  # fmt: skip
     """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
+    if plan_only:
+        _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt)
+        return
     url = store_package.resolve_store_url(store_url)
     open_store(url, create=not report_only).close()
     protocols = tuple(protocols) or ("generalisation", "capacity")
@@ -134,8 +145,8 @@ def reproduce_command(
     shown += [f"--protocol {p}" for p in protocols] if study == "coatnet-layouts" else []
     shown += [f"--dataset {dataset}"] + ([f"--data-dir {data_dir}"] if data_dir else [])
     shown += [f"--output {os.path.relpath(output)}"]
-    shown += [f"--margin {margin:g}"] if margin != 1.0 else []
-    shown += [f"--large-margin {large_margin:g}"] if large_margin != 5.0 else []
+    shown += [f"--margin {margin:g}"] if margin is not None else []
+    shown += [f"--large-margin {large_margin:g}"] if large_margin is not None else []
     try:
         written = reproduction.reproduce(
             study,
@@ -156,3 +167,28 @@ def reproduce_command(
         raise UsageError(str(error).splitlines()[0]) from None
     for path in written:
         click.echo(f"wrote {os.path.relpath(path)}")
+
+
+def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: str, data_dir, fmt: str) -> None:
+    """``--plan``: the variants (params, FLOPs, token grids), the protocol and the estimated time here."""
+    try:
+        runs = reproduction.plan(study, scale, seeds, protocols, dataset, data_dir)
+    except (ConfigError, ValueError) as error:
+        raise UsageError(str(error).splitlines()[0]) from None
+    report = planning.plan_report(runs)
+    if fmt == "json":
+        click.echo(json.dumps(report, indent=2))
+        return
+    for entry in report["studies"]:
+        protocol = entry["protocol"]
+        click.echo(f"{entry['study']}: {protocol['dataset']} at {protocol['image_size']} px, "
+                   f"{protocol['epochs']} epochs, {protocol['seeds']} seeds, level {protocol['level']}")  # fmt: skip
+        rows = [
+            {"variant": v["name"], "params": v["params"], "gflops": v["flops"] / 1e9, "grids": v["grids"],
+             "run_s": v.get("estimated_run_s")}
+            for v in entry["variants"]
+        ]  # fmt: skip
+        click.echo(render(rows, "table", ["variant", "params", "gflops", "grids", "run_s"]))
+        click.echo("claims: " + "; ".join(protocol["claims"]))
+        minutes = entry["estimated_wall_time_s"]
+        click.echo(f"estimated wall time here: {minutes / 60:.0f} min\n" if minutes else "")

@@ -14,7 +14,7 @@ Parts: :mod:`.studies` (claims, scales, the grid specs), :mod:`.analysis` (metri
 verdicts), :mod:`.summary` (Markdown and figures), :mod:`.run` (run, then write).
 """
 
-from harness.reproduce.analysis import VariantSummary, accuracy_at_equal_loss, summarize
+from harness.reproduce.analysis import StudyNumbers, VariantSummary, accuracy_at_level, summarize
 from harness.reproduce.run import reproduce, reproduce_coatnet_layouts
 from harness.reproduce.studies import (
     CAIT_SCALES,
@@ -22,6 +22,8 @@ from harness.reproduce.studies import (
     PAPER_CLAIMS,
     PAPER_RANKING,
     SCALES,
+    Protocol,
+    Run,
     cait_class_attention_spec,
     cait_depth_spec,
     coatnet_layouts_spec,
@@ -35,8 +37,11 @@ __all__ = [
     "PAPER_CLAIMS",
     "PAPER_RANKING",
     "SCALES",
+    "Protocol",
+    "Run",
+    "StudyNumbers",
     "VariantSummary",
-    "accuracy_at_equal_loss",
+    "accuracy_at_level",
     "cait_class_attention_spec",
     "cait_depth_spec",
     "coatnet_layouts_spec",

@@ -1,31 +1,57 @@
-"""From a reproduction's store rows to numbers: the protocol's metric per run, per variant
-(mean, 95% interval over seeds) and a verdict on each of the paper's claims (paired by seed)."""
+"""From a reproduction's store rows to numbers: the protocol's metric per run, per variant (mean,
+95% interval over seeds), runs that did not reach the level or failed to learn, and a verdict on
+each of the paper's claims (paired by seed, Holm over the study's claims, ceilings flagged)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from dashboards.stats import assess, holm, mean_ci
-from harness.reproduce.studies import PAPER_CLAIMS
+from dashboards.stats import FailureComparison, assess, failure_rates, holm, mean_ci
+from harness.reproduce.studies import FAILED_LOSS_FRACTION, PAPER_CLAIMS, Protocol
+from trials.data_config import NUM_CLASSES
 
 
-def accuracy_at_equal_loss(curves, trials) -> tuple[float, dict[int, float]]:
-    """Eval top-1 of every trial interpolated at one training loss: the highest final training loss
-    among the trials (a loss every run reached), as the paper's "at equal training loss"."""
+def _train_loss_column(curves: pd.DataFrame) -> str:
+    """The training loss a comparison reads: in eval mode where the runs recorded it, else the running one."""
+    if "train_eval_loss" in curves and curves["train_eval_loss"].notna().any():
+        return "train_eval_loss"
+    return "train_loss"
+
+
+def accuracy_at_level(curves: pd.DataFrame, trials: pd.DataFrame, level: float | None = None):
+    """(level, {trial: validation top-1 at that training loss}, [trials that never reached it]).
+
+    Read on log-loss: between the last epoch above the level and the first at or below it, accuracy
+    is interpolated linearly in log(loss). A run whose loss never reaches the level has no value
+    (it is listed, never clamped to its last epoch). Without a pre-registered ``level``, the highest
+    final training loss of the runs is used (a level every run reached).
+    """
+    column = _train_loss_column(curves)
     per_trial = {int(n): g.sort_values("epoch") for n, g in curves.groupby("number")}
     completed = set(trials[trials["status"] == "completed"]["number"].astype(int))
-    per_trial = {n: g for n, g in per_trial.items() if n in completed and g["train_loss"].notna().all()}
-    level = max(g["train_loss"].iloc[-1] for g in per_trial.values())
-    values = {}
+    per_trial = {n: g for n, g in per_trial.items() if n in completed and g[column].notna().all()}
+    if level is None:
+        level = max(g[column].iloc[-1] for g in per_trial.values())
+    values, missed = {}, []
     for number, g in per_trial.items():
-        losses, accs = g["train_loss"].to_numpy(float), g["top1"].to_numpy(float)
-        # Loss falls with epochs: interpolate accuracy as a function of (decreasing) loss.
-        order = np.argsort(losses)
-        values[number] = float(np.interp(level, losses[order], accs[order]))
-    return float(level), values
+        losses, accs = g[column].to_numpy(float), g["top1"].to_numpy(float)
+        below = np.flatnonzero(losses <= level)
+        if len(below) == 0:
+            missed.append(number)
+            continue
+        i = int(below[0])
+        if i == 0 or losses[i] == level:
+            values[number] = float(accs[i])
+            continue
+        lo, hi = math.log(max(losses[i], 1e-12)), math.log(max(losses[i - 1], 1e-12))
+        t = (math.log(level) - hi) / (lo - hi) if lo != hi else 1.0
+        values[number] = float(accs[i - 1] + t * (accs[i] - accs[i - 1]))
+    return float(level), values, sorted(missed)
 
 
 @dataclass
@@ -39,90 +65,170 @@ class VariantSummary:
     high: float
     n: int
     clipped: bool = False  # whether the t-interval reached past that range (and was cut there)
+    excluded: int = 0  # runs left out: did not reach the comparison level, or failed to learn
+    test_top1: float | None = None  # mean final test top-1 of the variant's runs (where the data has a test split)
 
 
-def _metric_range(protocol: str) -> tuple[float, float]:
-    return (0.0, float("inf")) if protocol == "capacity" else (0.0, 100.0)
+@dataclass
+class StudyNumbers:
+    """Everything a summary reports beyond the per-variant rows."""
+
+    level: float | None = None
+    missed_level: dict[str, int] = field(default_factory=dict)  # variant -> runs that never reached the level
+    failures: dict[str, tuple[int, int]] = field(default_factory=dict)  # variant -> (failed to learn, runs)
+    fisher: list[tuple[str, FailureComparison]] = field(default_factory=list)
+
+
+def _metric_range(kind: str) -> tuple[float, float]:
+    return (0.0, float("inf")) if kind == "capacity" else (0.0, 100.0)
+
+
+def failed_to_learn(trials: pd.DataFrame, classes: int) -> pd.Series:
+    """Runs that learned nothing: final training loss within 5% of ln(classes), or accuracy at chance + 2."""
+    loss = trials["train_eval_loss"] if "train_eval_loss" in trials else trials["train_loss"]
+    loss = loss.fillna(trials["train_loss"]) if "train_loss" in trials else loss
+    near_guessing = loss >= (1 - FAILED_LOSS_FRACTION) * math.log(classes)
+    accuracy = trials["test_top1"].fillna(trials["top1"]) if "test_top1" in trials else trials["top1"]
+    return near_guessing | (accuracy <= 100.0 / classes + 2.0)
+
+
+def _samples_for(name: str, samples: dict[str, dict[int, float]]) -> dict[int, float] | None:
+    """A variant's per-seed values, or for ``"A - B"`` the per-seed differences (an interaction's arm)."""
+    if " - " not in name:
+        return samples.get(name)
+    a, b = (samples.get(part.strip()) for part in name.split(" - ", 1))
+    if not a or not b:
+        return None
+    return {seed: a[seed] - b[seed] for seed in set(a) & set(b)}
+
+
+def _ceiling(claim: tuple[str, str, str], means: dict[str, float], margin: float, large_margin: float) -> str | None:
+    """Why a verdict on accuracy is decided by the ceiling, not the models (None: it is not)."""
+    a, relation, b = claim
+    if a not in means or b not in means:
+        return None
+    if relation == ">>" and 100.0 - means[b] <= large_margin:
+        return f"ceiling: {b} at {means[b]:.1f}% leaves less than the {large_margin:g}-point large margin"
+    if relation in ("~", ">=") and 100.0 - min(means[a], means[b]) <= margin:
+        return f"ceiling: both within {margin:g} point of 100%"
+    return None
 
 
 def summarize(
     store,
     study: str,
-    protocol: str,
+    protocol: str | Protocol,
     claims: list[tuple[str, str, str]] | None = None,
     *,
     margin: float = 1.0,
     large_margin: float = 5.0,
+    numbers: StudyNumbers | None = None,
 ) -> tuple[list[VariantSummary], list[dict[str, Any]], str]:
-    """Per-variant mean and 95% interval of the protocol's metric, and the verdict on each paper claim.
+    """Per-variant mean and 95% interval of the protocol's metric, and the verdict on each claim.
 
-    ``protocol``: ``generalisation`` (eval top-1 at equal training loss), ``capacity`` (final
-    training loss, lower is better) or ``accuracy`` (final eval top-1). Diverged trials are
-    counted per variant in the summary, not averaged in. Samples are keyed by seed, so claims
-    are tested on per-seed differences (paired) wherever both variants ran that seed.
+    ``protocol``: a :class:`Protocol`, or its kind as a word: ``generalisation`` (validation top-1
+    at a training loss), ``capacity`` (final training loss, lower is better) or ``accuracy`` (final
+    test top-1, else validation). Diverged trials and runs that failed to learn (with a failure rule)
+    or never reached the level are counted per variant, not averaged in. Samples are keyed by seed,
+    so claims are tested on per-seed differences; Holm runs over the claims. ``numbers``, if given,
+    receives the level, the runs that missed it, the failure counts and Fisher's tests.
     """
+    pre = protocol if isinstance(protocol, Protocol) else None
+    kind = pre.kind if pre else protocol
+    if pre is not None:
+        claims = list(pre.claims) if claims is None else claims
+    numbers = numbers if numbers is not None else StudyNumbers()
     trials = store.trials(study)
     trials = trials[trials["status"] == "completed"]
-    if protocol == "generalisation":
-        level, values = accuracy_at_equal_loss(store.learning_curves(study), trials)
+    metric_range = _metric_range(kind)
+    if kind == "generalisation":
+        level, values, missed = accuracy_at_level(store.learning_curves(study), trials, pre.level if pre else None)
         trials = trials.assign(metric=trials["number"].map(values))
-        metric, higher = f"eval top-1 at train loss {level:.3f}", True
-    elif protocol == "capacity":
-        trials = trials.assign(metric=trials["train_loss"])
-        metric, higher = "final train loss", False
+        numbers.level = level
+        name_of = dict(zip(trials["number"], trials["config.name"], strict=True))
+        for number in missed:
+            numbers.missed_level[str(name_of[number])] = numbers.missed_level.get(str(name_of[number]), 0) + 1
+        metric, higher = f"validation top-1 at train loss {level:.3g}", True
+    elif kind == "capacity":
+        column = "train_eval_loss" if "train_eval_loss" in trials and trials["train_eval_loss"].notna().any() else None
+        trials = trials.assign(metric=trials[column or "train_loss"])
+        metric, higher = "final train loss" + (" (eval mode)" if column else ""), False
     else:
-        trials = trials.assign(metric=trials["top1"])
-        metric, higher = "final eval top-1", True
-    lowest, highest = _metric_range(protocol)
+        has_test = "test_top1" in trials and trials["test_top1"].notna().any()
+        trials = trials.assign(metric=trials["test_top1"] if has_test else trials["top1"])
+        metric, higher = ("final test top-1" if has_test else "final validation top-1"), True
+        if pre is not None and pre.failure_rule:
+            failed = failed_to_learn(trials, NUM_CLASSES.get(pre.dataset, 10))
+            for variant, group in trials.groupby("config.name"):
+                numbers.failures[str(variant)] = (int(failed[group.index].sum()), len(group))
+            trials = trials[~failed]
     seed_column = "config.seed" if "config.seed" in trials else None
     samples: dict[str, dict[int, float]] = {}
     rows = []
     for variant, group in trials.groupby("config.name"):
-        group = group[group["metric"].notna()]
-        seeds = group[seed_column].astype(int) if seed_column else range(len(group))
-        samples[variant] = {int(seed): float(v) for seed, v in zip(seeds, group["metric"], strict=True)}
-        if not samples[variant]:
+        usable = group[group["metric"].notna()]
+        seeds = usable[seed_column].astype(int) if seed_column else range(len(usable))
+        samples[str(variant)] = {int(seed): float(v) for seed, v in zip(seeds, usable["metric"], strict=True)}
+        if not samples[str(variant)]:
             continue
-        ci = mean_ci(list(samples[variant].values()))
-        shown = ci.clipped(lowest, highest)
+        ci = mean_ci(list(samples[str(variant)].values()))
+        shown = ci.clipped(*metric_range)
+        test = usable["test_top1"].mean() if "test_top1" in usable and usable["test_top1"].notna().any() else None
         rows.append(
             VariantSummary(
-                variant, float(group["params"].mean()), float(group["flops"].mean()), metric, ci.mean,
+                str(variant), float(group["params"].mean()), float(group["flops"].mean()), metric, ci.mean,
                 shown.low, shown.high, ci.n, clipped=(shown.low, shown.high) != (ci.low, ci.high),
+                excluded=len(group) - len(usable) + numbers.failures.get(str(variant), (0, 0))[0],
+                test_top1=None if test is None else float(test),
             )
         )  # fmt: skip
     rows.sort(key=lambda r: -r.mean if higher else r.mean)
+    means = {r.variant: r.mean for r in rows}
     tested, missing = [], []
-    for a, relation, b in claims if claims is not None else PAPER_CLAIMS[protocol]:
+    for a, relation, b in claims if claims is not None else PAPER_CLAIMS[kind]:
         claim = f"{a} {relation} {b}"
-        if samples.get(a) and samples.get(b):
-            tested.append(
-                assess(samples[a], samples[b], relation, higher, margin=margin, large_margin=large_margin, claim=claim)
-            )
+        sample_a, sample_b = _samples_for(a, samples), _samples_for(b, samples)
+        if sample_a and sample_b:
+            options = {"margin": margin, "large_margin": large_margin, "claim": claim}
+            verdict = assess(sample_a, sample_b, relation, higher, **options)
+            ceiling = _ceiling((a, relation, b), means, margin, large_margin) if higher else None
+            tested.append((verdict, ceiling))
         else:
             missing.append(claim)
-    # Holm over the study's family: every claim tested here, untestable ones counting as p = 1.
-    adjusted = holm(tested + [_untestable(claim) for claim in missing])[: len(tested)]
-    verdicts: list[dict[str, Any]] = [
-        {
-            "claim": v.claim,
-            "verdict": v.result,
-            "difference": v.difference.estimate,
-            "low": v.interval.low,
-            "high": v.interval.high,
-            "margin": v.margin,
-            "test": v.difference.test,
-            "p": v.p_value,
-            "p_exact": v.p_exact,
-            "p_holm": v.p_adjusted,
-            "power": v.power,
-        }
-        for v in adjusted
-    ]
+    # Holm over the study's family: every claim, untestable ones counting as p = 1.
+    adjusted = holm([v for v, _ in tested] + [assess([], [], ">", claim=claim) for claim in missing])
+    verdicts: list[dict[str, Any]] = []
+    for v, (_, ceiling) in zip(adjusted, tested, strict=False):
+        result = v.result
+        if ceiling and v.decided:
+            result = f"inconclusive ({ceiling}; unadjusted: {v.result})"
+        verdicts.append(
+            {
+                "claim": v.claim,
+                "verdict": result,
+                "difference": v.difference.estimate,
+                "low": v.interval.low,
+                "high": v.interval.high,
+                "margin": v.margin,
+                "test": v.difference.test,
+                "p": v.p_value,
+                "p_exact": v.p_exact,
+                "p_holm": v.p_adjusted,
+                "power": v.power,
+            }
+        )
     verdicts += [{"claim": claim, "verdict": "inconclusive (a variant did not complete)"} for claim in missing]
+    if numbers.failures:
+        numbers.fisher = _fisher_pairs(claims or [], numbers.failures)
     return rows, verdicts, metric
 
 
-def _untestable(claim: str):
-    """A claim whose variants did not complete: in Holm's family with p = 1, so it cannot ease the others."""
-    return assess([], [], ">", claim=claim)
+def _fisher_pairs(
+    claims: list[tuple[str, str, str]], failures: dict[str, tuple[int, int]]
+) -> list[tuple[str, FailureComparison]]:
+    """Fisher's exact test of "A fails to learn less often than B" for each plain-variant claim."""
+    out = []
+    for a, _, b in claims:
+        if a in failures and b in failures and (failures[a][0] or failures[b][0]):
+            out.append((f"{a} fails less often than {b}", failure_rates(*failures[a], *failures[b])))
+    return out

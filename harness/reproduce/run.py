@@ -7,8 +7,8 @@ from typing import Any
 
 from dashboards.files import atomic_write
 from dashboards.report import write_report
-from harness.reproduce.analysis import summarize
-from harness.reproduce.studies import plan
+from harness.reproduce.analysis import StudyNumbers, summarize
+from harness.reproduce.studies import DEFAULT_DATASET, plan
 from harness.reproduce.summary import markdown_summary, study_figures
 from harness.search import run_search
 from harness.store import Store
@@ -22,14 +22,14 @@ def reproduce(
     scale: str,
     seeds: int,
     protocols: tuple[str, ...] = ("generalisation", "capacity"),
-    dataset: str = "synthetic",
+    dataset: str = DEFAULT_DATASET,
     data_dir: str | None = None,
     address: str | None = None,
     output: Path,
     command: str,
     results_dir: Path | None = None,
-    margin: float = 1.0,
-    large_margin: float = 5.0,
+    margin: float | None = None,
+    large_margin: float | None = None,
     run: bool = True,
 ) -> list[Path]:
     """Run the study's grid searches, then write a Markdown summary and an HTML report for each.
@@ -39,13 +39,20 @@ def reproduce(
     """
     output.mkdir(parents=True, exist_ok=True)
     written = []
-    for spec_dict, protocol, claims, ranking in plan(study, scale, seeds, protocols, dataset, data_dir):
-        spec = load_spec(spec_dict, check_paths=address is None)
+    for planned in plan(study, scale, seeds, protocols, dataset, data_dir):
+        protocol = planned.protocol
+        spec = load_spec(planned.spec, check_paths=address is None)
         if run:
             run_search(spec, store_url, address=address, results_dir=results_dir)
         with Store.open(store_url, create=False) as store:
             store.study(spec.name)  # with run=False: a one-line error if the study was never run
-            rows, verdicts, _ = summarize(store, spec.name, protocol, claims, margin=margin, large_margin=large_margin)
+            numbers = StudyNumbers()
+            options = {
+                "margin": protocol.margin if margin is None else margin,
+                "large_margin": protocol.large_margin if large_margin is None else large_margin,
+                "numbers": numbers,
+            }
+            rows, verdicts, _ = summarize(store, spec.name, protocol, **options)
             trials = store.trials(spec.name)
             outcomes = {
                 str(variant): group["status"].value_counts().to_dict()
@@ -53,7 +60,7 @@ def reproduce(
             }
             figures = study_figures(store, spec.name, rows, output)
             summary = output / f"{spec.name}.md"
-            text = markdown_summary(spec.name, protocol, rows, verdicts, command, ranking, outcomes)
+            text = markdown_summary(spec.name, protocol, rows, verdicts, command, None, outcomes, numbers)
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
             atomic_write(summary, text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"

@@ -11,8 +11,8 @@ import numpy as np
 
 from dashboards.figures import loss_vs_accuracy, variant_intervals
 from dashboards.files import atomic_write
-from harness.reproduce.analysis import VariantSummary
-from harness.reproduce.studies import PAPER_RANKING
+from harness.reproduce.analysis import StudyNumbers, VariantSummary
+from harness.reproduce.studies import PAPER_RANKING, Protocol
 
 
 def _number(value: Any, digits: int = 3) -> str:
@@ -28,38 +28,46 @@ def _p(value: float | None) -> str:
 
 def markdown_summary(
     study: str,
-    protocol: str,
+    protocol: str | Protocol,
     rows: list[VariantSummary],
     claims: list[dict[str, Any]],
     command: str,
     paper_ranking: str | None = None,
     outcomes: dict[str, dict[str, int]] | None = None,
+    numbers: StudyNumbers | None = None,
 ) -> str:
-    """The study's summary: per-variant means and intervals, the ranking next to the paper's, verdicts."""
-    unit = "loss" if protocol == "capacity" else "points of top-1"
-    lines = [
-        f"# {study}",
+    """The study's summary: its pre-registered protocol first, then per-variant means and intervals,
+    the ranking next to the paper's, the verdicts, runs left out and why."""
+    pre = protocol if isinstance(protocol, Protocol) else None
+    kind = pre.kind if pre else protocol
+    paper_ranking = paper_ranking or (pre.ranking if pre else None)
+    unit = "loss" if kind == "capacity" else "points of top-1"
+    lines = [f"# {study}", "", f"Command: `{command}`", ""]
+    if pre is not None:
+        lines += [*pre.markdown(), "", "## Results", ""]
+    test_column = any(r.test_top1 is not None for r in rows) and kind != "accuracy"
+    lines += [
+        f"Protocol: **{kind}**. Metric: {rows[0].metric if rows else '-'} (mean and 95% t-interval over seeds).",
         "",
-        f"Command: `{command}`",
-        "",
-        f"Protocol: **{protocol}**. Metric: {rows[0].metric if rows else '-'} (mean and 95% t-interval over seeds).",
-        "",
-        "| rank | variant | params | GFLOPs | mean | 95% CI | seeds |",
-        "|---|---|---|---|---|---|---|",
+        "| rank | variant | params | GFLOPs | mean | 95% CI | seeds | left out |"
+        + (" test top-1 |" if test_column else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|" if test_column else ""),
     ]
     for rank, r in enumerate(rows, start=1):
         ci = "unbounded (1 seed)" if r.n < 2 else f"[{r.low:.3f}, {r.high:.3f}]" + (" *" if r.clipped else "")
+        test = f" {r.test_top1:.2f} |" if test_column and r.test_top1 is not None else (" - |" if test_column else "")
         lines.append(
-            f"| {rank} | {r.variant} | {r.params / 1e6:.3f}M | {r.flops / 1e9:.4f} | {r.mean:.3f} | {ci} | {r.n} |"
+            f"| {rank} | {r.variant} | {r.params / 1e6:.3f}M | {r.flops / 1e9:.4f} | {r.mean:.3f} | {ci} | {r.n} "
+            f"| {r.excluded} |{test}"
         )
     if any(r.clipped for r in rows):
-        bound = "[0, 100]" if protocol != "capacity" else "[0, +inf)"
+        bound = "[0, 100]" if kind != "capacity" else "[0, +inf)"
         lines += ["", f"\\* interval clipped to the metric's possible range {bound}; the t-interval reached past it."]
     found = " > ".join(r.variant for r in rows)
     lines += [
         "",
         f"Ranking found here: {found}",
-        f"Paper's ranking: {paper_ranking or PAPER_RANKING.get(protocol, '-')}",
+        f"Paper's ranking: {paper_ranking or PAPER_RANKING.get(kind, '-')}",
         "",
         f"| paper's claim | here | A - B ({unit}) | 90% CI | margin | test | p | p exact | p Holm | power |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -94,7 +102,25 @@ def markdown_summary(
             lines.append(f"| {variant} | {done} | {diverged} | {failed} |")
         lines.append("")
         lines.append("Divergence is a result: a diverged run is counted here and left out of the means.")
+    lines += _left_out(numbers)
     return "\n".join(lines) + "\n"
+
+
+def _left_out(numbers: StudyNumbers | None) -> list[str]:
+    """Runs that never reached the comparison level, runs that failed to learn, and Fisher's tests."""
+    if numbers is None:
+        return []
+    lines = []
+    if numbers.missed_level:
+        shown = ", ".join(f"{v}: {n}" for v, n in sorted(numbers.missed_level.items()))
+        lines += ["", f"Runs whose training loss never reached {numbers.level:g} (no value, not clamped): {shown}."]
+    if numbers.failures:
+        lines += ["", "| variant | failed to learn | runs |", "|---|---|---|"]
+        lines += [f"| {v} | {f} | {n} |" for v, (f, n) in sorted(numbers.failures.items())]
+        for claim, test in numbers.fisher:
+            lines.append(f"\nFisher's exact test, {claim}: {test.failed_a}/{test.runs_a} vs "
+                         f"{test.failed_b}/{test.runs_b}, one-sided p = {test.p_value:.3g}.")  # fmt: skip
+    return lines
 
 
 def study_figures(store, study: str, rows: list[VariantSummary], output: Path) -> list[tuple[str, Path]]:

@@ -328,16 +328,6 @@ class CoAtNetConfig(_ConfigBase):
     def num_blocks(self) -> int:
         return sum(self.depths[1:])
 
-    @property
-    def scalar_gain(self) -> bool:
-        """Whether each residual branch has one scalar gain initialised to 0 (either ReZero form)."""
-        return self.residual == "rezero" or self.layer_scale == "rezero"
-
-    @property
-    def branch_norm(self) -> bool:
-        """Whether each residual branch starts with a LayerNorm (pre-norm); ReZero proper has none."""
-        return self.residual == "prenorm"
-
     def block_drop_path_rates(self) -> list[float]:
         return drop_path_rates(self.drop_path_rate, self.num_blocks(), self.drop_path_schedule)
 

@@ -1,0 +1,109 @@
+"""``archsearch reproduce STUDY --plan``: what a reproduction will run, without training anything.
+
+For every variant: parameters and FLOPs (closed-form cost model), the token grid of each attention
+stage (or each stage), and for the study its pre-registered protocol and an estimate of the wall
+time here, from one timed training step of each variant on this machine.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from harness.reproduce.studies import Run
+from search_space.cost_model import estimate_flops, estimate_params
+from trials.models import build_model, resolve_config
+from trials.models.config import CaiTConfig, CoAtNetConfig
+
+TIMED_STEPS = 2  # after one warm-up step
+EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
+RUN_OVERHEAD_S = 5.0  # building, measuring params/FLOPs/throughput, writing the record
+
+
+def grids(config: CaiTConfig | CoAtNetConfig) -> list[list[int]]:
+    """The spatial grid of each stage the attention (or convolution) runs on: CoAtNet's S1..S4,
+    ViT-REL's and CaiT's patch grid."""
+    if isinstance(config, CoAtNetConfig):
+        return [[side, side] for side in config.stage_resolutions()]
+    side = config.image_size // config.patch_size
+    return [[side, side]]
+
+
+def _variant_config(run: Run, name: str) -> CaiTConfig | CoAtNetConfig:
+    if name in run.variant_models:
+        return run.variant_models[name]
+    base = run.spec["base_model"]
+    base = {"preset": base} if isinstance(base, str) else dict(base)
+    image_size = run.spec["data"].get("image_size")
+    overrides = {**run.spec["variants"][name], **({"image_size": image_size} if image_size else {})}
+    return resolve_config({**base, **overrides})
+
+
+def _step_seconds(config: CaiTConfig | CoAtNetConfig, batch_size: int) -> float:
+    """Median seconds of one training step at ``batch_size`` on one CPU thread (a trial's share here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = build_model(config.replace(num_classes=10))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        images = torch.randn(batch_size, 3, config.image_size, config.image_size)
+        labels = torch.randint(0, 10, (batch_size,))
+        times = []
+        for _ in range(TIMED_STEPS + 1):
+            started = time.perf_counter()
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            times.append(time.perf_counter() - started)
+        return sorted(times[1:])[len(times[1:]) // 2]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
+    """One study of the plan: its variants, its protocol, and the estimated wall time here."""
+    data, training = run.spec["data"], run.spec["training"]
+    batch = data.get("batch_size", 64)
+    train_size = run.protocol.train_size or 0
+    val_size = data.get("val_size", 1000)
+    concurrency = run.spec["search"]["concurrency"]
+    variants, seconds = [], 0.0
+    for name in run.spec["variants"]:
+        config = _variant_config(run, name)
+        entry = {
+            "name": name,
+            "params": estimate_params(config),
+            "flops": estimate_flops(config),
+            "grids": grids(config),
+        }
+        if timed and train_size:
+            step = _step_seconds(config, batch)
+            steps = math.ceil(train_size / batch)
+            evaluated = val_size + (2 * train_size if training.get("recalibrate_batchnorm") else 0)
+            epoch = step * (steps + EVAL_COST * math.ceil(evaluated / batch))
+            entry["estimated_run_s"] = round(RUN_OVERHEAD_S + training["epochs"] * epoch, 1)
+            seconds += entry["estimated_run_s"] * run.protocol.seeds
+        variants.append(entry)
+    return {
+        "study": run.protocol.study,
+        "variants": variants,
+        "protocol": run.protocol.to_dict(),
+        "estimated_wall_time_s": round(seconds / concurrency, 0) if seconds else None,
+    }
+
+
+def plan_report(runs: list[Run], *, timed: bool = True) -> dict[str, Any]:
+    """The whole reproduction: ``variants`` and ``protocol`` of the first study (every layout study
+    shares its variants), and ``studies`` with each one's own."""
+    studies = [describe(run, timed=timed) for run in runs]
+    total = [s["estimated_wall_time_s"] for s in studies]
+    return {
+        "variants": studies[0]["variants"],
+        "protocol": studies[0]["protocol"],
+        "studies": studies,
+        "estimated_wall_time_s": sum(total) if all(t is not None for t in total) else None,
+    }
