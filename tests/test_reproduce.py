@@ -211,3 +211,36 @@ def test_a_much_better_claim_that_the_ceiling_decides_is_not_reported_as_a_resul
         _, verdicts, _ = summarize(store, "c", "accuracy", claims)
     assert verdicts[0]["verdict"].startswith("inconclusive (ceiling: B at 97")
     assert "does not hold" in verdicts[0]["verdict"]  # the unadjusted result is still shown
+
+
+@pytest.mark.slow
+def test_the_plan_shows_matched_layouts_real_attention_grids_and_the_protocol():
+    """`archsearch reproduce coatnet-layouts --plan --format json`: CCCC..CTTT within 5% of each other in
+    params and FLOPs, every last-stage grid at least 2x2, ViT-REL at least 16 tokens, the protocol."""
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    result = CliRunner().invoke(
+        main, ["reproduce", "coatnet-layouts", "--scale", "cpu", "--protocol", "generalisation", "--plan",
+               "--format", "json"]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    variants = {v["name"]: v for v in plan["variants"]}
+    assert set(variants) == set(LAYOUTS)
+    conv_attention = [variants[name] for name in ("CCCC", "CCCT", "CCTT", "CTTT")]
+    for key in ("params", "flops"):
+        values = [v[key] for v in conv_attention]
+        assert max(values) / min(values) <= 1.05 * 1.05 and all(
+            abs(v / variants["CCTT"][key] - 1) <= 0.05 for v in values
+        )
+    assert all(min(v["grids"][-1]) >= 2 for v in conv_attention)
+    ((side, _),) = variants["VIT-REL"]["grids"]
+    assert side * side >= 16
+    protocol = plan["protocol"]
+    assert (protocol["dataset"], protocol["image_size"], protocol["seeds"]) == ("mnist5k", 64, 5)
+    assert protocol["level"] == 0.05 and protocol["epochs"] >= 1 and len(protocol["claims"]) == 5
+    assert plan["estimated_wall_time_s"] > 0 and all(v["estimated_run_s"] > 0 for v in plan["variants"])
