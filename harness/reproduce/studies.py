@@ -297,10 +297,10 @@ def coatnet_layouts_run(
     if generalisation:
         metric = "validation top-1 at the comparison level of training loss (higher is better)"
     else:
+        more = f"{train_size} training images, {train_size // settings['train_size']}x" if train_size else "more"
         metric = (
             "final training loss in eval mode (BatchNorm recalibrated) on the whole training split, lower is "
-            f"better, with {train_size} training images ({train_size // max(settings['train_size'] or 1, 1)}x "
-            "the generalisation protocol's); held-out accuracy reported beside it"
+            f"better, with {more} the generalisation protocol's data; held-out accuracy reported beside it"
         )
     name = _study_name(f"coatnet-layouts-{protocol}", scale, dataset)
     spec = _grid_spec(
