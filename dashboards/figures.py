@@ -58,6 +58,7 @@ def category_labels(values: pd.Series) -> pd.Series:
     Config columns of a study mix types (a key only some families have, a list-valued knob), and
     text and floats cannot be sorted together: labels are always strings.
     """
+
     def label(value: Any) -> str:
         if _is_missing(value):
             return "missing"
@@ -362,9 +363,15 @@ def objective_vs_params(
     return fig
 
 
-def loss_vs_accuracy(curves: pd.DataFrame, variant_of: Mapping[int, str]) -> Figure:
+def loss_vs_accuracy(curves: pd.DataFrame, variant_of: Mapping[int, str], level: float | None = None) -> Figure:
     """The CoAtNet paper's Fig. 1 form: each run's path of (training loss, eval top-1) over epochs,
-    coloured by variant, so generalisation reads as accuracy at equal training loss."""
+    coloured by variant, so generalisation reads as accuracy at equal training loss.
+
+    The training loss is the eval-mode one where the runs recorded it (BatchNorm recalibrated), on
+    a log axis (the level is read on log-loss); ``level`` is drawn as a vertical line.
+    """
+    column = "train_eval_loss" if "train_eval_loss" in curves and curves["train_eval_loss"].notna().any() else None
+    column = column or "train_loss"
     sns.set_theme(style="whitegrid")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = sorted(set(variant_of.values()))
@@ -376,7 +383,7 @@ def loss_vs_accuracy(curves: pd.DataFrame, variant_of: Mapping[int, str]) -> Fig
             continue
         g = group.sort_values("epoch")
         ax.plot(
-            g["train_loss"],
+            g[column],
             g["top1"],
             marker="o",
             ms=3,
@@ -385,8 +392,13 @@ def loss_vs_accuracy(curves: pd.DataFrame, variant_of: Mapping[int, str]) -> Fig
             alpha=0.85,
         )
         seen.add(variant)
+    if (curves[column] > 0).all():
+        ax.set_xscale("log")
+    if level is not None:
+        ax.axvline(level, color="0.3", linestyle="--", linewidth=1, label=f"level {level:g}")
     ax.invert_xaxis()  # training proceeds left to right
-    ax.set_xlabel("training loss (lower is further in training)")
+    eval_mode = " (eval mode)" if column == "train_eval_loss" else ""
+    ax.set_xlabel(f"training loss{eval_mode} (lower is further in training)")
     ax.set_ylabel("eval top-1 (%)")
     ax.set_title("Eval accuracy against training loss, per run")
     ax.legend(title="variant", fontsize=8)

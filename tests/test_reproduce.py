@@ -244,3 +244,19 @@ def test_the_plan_shows_matched_layouts_real_attention_grids_and_the_protocol():
     assert (protocol["dataset"], protocol["image_size"], protocol["seeds"]) == ("mnist5k", 64, 5)
     assert protocol["level"] == 0.05 and protocol["epochs"] >= 1 and len(protocol["claims"]) == 5
     assert plan["estimated_wall_time_s"] > 0 and all(v["estimated_run_s"] > 0 for v in plan["variants"])
+
+
+def test_the_loss_accuracy_figure_reads_the_eval_mode_loss_on_a_log_axis_with_the_level():
+    import pandas as pd
+
+    from dashboards.figures import loss_vs_accuracy
+
+    curves = pd.DataFrame(
+        {"number": [0, 0, 1, 1], "epoch": [1, 2, 1, 2], "train_loss": [9.0] * 4,
+         "train_eval_loss": [1.0, 0.01, 2.0, 0.3], "top1": [50.0, 90.0, 40.0, 70.0]}
+    )  # fmt: skip
+    figure = loss_vs_accuracy(curves, {0: "A", 1: "B"}, level=0.05)
+    ax = figure.axes[0]
+    assert ax.get_xscale() == "log" and "eval mode" in ax.get_xlabel()
+    assert any(line.get_label() == "level 0.05" for line in ax.get_lines())
+    assert max(max(line.get_xdata()) for line in ax.get_lines()[:2]) == 2.0  # eval-mode losses, not 9.0

@@ -58,7 +58,7 @@ def reproduce(
                 str(variant): group["status"].value_counts().to_dict()
                 for variant, group in trials.groupby("config.name")
             }
-            figures = study_figures(store, spec.name, rows, output)
+            figures = study_figures(store, spec.name, rows, output, numbers.level)
             summary = output / f"{spec.name}.md"
             text = markdown_summary(spec.name, protocol, rows, verdicts, command, None, outcomes, numbers)
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)

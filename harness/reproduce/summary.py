@@ -123,7 +123,9 @@ def _left_out(numbers: StudyNumbers | None) -> list[str]:
     return lines
 
 
-def study_figures(store, study: str, rows: list[VariantSummary], output: Path) -> list[tuple[str, Path]]:
+def study_figures(
+    store, study: str, rows: list[VariantSummary], output: Path, level: float | None = None
+) -> list[tuple[str, Path]]:
     """The reproduction's own figures: accuracy against training loss per run (CoAtNet Fig. 1 form),
     and the metric per variant with its interval (accuracy against depth for the depth study)."""
     trials = store.trials(study)
@@ -133,7 +135,7 @@ def study_figures(store, study: str, rows: list[VariantSummary], output: Path) -
         (
             "eval accuracy against training loss",
             "loss-vs-accuracy",
-            loss_vs_accuracy(store.learning_curves(study), variant_of),
+            loss_vs_accuracy(store.learning_curves(study), variant_of, level),
         ),
         ("metric per variant", "variants", variant_intervals(rows, rows[0].metric if rows else "metric")),
     ):
