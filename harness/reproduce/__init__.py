@@ -1,17 +1,20 @@
 """``archsearch reproduce``: the papers' comparisons as ordinary studies (spec -> grid search -> store).
 
-``coatnet-layouts``: ViT-REL, C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T at matched parameter counts,
-same data and budget, several seeds, under the paper's two protocols:
+``coatnet-layouts``: ViT-REL, C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T matched in parameters (and, but for
+ViT-REL, FLOPs), same data and budget, several seeds, under the paper's two protocols:
 
-* generalisation: no augmentation, no regularisation; compare evaluation accuracy at equal
-  training loss (interpolated on each trial's learning curve at a loss every run reached);
-* capacity: the largest data and longest budget of the scale; compare final training loss.
+* generalisation: no augmentation, no regularisation; validation accuracy read at a training loss
+  fixed in advance (eval mode, BatchNorm recalibrated, on log-loss);
+* capacity: three times the data, no regularisation; compare the final training loss.
 
-The summary states, for each ordering of the paper's Fig. 1, whether it holds here, from 95%
-intervals over seeds (never hard-coded).
+``cait-depth`` (depth x residual scheme on the DeiT baseline) and ``cait-class-attention`` (the SA/CA
+split) run the same way. Each study's protocol is pre-registered (:class:`Protocol`) and printed
+first in its summary; verdicts are one-sided tests on per-seed differences, Holm-corrected over the
+study's claims (never hard-coded).
 
-Parts: :mod:`.studies` (claims, scales, the grid specs), :mod:`.analysis` (metric, intervals,
-verdicts), :mod:`.summary` (Markdown and figures), :mod:`.run` (run, then write).
+Parts: :mod:`.studies` (protocols, claims, scales, the grid specs), :mod:`.analysis` (metric,
+failures, verdicts), :mod:`.summary` (Markdown and figures), :mod:`.planning` (``--plan``),
+:mod:`.run` (run, then write).
 """
 
 from harness.reproduce.analysis import StudyNumbers, VariantSummary, accuracy_at_level, summarize
