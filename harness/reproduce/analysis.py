@@ -173,7 +173,8 @@ def summarize(
             continue
         ci = mean_ci(list(samples[str(variant)].values()))
         shown = ci.clipped(*metric_range)
-        test = usable["test_top1"].mean() if "test_top1" in usable and usable["test_top1"].notna().any() else None
+        # Final numbers on the test split: every completed run of the variant, reached the level or not.
+        test = group["test_top1"].mean() if "test_top1" in group and group["test_top1"].notna().any() else None
         rows.append(
             VariantSummary(
                 str(variant), float(group["params"].mean()), float(group["flops"].mean()), metric, ci.mean,
