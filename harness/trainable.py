@@ -90,6 +90,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
         if trainer.finished:  # the whole budget ran: this is the trial's final result
             payload.update({f"final_{k}": v for k, v in runner.final_metrics(trainer.history).items()})
             payload.update({f"final_{k}": v for k, v in runner.trial_facts(trainer).items()})
+            payload.update({f"final_{k}": v for k, v in runner.test_metrics(trainer).items()})  # test: once, at the end
             if trainer.notes:  # e.g. a torch.compile fallback: kept with the trial's final record
                 payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)

@@ -129,6 +129,11 @@ def test_tiny_cait_studies_run_and_report(tmp_path, study):
         ray.shutdown()
     summary = written[0].read_text()
     assert "Paper's ranking" in summary and "| variant | completed | diverged | failed |" in summary
+    from harness.store import Store
+
+    with Store.open(url, create=False) as store:  # mnist5k's test split reaches the store through Ray Tune
+        trials = store.trials(f"{study}-tiny-mnist5k")
+    assert trials["test_top1"].notna().all() and trials["test_top1"].between(0, 100).all()
     assert "-variants.png)" in summary and all(p.exists() for p in written)
     assert written[1].exists()
 

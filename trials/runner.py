@@ -82,11 +82,18 @@ def final_metrics(history: list[EpochMetrics]) -> dict[str, float]:
 
 
 def test_metrics(trainer) -> dict[str, float]:
-    """The held-out test split's loss and accuracy, once, after training (datasets that keep one apart)."""
+    """The held-out test split's loss and accuracy after training (datasets that keep one apart).
+
+    Evaluated once per trainer and kept: the search reports it from its last epoch callback (so it
+    reaches the store through Ray Tune) and ``run_trial`` records it after ``fit``; both get the same
+    numbers from one pass.
+    """
     if trainer.data.test is None:
         return {}
-    loss, top1, top5 = trainer.evaluate(trainer.data.test)
-    return {"test_loss": loss, "test_top1": top1, "test_top5": top5}
+    if getattr(trainer, "test_result", None) is None:
+        loss, top1, top5 = trainer.evaluate(trainer.data.test)
+        trainer.test_result = {"test_loss": loss, "test_top1": top1, "test_top5": top5}
+    return dict(trainer.test_result)
 
 
 def _peak(name: str, values: list[float | None]) -> dict[str, float]:
