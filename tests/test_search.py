@@ -225,7 +225,7 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
 
     spec = tiny_spec(
         name="killed",
-        training={"epochs": 3, "lr": 1e-3},
+        training={"epochs": 6, "lr": 1e-3},  # long enough for Ray to save its state while two run
         data={"name": "synthetic", "num_classes": 4, "train_size": 512, "val_size": 64, "batch_size": 32},
         search={"sampler": "tpe", "n_trials": 6, "concurrency": 2, "seed": 5},
     )
