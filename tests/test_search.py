@@ -225,7 +225,7 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
 
     spec = tiny_spec(
         name="killed",
-        training={"epochs": 6, "lr": 1e-3},  # long enough for Ray to save its state while two run
+        training={"epochs": 3, "lr": 1e-3},
         data={"name": "synthetic", "num_classes": 4, "train_size": 512, "val_size": 64, "batch_size": 32},
         search={"sampler": "tpe", "n_trials": 6, "concurrency": 2, "seed": 5},
     )
@@ -252,13 +252,6 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
                 continue
             if completed >= 2:
                 break
-    # Kill once Ray has saved its experiment state with the running trials in it (it saves every few
-    # seconds): a driver killed before Ray's first snapshot of a trial loses that trial, which is
-    # Ray Tune's resume contract, not what this test checks.
-    seen, saved = time.time(), False
-    while not saved and time.time() < seen + 90 and driver.poll() is None:
-        time.sleep(0.5)
-        saved = any(p.stat().st_mtime > seen for p in (tmp_path / "ray" / "killed").glob("experiment_state-*.json"))
     assert driver.poll() is None, "the search ended before it could be killed"
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and what it started in its session
     driver.wait()
