@@ -16,6 +16,13 @@
    TPE and NSGA-II re-propose points of small discrete spaces; without this a GPU would spend a
    whole trial on a result the study already has.
 
+5. On resume, the budget is the store's: Ray restores the searcher as it was at its last experiment
+   snapshot, so trials dispatched after it (a driver killed between two snapshots) are unknown to
+   the restored searcher and to Ray. Those that finished count towards ``n_trials`` (and their
+   configurations are not trained again); those that were running are lost with the driver,
+   recorded ``interrupted`` and told FAIL, and their slot of the budget is dispatched again, so a
+   killed and resumed search completes exactly the trials it was asked for.
+
 The searcher is pickled for ``Tuner.restore``; it holds a store URL, never an open connection.
 """
 
@@ -64,6 +71,7 @@ class ArchsearchSearch(OptunaSearch):
         self._seen: dict[str, int] = {}  # config key -> Optuna number of the trial that trains it
         self._outcomes: dict[int, tuple] = {}  # Optuna number -> ("values", [...]) | ("failed",) | ("pruned",)
         self._waiting: dict[int, list[int]] = {}  # original's number -> duplicates waiting for its outcome
+        self._synced = False  # with the store, in this process (never pickled: a restored searcher syncs again)
         super().__init__(
             space=SpaceFunction(spec),
             metric=list(spec.objectives),
@@ -76,15 +84,18 @@ class ArchsearchSearch(OptunaSearch):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_store"] = None
+        state["_synced"] = False
         return state
 
     def save(self, checkpoint_path: str) -> None:
-        # OptunaSearch.save pickles __dict__ directly (not __getstate__): drop the open store.
-        store, self._store = self._store, None
+        # OptunaSearch.save pickles __dict__ directly (not __getstate__): drop the open store, and
+        # the sync flag (the searcher restored from this file must sync with the store again).
+        store, synced = self._store, getattr(self, "_synced", False)
+        self._store, self._synced = None, False
         try:
             super().save(checkpoint_path)
         finally:
-            self._store = store
+            self._store, self._synced = store, synced
 
     @property
     def store(self):
@@ -99,6 +110,8 @@ class ArchsearchSearch(OptunaSearch):
     def _suggest(self, trial_id: str) -> dict | None:
         if not hasattr(self, "_seen"):  # a searcher pickled by an older archsearch
             self.duplicates, self.dispatched, self._seen, self._outcomes, self._waiting = 0, 0, {}, {}, {}
+        if not getattr(self, "_synced", False):
+            self._sync_with_store()
         rejected = "infeasible"
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
             if self._grid_done() or self._budget_spent():
@@ -132,8 +145,60 @@ class ArchsearchSearch(OptunaSearch):
         )
         return Searcher.FINISHED
 
+    def _sync_with_store(self) -> None:
+        """Count in what the store holds of this study beyond this searcher's state (see item 5 of
+        the module docstring); a no-op for a new study. Runs once per process, at the first suggest."""
+        self._synced = True
+        self._counted_on_resume: set[int] = set()
+        if self.archsearch_study not in self.store.study_names():  # not recorded yet: nothing to count
+            return
+        trials = self.store.trials(self.archsearch_study, flatten_config=False)
+        if trials.empty:
+            return
+        known = {ot_trial.number for ot_trial in self._ot_trials.values()}
+        storage, study_id = self._ot_study._storage, self._ot_study._study_id
+        lost = 0
+        for row in trials.itertuples(index=False):
+            number, status = int(row.number), row.status
+            if number in known or status in ("infeasible", "duplicate"):
+                continue
+            frozen = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, number))
+            if status in ("running", "interrupted"):  # lost with the driver: its budget slot runs again
+                if not frozen.state.is_finished():
+                    self._ot_study.tell(number, state=optuna.trial.TrialState.FAIL)
+                self.store.finish_trial(
+                    self.archsearch_study,
+                    number,
+                    status="interrupted",
+                    config=row.config,
+                    error="interrupted: lost with a driver that stopped before Ray saved it; run again as a new trial",
+                )
+                lost += 1
+                continue
+            self.dispatched += 1  # finished after the snapshot: it counts, and is not trained again
+            self._seen[config_key(row.config)] = number
+            self._outcomes[number] = _outcome_of_frozen(frozen)
+            self._counted_on_resume.add(number)
+        statuses = trials["status"]
+        replayed = trials["replayed"].eq(True) if "replayed" in trials else statuses.eq("")
+        self.duplicates = int((statuses.eq("duplicate") & ~replayed).sum())
+        self.infeasible = max(self.infeasible, int(statuses.eq("infeasible").sum()))
+        if lost:
+            print(
+                f"[{self.archsearch_study}] {lost} trial(s) lost with the earlier driver: "
+                "recorded interrupted, run again",
+                file=sys.stderr,
+                flush=True,
+            )
+
     def _record_duplicate(self, ot_trial, config: dict, original: int) -> None:
-        self.duplicates += 1
+        # A sampler restored from Ray's snapshot proposes again what it proposed after the snapshot:
+        # the first re-proposal of a trial counted on resume is that trial, not a new duplicate.
+        counted_on_resume = getattr(self, "_counted_on_resume", set())
+        replayed = original in counted_on_resume
+        counted_on_resume.discard(original)
+        if not replayed:
+            self.duplicates += 1
         outcome = self._outcomes.get(original)
         if outcome is not None:
             self._tell_copy(ot_trial.number, outcome)
@@ -144,8 +209,13 @@ class ArchsearchSearch(OptunaSearch):
             ot_trial.number,
             status="duplicate",
             config=config,
-            final={"duplicate_of": original},
-            error=f"duplicate of trial {original}: the same configuration (seed included), not trained again",
+            final={"duplicate_of": original, **({"replayed": True} if replayed else {})},
+            error=(
+                f"duplicate of trial {original}: proposed again by the sampler restored on resume; "
+                "not trained again, not counted towards n_trials"
+                if replayed
+                else f"duplicate of trial {original}: the same configuration (seed included), not trained again"
+            ),
             optuna_number=ot_trial.number,
         )
 
@@ -235,6 +305,16 @@ def tell_outcome(study, number: int, result: dict | None, error: bool, metrics: 
 def config_key(config: dict) -> str:
     """Identity of a trial configuration: the full config after sampling, seed included."""
     return json.dumps(config, sort_keys=True, default=str)
+
+
+def _outcome_of_frozen(frozen) -> tuple:
+    """What an Optuna trial finished by an earlier driver tells its duplicates (as :func:`outcome_of`)."""
+    state = optuna.trial.TrialState
+    if frozen.state == state.COMPLETE:
+        return ("values", tuple(float(v) for v in frozen.values))
+    if frozen.state == state.PRUNED:
+        return ("pruned",)
+    return ("failed",)
 
 
 def outcome_of(result: dict | None, error: bool, metrics: list[str]) -> tuple:

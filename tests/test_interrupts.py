@@ -292,3 +292,65 @@ def test_a_grid_searcher_pickled_under_its_old_module_names_still_unpickles():
     alias_legacy_modules()
     sampler = pickle.loads(old)
     assert isinstance(sampler, TuneGridSampler) and sampler.size == 3
+
+
+def test_a_searcher_restored_from_an_old_snapshot_counts_the_store_and_reruns_what_the_driver_lost(tmp_path):
+    """A driver killed between two of Ray's experiment snapshots: Ray restores the searcher as it was
+    at the snapshot, which knows nothing of the trials dispatched after it. Those that finished must
+    count towards n_trials (not be trained again); one that was running is lost with the driver and
+    its budget slot is dispatched again, so exactly n_trials end with an outcome."""
+    from ray.tune.search import Searcher
+
+    from harness.optuna_searcher import ArchsearchSearch
+    from harness.result_keys import NUMBER_KEY, STATUS_KEY
+    from harness.samplers import make_sampler
+    from harness.store import Store
+    from search_space.sampling import build_trial_config
+    from search_space.validation import load_spec
+
+    spec = load_spec(_spec("lost", n_trials=4))
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = Store.open(url)
+    store.create_study("lost", spec.model_dump(mode="json"), dict(spec.objectives))
+
+    def make():
+        return ArchsearchSearch(spec, url, "lost", optuna.storages.RDBStorage(url), make_sampler(spec))
+
+    def dispatch(searcher, trial_id):
+        params = searcher.suggest(trial_id)
+        number = params.pop(NUMBER_KEY)
+        store.start_trial("lost", number, build_trial_config(spec, params), optuna_number=number)
+        return number, params
+
+    def complete(searcher, trial_id, number, params, top1):
+        result = {STATUS_KEY: "completed", "top1": top1, "flops": 1e6}
+        searcher.on_trial_complete(trial_id, {**result, "config": params})
+        store.finish_trial("lost", number, status="completed", config=build_trial_config(spec, params), final=result)
+
+    first = make()
+    n0, p0 = dispatch(first, "t0")
+    complete(first, "t0", n0, p0, 0.5)
+    n1, _ = dispatch(first, "t1")  # still running at the snapshot: Ray knows it and resumes it
+    first.save(str(tmp_path / "snapshot.pkl"))
+    n2, p2 = dispatch(first, "t2")  # after the snapshot: completes, then the driver is killed
+    complete(first, "t2", n2, p2, 0.6)
+    n3, _ = dispatch(first, "t3")  # after the snapshot, running when the driver is killed: lost
+
+    restored = make()
+    restored.restore(str(tmp_path / "snapshot.pkl"))
+    assert restored.dispatched == 2  # what the snapshot knew: trials 0 and 1
+    # The restored (seeded) sampler proposes trial 2's configuration again first: that is trial 2,
+    # recorded as a replayed duplicate that takes no budget; then the lost trial's slot runs again.
+    again = restored.suggest("t4")
+    assert isinstance(again, dict) and again[NUMBER_KEY] not in (n0, n1, n2, n3)
+    assert restored.suggest("t5") == Searcher.FINISHED  # 0, 1 (resumed by Ray), 2 (finished), the new one
+
+    trials = store.trials("lost").set_index("number")
+    assert trials.loc[n2, "status"] == "completed" and trials.loc[n3, "status"] == "interrupted"
+    duplicates = trials[trials["status"] == "duplicate"]
+    assert list(duplicates["duplicate_of"]) == [n2] and duplicates["replayed"].eq(True).all()
+    trained = set(trials.index[trials["status"].isin(["completed", "running"])]) | {again[NUMBER_KEY]}
+    assert trained == {n0, n1, n2, again[NUMBER_KEY]}  # four trials for n_trials 4, none trained twice
+    study = optuna.load_study(study_name="lost", storage=url)
+    assert study.trials[n3].state == optuna.trial.TrialState.FAIL
+    store.close()

@@ -225,9 +225,9 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
 
     spec = tiny_spec(
         name="killed",
-        training={"epochs": 3, "lr": 1e-3},
+        training={"epochs": 6, "lr": 1e-3},
         data={"name": "synthetic", "num_classes": 4, "train_size": 512, "val_size": 64, "batch_size": 32},
-        search={"sampler": "tpe", "n_trials": 6, "concurrency": 2, "seed": 5},
+        search={"sampler": "tpe", "n_trials": 8, "concurrency": 2, "seed": 5},
     )
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
@@ -250,7 +250,7 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
                     completed = store.counts("killed")["completed"] if "killed" in store.study_names() else 0
             except Exception:
                 continue
-            if completed >= 2:
+            if completed >= 5:  # late: trials dispatched after Ray's last snapshot are likely in flight
                 break
     assert driver.poll() is None, "the search ended before it could be killed"
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and what it started in its session
@@ -258,7 +258,7 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
     with Store.open(url, create=False) as store:
         before = store.counts("killed")
         row = store.studies().set_index("name").loc["killed"]  # its driver is dead: not "running"
-    assert 2 <= before["completed"] < 6
+    assert 5 <= before["completed"] < 8
     assert row["status"] == "interrupted" and "stopped before the search ended" in row["message"], row
 
     resumed = subprocess.run(
@@ -271,15 +271,15 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
     dispatched = trials[trials["status"] != "infeasible"]
     assert counts["running"] == 0
     assert store_status(url, "killed") == "completed"
-    assert (dispatched["status"] == "completed").sum() == 6, dispatched[["number", "status", "error"]]
+    assert (dispatched["status"] == "completed").sum() == 8, dispatched[["number", "status", "error"]]
     assert trials["number"].is_unique
     study = optuna.load_study(study_name="killed", storage=url)
     states = [t.state for t in study.trials]
     assert optuna.trial.TrialState.RUNNING not in states
-    assert sum(s == optuna.trial.TrialState.COMPLETE for s in states) == 6
-    assert {t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE} == set(
-        dispatched[dispatched["status"] == "completed"]["number"]
-    )
+    # Optuna holds the trained trials' values, and copies of them for the configurations the restored
+    # sampler proposed again (stored ``duplicate``, not trained, not counted towards n_trials).
+    told = set(dispatched[dispatched["status"].isin(["completed", "duplicate"])]["number"])
+    assert {t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE} == told
 
 
 def store_status(url: str, name: str) -> str:
