@@ -361,6 +361,39 @@ def _classes(dataset: str) -> int:
     return NUM_CLASSES.get(dataset, 10)
 
 
+def _cait_protocol(
+    name: str,
+    dataset: str,
+    settings: dict[str, Any],
+    seeds: int,
+    claims: tuple[tuple[str, str, str], ...],
+    *,
+    ranking: str,
+    notes: tuple[str, ...],
+    failure_rule: str | None = None,
+) -> Protocol:
+    """What both CaiT studies commit to: final test top-1 at 32 px, the scale's data and budget."""
+    return Protocol(
+        study=name,
+        kind="accuracy",
+        dataset=dataset,
+        image_size=32,
+        train_size=settings["train_size"],
+        epochs=settings["epochs"],
+        seeds=seeds,
+        lr=settings["lr"],
+        metric="final test top-1 (validation top-1 where the dataset keeps no test split), higher is better",
+        level=None,
+        margin=MARGIN,
+        large_margin=LARGE_MARGIN,
+        claims=claims,
+        ranking=ranking,
+        notes=notes,
+        failure_rule=failure_rule,
+        gpus=settings.get("gpus", 0.0),
+    )
+
+
 def cait_depth_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None) -> Run:
     """CaiT Table 1's question on the DeiT baseline: depth x residual scheme, x seeds.
 
@@ -404,20 +437,12 @@ def cait_depth_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_
         gpus=settings.get("gpus", 0.0),
     )
     chance = 100 / _classes(dataset)
-    protocol = Protocol(
-        study=name,
-        kind="accuracy",
-        dataset=dataset,
-        image_size=32,
-        train_size=settings["train_size"],
-        epochs=settings["epochs"],
-        seeds=seeds,
-        lr=settings["lr"],
-        metric="final test top-1 (validation top-1 where the dataset keeps no test split), higher is better",
-        level=None,
-        margin=MARGIN,
-        large_margin=LARGE_MARGIN,
-        claims=claims,
+    protocol = _cait_protocol(
+        name,
+        dataset,
+        settings,
+        seeds,
+        claims,
         ranking="LayerScale's gain over plain residuals grows with depth; deep models train with it (CaiT Table 1)",
         notes=(
             "The first claim is the primary one: the depth x scheme interaction, per seed "
@@ -429,7 +454,6 @@ def cait_depth_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_
             f"final training loss within {FAILED_LOSS_FRACTION:.0%} of ln(classes) = "
             f"{math.log(_classes(dataset)):.3f}, or final accuracy at most chance ({chance:g}%) + 2 points"
         ),
-        gpus=settings.get("gpus", 0.0),
     )
     return Run(spec, protocol)
 
@@ -462,23 +486,14 @@ def cait_class_attention_run(
         objectives={"top1": "max", "flops": "min"},
         gpus=settings.get("gpus", 0.0),
     )
-    protocol = Protocol(
-        study=name,
-        kind="accuracy",
-        dataset=dataset,
-        image_size=32,
-        train_size=settings["train_size"],
-        epochs=settings["epochs"],
-        seeds=seeds,
-        lr=settings["lr"],
-        metric="final test top-1 (validation top-1 where the dataset keeps no test split), higher is better",
-        level=None,
-        margin=MARGIN,
-        large_margin=LARGE_MARGIN,
-        claims=claims,
+    protocol = _cait_protocol(
+        name,
+        dataset,
+        settings,
+        seeds,
+        claims,
         ranking=f"{d}+2 best; class attention beats the CA-free baseline; late insertion helps it (CaiT Table 3)",
         notes=(f"CaiT blocks (talking heads, LayerScale), {d} self-attention blocks in all; cait-depth's budget.",),
-        gpus=settings.get("gpus", 0.0),
     )
     return Run(spec, protocol)
 
