@@ -132,15 +132,20 @@ def _mlp(t: _Tally, tokens: int, dim: int, hidden: int) -> None:
 
 
 def _residual_scale(t: _Tally, config: CaiTConfig) -> None:
-    """One LayerScale gain: per-channel vector, one ReZero scalar, or nothing ("off")."""
-    if config.scalar_gain:
-        t.parameter(1)
-    elif config.layer_scale_init() is not None:
-        t.parameter(config.embed_dim)
+    """A branch's gain: per-channel lambda, one scalar, or nothing (element-wise: free in FLOPs)."""
+    gain = config.residual_gain()
+    if gain is not None:
+        t.parameter(config.embed_dim if gain[0] == "channel" else 1)
+
+
+def _fixup_biases(t: _Tally, config: CaiTConfig, count: int) -> None:
+    """Fixup's ``count`` scalar biases of one branch (2 for attention, 3 for the FFN)."""
+    if config.residual_scheme == "fixup":
+        t.parameter(count)
 
 
 def _branch_norm(t: _Tally, config: CaiTConfig, tokens: int) -> None:
-    """The LayerNorm a pre-norm branch starts with; none for ReZero proper."""
+    """The LayerNorm a pre-norm branch starts with; none for ReZero, SkipInit, Fixup, T-Fixup."""
     if config.branch_norm:
         t.layer_norm(tokens, config.embed_dim)
 
@@ -163,9 +168,11 @@ def _cait_self_attention_block(t: _Tally, config: CaiTConfig, tokens: int) -> No
         t.attention(heads, tokens, tokens, head_dim)
     t.linear(tokens, dim, dim)
     _residual_scale(t, config)
+    _fixup_biases(t, config, 2)
     _branch_norm(t, config, tokens)
     _mlp(t, tokens, dim, config.mlp_hidden_dim)
     _residual_scale(t, config)
+    _fixup_biases(t, config, 3)
 
 
 def _cait_class_attention_block(t: _Tally, config: CaiTConfig) -> None:
@@ -177,9 +184,11 @@ def _cait_class_attention_block(t: _Tally, config: CaiTConfig) -> None:
     t.attention(config.num_heads, 1, tokens, config.head_dim)
     t.linear(1, dim, dim)
     _residual_scale(t, config)
+    _fixup_biases(t, config, 2)
     _branch_norm(t, config, 1)
     _mlp(t, 1, dim, config.mlp_hidden_dim)
     _residual_scale(t, config)
+    _fixup_biases(t, config, 3)
 
 
 def _cait_cost(config: CaiTConfig) -> Cost:

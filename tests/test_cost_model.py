@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from search_space.cost_model import COMPONENTS, Cost, estimate_cost, estimate_flops, estimate_params
 from trials.flops import count_flops
-from trials.models import PRESETS, STANDARD_LAYOUTS, CaiTConfig, CoAtNetConfig, build_model, preset_parameter_count
+from trials.models import (
+    PRESETS,
+    RESIDUAL_SCHEMES,
+    STANDARD_LAYOUTS,
+    CaiTConfig,
+    CoAtNetConfig,
+    build_model,
+    preset_parameter_count,
+)
 from trials.models.paper_figures import paper_gflops
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +43,13 @@ CAIT_VARIANTS = {
     "late_insert_with_ca": {"cls_insert_layer": 4, "ca_depth": 1},
     "insert_at_depth_with_ca": {"cls_insert_layer": 6, "ca_depth": 2},
     "odd_mlp_ratio": {"mlp_ratio": 2.7, "num_heads": 4},
+    **{f"residual_{scheme}": {"residual": scheme} for scheme in RESIDUAL_SCHEMES},
+    **{
+        f"deit_residual_{scheme}": {"residual": scheme, "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False}
+        for scheme in RESIDUAL_SCHEMES
+    },
+    "skipinit_at_eps": {"residual": "skipinit", "layer_scale": 0.01},
+    "scalar_paper_eps": {"residual": "scalar", "layer_scale": "paper"},
 }
 
 
@@ -146,6 +161,9 @@ def cait_configs(draw: st.DrawFn) -> CaiTConfig:
     ca_depth = draw(st.integers(0, 2))
     last_insert = depth - 1 if ca_depth == 0 else depth
     cls_insert_layer = draw(st.integers(0, last_insert) if ca_depth == 0 else st.none() | st.integers(0, last_insert))
+    residual = draw(st.none() | st.sampled_from(RESIDUAL_SCHEMES))
+    needs_eps = {"layerscale": ["paper", 0.5], "scalar": ["paper", "rezero", 0.5]}
+    layer_scale = draw(st.sampled_from(needs_eps.get(residual, ["paper", "off", "rezero", 0.5])))
     return CaiTConfig(
         image_size=image_size,
         patch_size=draw(st.sampled_from([8, 16] if image_size == 64 else [4, 8, 16])),
@@ -158,8 +176,9 @@ def cait_configs(draw: st.DrawFn) -> CaiTConfig:
         mlp_ratio=draw(st.sampled_from([1.0, 2.0, 2.5, 4.0])),
         qkv_bias=draw(st.booleans()),
         talking_heads=draw(st.booleans()),
-        layer_scale=draw(st.sampled_from(["paper", "off", "rezero", 0.5])),
+        layer_scale=layer_scale,
         cls_insert_layer=cls_insert_layer,
+        residual=residual,
     )
 
 

@@ -114,8 +114,39 @@ def test_cait_study_plans():
     assert any(v["ca_depth"] == 0 and v["cls_insert_layer"] == 2 for v in spec.variants.values())  # late insertion
 
 
+def test_residual_schemes_study_plans_table_1_on_the_deit_baseline():
+    from harness.reproduce import plan
+    from harness.reproduce.studies import TABLE_1_SCHEMES
+
+    (run,) = plan("cait-residual-schemes", "cpu", 5, (), "mnist5k", None)
+    spec = load_spec(run.spec)
+    assert (spec.base_model["ca_depth"], spec.base_model["cls_insert_layer"], spec.base_model["talking_heads"]) == (
+        0, 0, False,
+    )  # fmt: skip
+    assert sorted(v["residual"] for v in spec.variants.values()) == sorted(TABLE_1_SCHEMES)
+    assert {v["depth"] for v in spec.variants.values()} == {12}
+    assert spec.search.n_trials == len(TABLE_1_SCHEMES) * 5
+    assert run.protocol.claims[0] == ("d12-layerscale", ">", "d12-prenorm")
+    assert {c[2] for c in run.protocol.claims[1:]} == {"d12-fixup", "d12-t-fixup", "d12-rezero", "d12-scalar"}
+    assert run.protocol.failure_rule and "Fisher" in "\n".join(run.protocol.markdown())
+
+
+def test_residual_schemes_plan_lists_the_schemes_on_the_command_line():
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    args = ["reproduce", "cait-residual-schemes", "--scale", "cpu", "--plan", "--format", "json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    names = [v["name"] for v in json.loads(result.output)["variants"]]
+    assert names == [f"d12-{s}" for s in ("prenorm", "rezero", "fixup", "t-fixup", "scalar", "layerscale")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("study", ["cait-depth", "cait-class-attention"])
+@pytest.mark.parametrize("study", ["cait-depth", "cait-class-attention", "cait-residual-schemes"])
 def test_tiny_cait_studies_run_and_report(tmp_path, study):
     from harness.reproduce import reproduce
 

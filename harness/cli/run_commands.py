@@ -102,7 +102,9 @@ def search_command(
 
 
 @click.command("reproduce")
-@click.argument("study", type=click.Choice(["coatnet-layouts", "cait-depth", "cait-class-attention"]))
+@click.argument(
+    "study", type=click.Choice(["coatnet-layouts", "cait-depth", "cait-class-attention", "cait-residual-schemes"])
+)
 @click.option(
     "--scale",
     type=click.Choice(["tiny", "cpu", "small", "paper"]),

@@ -23,13 +23,26 @@ train = lazy_import("trials.train")
 @click.command("models")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--family", type=click.Choice(["cait", "coatnet"]), default=None, help="Only this family.")
-def models_command(fmt: str, family: str | None) -> None:
+@click.option(
+    "--residual-schemes",
+    "schemes",
+    is_flag=True,
+    help="The residual schemes a CaiT/DeiT model takes (`residual:`), with their update and paper.",
+)
+def models_command(fmt: str, family: str | None, schemes: bool) -> None:
     """The catalogue of model presets with their key settings and parameter counts."""
+    if schemes:
+        docs = models_package.RESIDUAL_SCHEME_DOCS
+        rows = [{"residual": name, "update": update, "paper": paper} for name, (update, paper) in docs.items()]
+        click.echo(render(rows, fmt, ["residual", "update", "paper"]))
+        return
     rows = []
     for name in models_package.preset_names(family):
         config = models_package.PRESETS[name]
         row = {"name": name, "family": config.family, "image_size": config.image_size}
         row.update(_key_settings(config))
+        if config.family == "cait":
+            row["residual"] = config.residual_scheme
         row["params"] = models_package.preset_parameter_count(config)
         row["params_m"] = round(row["params"] / 1e6, 2)
         if fmt == "json":
@@ -42,10 +55,11 @@ def models_command(fmt: str, family: str | None) -> None:
 def _key_settings(config) -> dict[str, str]:
     if config.family == "cait":
         ca = f"+{config.ca_depth}CA" if config.ca_depth else f" cls@{config.class_token_layer}"
-        ls = config.layer_scale_init()
-        ls_text = "rezero" if config.layer_scale == "rezero" else ("off" if ls is None else f"ls={ls:g}")
+        gain = config.residual_gain()
+        scheme = config.residual_scheme
+        residual = f"{scheme} eps={gain[1]:g}" if scheme in ("layerscale", "scalar") and gain else scheme
         th = " th" if config.talking_heads else ""
-        text = f"{config.depth}SA{ca} d={config.embed_dim} h={config.num_heads} p={config.patch_size} {ls_text}{th}"
+        text = f"{config.depth}SA{ca} d={config.embed_dim} h={config.num_heads} p={config.patch_size} {residual}{th}"
     else:
         depths = "-".join(str(d) for d in config.depths)
         dims = "-".join(str(d) for d in config.dims)

@@ -106,14 +106,21 @@ SCALES: dict[str, dict[str, Any]] = {
 
 CAIT_SCALES: dict[str, dict[str, Any]] = {
     "tiny": {"width": 64, "heads": 2, "depths": (2, 4), "split_depth": 4, "train_size": 256, "val_size": 256,
-             "epochs": 2, "lr": 1e-3},
+             "epochs": 2, "lr": 1e-3, "scheme_depths": (4,), "scheme_epochs": 2},
     "cpu": {"width": 64, "heads": 2, "depths": (4, 12), "split_depth": 6, "train_size": 1000, "val_size": 1000,
-            "epochs": 30, "lr": 1e-3},
+            "epochs": 30, "lr": 1e-3, "scheme_depths": (12,), "scheme_epochs": 20},
     "small": {"width": 192, "heads": 4, "depths": (12, 24), "split_depth": 12, "train_size": 3000,
-              "val_size": 1000, "epochs": 150, "lr": 5e-4, "gpus": 0.25},
+              "val_size": 1000, "epochs": 150, "lr": 5e-4, "gpus": 0.25, "scheme_depths": (12, 24),
+              "scheme_epochs": 150},
     "paper": {"width": 192, "heads": 4, "depths": (12, 18, 24, 36), "split_depth": 24, "train_size": None,
-              "val_size": None, "epochs": 400, "lr": 5e-4},
+              "val_size": None, "epochs": 400, "lr": 5e-4, "scheme_depths": (12, 18, 24, 36), "scheme_epochs": 400},
 }  # fmt: skip
+
+# CaiT Table 1's drop-path rate "adjusted per depth" for the DeiT baseline (a spec line, not a scheme).
+ADJUSTED_DROP_PATH = {12: 0.05, 18: 0.10, 24: 0.20, 36: 0.25}
+# The residual-schemes study's schemes: Table 1's columns. SkipInit is left out: at alpha = 0 it is
+# ReZero's network, so under the same seed its runs would be ReZero's, bit for bit.
+TABLE_1_SCHEMES = ("prenorm", "rezero", "fixup", "t-fixup", "scalar", "layerscale")
 
 # What makes a run a failure to learn (the CaiT depth study counts these, never averages them away).
 FAILED_LOSS_FRACTION = 0.05  # final training loss within 5% of ln(classes): no better than guessing
@@ -498,6 +505,73 @@ def cait_class_attention_run(
     return Run(spec, protocol)
 
 
+def cait_residual_schemes_run(
+    scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None
+) -> Run:
+    """CaiT Table 1's columns on the DeiT baseline: residual scheme x depth, x seeds.
+
+    Every scheme trains with the same recipe (the scale's budget, no gradient clipping, no
+    drop-path at the cpu scale), so only the residual scheme differs. The claims are Table 1's
+    orderings at depth: LayerScale beats the baseline and is not worse than any other scheme.
+    """
+    settings = _cait_settings(scale)
+    base = {**_cait_base(settings, scale), "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False}
+    eps = {"scalar": {"layer_scale": "paper"}, "layerscale": {"layer_scale": "paper"}}
+    variants = {
+        f"d{depth}-{scheme}": {"depth": depth, "residual": scheme, **eps.get(scheme, {})}
+        for depth in settings["scheme_depths"]
+        for scheme in TABLE_1_SCHEMES
+    }
+    deep = max(settings["scheme_depths"])
+    others = ("fixup", "t-fixup", "rezero", "scalar")
+    claims = (
+        (f"d{deep}-layerscale", ">", f"d{deep}-prenorm"),
+        *((f"d{deep}-layerscale", ">=", f"d{deep}-{other}") for other in others),
+    )
+    name = _study_name("cait-residual-schemes", scale, dataset)
+    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
+    epochs = settings["scheme_epochs"]
+    training = {"epochs": epochs, "lr": settings["lr"], "grad_clip": None}
+    spec = _grid_spec(
+        name,
+        family="cait",
+        base_model={**base, "drop_path_rate": 0.0},
+        data=data,
+        training=training,
+        variants=variants,
+        seeds=seeds,
+        objectives={"top1": "max", "flops": "min"},
+        gpus=settings.get("gpus", 0.0),
+    )
+    chance = 100 / _classes(dataset)
+    protocol = _cait_protocol(
+        name,
+        dataset,
+        {**settings, "epochs": epochs},
+        seeds,
+        claims,
+        ranking=(
+            "ImageNet top-1 at depth 12/18/24/36 (CaiT Table 1): LayerScale 80.5/81.7/82.4/82.9, Fixup "
+            "80.7/82.0/82.3/82.4, T-Fixup 79.4/81.7/81.5/82.1, alpha=eps 80.4/81.6/81.1/81.6, ReZero "
+            "78.3/80.1/80.8/81.6, baseline 79.9/80.1/78.9 (failed)/78.9 (failed)"
+        ),
+        notes=(
+            f"Schemes: {', '.join(TABLE_1_SCHEMES)} (`archsearch models --residual-schemes`); scalar and "
+            "LayerScale at the paper's eps for the depth. SkipInit is not a separate variant: at alpha = 0 it "
+            "is ReZero's network, and its runs would be ReZero's bit for bit.",
+            f"Budget ({epochs} epochs, lr {settings['lr']:g}, no gradient clipping, no drop-path): the same "
+            "recipe for every scheme, set before the runs from the time this machine allows (`--plan`).",
+            "Table 1's drop-path 'adjusted per depth' baseline is the prenorm scheme with "
+            f"`drop_path_rate` {ADJUSTED_DROP_PATH} by depth, a spec line rather than a scheme.",
+        ),
+        failure_rule=(
+            f"final training loss within {FAILED_LOSS_FRACTION:.0%} of ln(classes) = "
+            f"{math.log(_classes(dataset)):.3f}, or final accuracy at most chance ({chance:g}%) + 2 points"
+        ),
+    )
+    return Run(spec, protocol)
+
+
 def cait_depth_spec(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None):
     """(spec, claims, paper ranking) of the depth study (see :func:`cait_depth_run`)."""
     run = cait_depth_run(scale, seeds, dataset, data_dir)
@@ -520,4 +594,6 @@ def plan(
         return [cait_depth_run(scale, seeds, dataset, data_dir)]
     if study == "cait-class-attention":
         return [cait_class_attention_run(scale, seeds, dataset, data_dir)]
+    if study == "cait-residual-schemes":
+        return [cait_residual_schemes_run(scale, seeds, dataset, data_dir)]
     raise ValueError(f"unknown study {study!r}")

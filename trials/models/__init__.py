@@ -5,6 +5,8 @@ Importing this package does not import torch; building a model does.
 
 from .build import build_model, count_parameters, preset_parameter_count, resolve_config
 from .config import (
+    RESIDUAL_SCHEME_DOCS,
+    RESIDUAL_SCHEMES,
     STANDARD_LAYOUTS,
     VIT_REL,
     CaiTConfig,
@@ -18,6 +20,8 @@ from .presets import PRESETS, preset_names
 
 __all__ = [
     "PRESETS",
+    "RESIDUAL_SCHEMES",
+    "RESIDUAL_SCHEME_DOCS",
     "STANDARD_LAYOUTS",
     "VIT_REL",
     "CaiTConfig",

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import residual
 from .config import CaiTConfig
-from .layers import Mlp, drop_path, init_transformer_weights, residual_scale
+from .layers import Mlp, ScalarBias, drop_path, init_transformer_weights
 
 
 class HeadMix(nn.Module):
@@ -39,13 +40,14 @@ class HeadMix(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head self-attention; SDPA unless talking heads (which need the explicit logits)."""
 
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool, talking_heads: bool):
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool, talking_heads: bool, scalar_bias: bool = False):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
+        self.bias_proj = ScalarBias() if scalar_bias else nn.Identity()  # Fixup: before the projection
         self.talking_heads = talking_heads
         if talking_heads:
             self.mix_logits = HeadMix(num_heads)  # before the softmax
@@ -60,19 +62,20 @@ class SelfAttention(nn.Module):
             out = weights @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+        return self.proj(self.bias_proj(out.transpose(1, 2).reshape(b, n, c)))
 
 
 class ClassAttention(nn.Module):
     """Attention with the class token as the only query; keys/values over [cls, patches]."""
 
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool):
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool, scalar_bias: bool = False):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.kv = nn.Linear(dim, 2 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
+        self.bias_proj = ScalarBias() if scalar_bias else nn.Identity()  # Fixup: before the projection
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens`` is normalised [cls, patches] (B, 1+N, C); returns the class update (B, 1, C)."""
@@ -80,31 +83,29 @@ class ClassAttention(nn.Module):
         q = self.q(tokens[:, :1]).view(b, 1, self.num_heads, self.head_dim).transpose(1, 2)
         k, v = self.kv(tokens).view(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         out = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(out.transpose(1, 2).reshape(b, 1, c))
-
-
-def _branch_norm(config: CaiTConfig) -> nn.Module:
-    """The LayerNorm a residual branch starts with (pre-norm), or none (ReZero proper)."""
-    return nn.LayerNorm(config.embed_dim, eps=1e-6) if config.branch_norm else nn.Identity()
+        return self.proj(self.bias_proj(out.transpose(1, 2).reshape(b, 1, c)))
 
 
 class SelfAttentionBlock(nn.Module):
-    """Pre-norm block: x + ls1 * SA(LN(x)), then x + ls2 * FFN(LN(x)), each with drop-path."""
+    """x + g1 * SA(n1(x)), then x + g2 * FFN(n2(x)), each with drop-path; the norms n, gains g
+    and Fixup's scalar biases b are set by the residual scheme (trials.models.residual)."""
 
     def __init__(self, config: CaiTConfig, drop_path_rate: float):
         super().__init__()
-        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.scalar_gain
-        self.norm1 = _branch_norm(config)
-        self.attn = SelfAttention(dim, config.num_heads, config.qkv_bias, config.talking_heads)
-        self.ls1 = residual_scale(dim, ls_init, rezero)
-        self.norm2 = _branch_norm(config)
-        self.mlp = Mlp(dim, config.mlp_hidden_dim)
-        self.ls2 = residual_scale(dim, ls_init, rezero)
+        dim, fixup = config.embed_dim, config.residual_scheme == "fixup"
+        self.norm1 = residual.branch_norm(config)
+        self.bias1 = residual.fixup_bias(config)
+        self.attn = SelfAttention(dim, config.num_heads, config.qkv_bias, config.talking_heads, scalar_bias=fixup)
+        self.ls1 = residual.branch_gain(config)
+        self.norm2 = residual.branch_norm(config)
+        self.bias2 = residual.fixup_bias(config)
+        self.mlp = Mlp(dim, config.mlp_hidden_dim, scalar_biases=fixup)
+        self.ls2 = residual.branch_gain(config)
         self.drop_path = drop_path(drop_path_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.ls1(self.attn(self.norm1(x))))
-        return x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))
+        x = x + self.drop_path(self.ls1(self.attn(self.bias1(self.norm1(x)))))
+        return x + self.drop_path(self.ls2(self.mlp(self.bias2(self.norm2(x)))))
 
 
 class ClassAttentionBlock(nn.Module):
@@ -112,17 +113,19 @@ class ClassAttentionBlock(nn.Module):
 
     def __init__(self, config: CaiTConfig):
         super().__init__()
-        dim, ls_init, rezero = config.embed_dim, config.layer_scale_init(), config.scalar_gain
-        self.norm1 = _branch_norm(config)
-        self.attn = ClassAttention(dim, config.num_heads, config.qkv_bias)
-        self.ls1 = residual_scale(dim, ls_init, rezero)
-        self.norm2 = _branch_norm(config)
-        self.mlp = Mlp(dim, config.mlp_hidden_dim)
-        self.ls2 = residual_scale(dim, ls_init, rezero)
+        dim, fixup = config.embed_dim, config.residual_scheme == "fixup"
+        self.norm1 = residual.branch_norm(config)
+        self.bias1 = residual.fixup_bias(config)
+        self.attn = ClassAttention(dim, config.num_heads, config.qkv_bias, scalar_bias=fixup)
+        self.ls1 = residual.branch_gain(config)
+        self.norm2 = residual.branch_norm(config)
+        self.bias2 = residual.fixup_bias(config)
+        self.mlp = Mlp(dim, config.mlp_hidden_dim, scalar_biases=fixup)
+        self.ls2 = residual.branch_gain(config)
 
     def forward(self, cls: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
-        cls = cls + self.ls1(self.attn(self.norm1(torch.cat((cls, patches), dim=1))))
-        return cls + self.ls2(self.mlp(self.norm2(cls)))
+        cls = cls + self.ls1(self.attn(self.bias1(self.norm1(torch.cat((cls, patches), dim=1)))))
+        return cls + self.ls2(self.mlp(self.bias2(self.norm2(cls))))
 
 
 class CaiT(nn.Module):
@@ -145,6 +148,7 @@ class CaiT(nn.Module):
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         self.apply(init_transformer_weights)
+        residual.initialise(self, self.config)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """Normalised tokens (B, 1+N, C), class token first."""

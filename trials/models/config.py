@@ -20,6 +20,25 @@ from ..configio import ConfigError
 
 LayerScaleSpec = float | Literal["paper", "off", "rezero"]
 DropPathSchedule = Literal["uniform", "linear"]
+ResidualScheme = Literal["prenorm", "rezero", "skipinit", "fixup", "t-fixup", "scalar", "layerscale"]
+# CaiT Table 1's columns: each scheme's block update and the paper it comes from (equations and
+# initialisation in trials/models/residual.py; ``archsearch models --residual-schemes`` prints this).
+RESIDUAL_SCHEME_DOCS: dict[str, tuple[str, str]] = {
+    "prenorm": ("x + F(LN(x))", "DeiT baseline (Touvron et al. 2021)"),
+    "rezero": ("x + a F(x), a = 0, no LayerNorm", "ReZero (Bachlechner et al. 2020)"),
+    "skipinit": ("x + a F(x), a = 0 (or eps), no normalisation", "SkipInit (De & Smith 2020)"),
+    "fixup": (
+        "x + m F(x + b), no normalisation; last layer 0, others x L^-1/2; scalar biases b, multiplier m = 1",
+        "Fixup (Zhang et al. 2019)",
+    ),
+    "t-fixup": ("x + F(x), no LayerNorm; values, outputs, FFN x 0.67 N^-1/4", "T-Fixup (Huang et al. 2020)"),
+    "scalar": ("x + a F(LN(x)), a = eps", "CaiT Table 1, alpha = eps (Touvron et al. 2021)"),
+    "layerscale": ("x + diag(lambda) F(LN(x)), lambda = eps per channel", "LayerScale (CaiT, Touvron et al. 2021)"),
+}
+RESIDUAL_SCHEMES: tuple[str, ...] = tuple(RESIDUAL_SCHEME_DOCS)
+# Which schemes keep the pre-LayerNorm on each residual branch, and which gain each branch ends with.
+NORMALISED_SCHEMES = ("prenorm", "scalar", "layerscale")
+SCALAR_GAIN_SCHEMES = ("rezero", "skipinit", "fixup", "scalar")
 
 VIT_REL = "VIT-REL"
 STANDARD_LAYOUTS = ("CCCC", "CCCT", "CCTT", "CTTT", VIT_REL)
@@ -108,14 +127,21 @@ class CaiTConfig(_ConfigBase):
     class token joins the patch tokens: ``None`` means after the self-attention stage (CaiT);
     ``0`` gives DeiT/ViT; values in between are the paper's "late insertion" variants.
 
-    ``layer_scale``: a float (per-channel init), ``"paper"`` (the paper's depth schedule),
-    ``"off"`` (plain residuals, DeiT) or ``"rezero"`` (one scalar gain per branch, init 0, on
-    pre-normalised branches: CaiT Table 1's "alpha = eps" column with eps = 0).
+    ``residual``: how each residual branch is normalised, gated and initialised, CaiT Table 1's
+    columns (each scheme's equations and paper are in :mod:`trials.models.residual`):
+    ``prenorm`` (DeiT: x + F(LN(x))), ``rezero`` (x + a F(x), a = 0, no LayerNorm), ``skipinit``
+    (x + a F(x), a = eps or 0, no normalisation), ``fixup`` (no normalisation, scalar biases and
+    multiplier, last layer of each branch at zero, the others scaled by L^(-1/2)), ``t-fixup`` (no
+    LayerNorm, value/output/FFN weights scaled by 0.67 N^(-1/4)), ``scalar`` (x + a F(LN(x)), one
+    a = eps per branch) and ``layerscale`` (x + diag(lambda) F(LN(x)), lambda = eps per channel).
+    Left unset, the scheme follows ``layer_scale`` as it always has: a float or ``"paper"`` is
+    ``layerscale``, ``"off"`` is ``prenorm``, ``"rezero"`` is ``scalar`` with eps = 0.
 
-    ``residual``: ``"prenorm"`` (x + g * F(LN(x)), g set by ``layer_scale``) or ``"rezero"``
-    (Bachlechner et al. 2020: x + alpha * F(x), no LayerNorm on the branch, one scalar alpha per
-    branch initialised to 0; ``layer_scale`` is then unused). The final LayerNorm before the head
-    stays in both.
+    ``layer_scale``: eps, for the schemes that have one (``layerscale``, ``scalar``, ``skipinit``):
+    a float, ``"paper"`` (the paper's depth schedule: 0.1 up to depth 18, 1e-5 at 24, 1e-6
+    deeper), ``"off"`` or ``"rezero"`` (eps = 0). The other schemes do not read it. The final
+    LayerNorm before the head stays in every scheme: it normalises the head's input only and lies
+    on no residual path.
     """
 
     family: ClassVar[str] = "cait"
@@ -135,7 +161,7 @@ class CaiTConfig(_ConfigBase):
     drop_path_rate: float = 0.0
     drop_path_schedule: DropPathSchedule = "uniform"
     cls_insert_layer: int | None = None
-    residual: Literal["prenorm", "rezero"] = "prenorm"
+    residual: ResidualScheme | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -174,7 +200,17 @@ class CaiTConfig(_ConfigBase):
             )
         _probability(owner, "drop_path_rate", self.drop_path_rate)
         _one_of(owner, "drop_path_schedule", self.drop_path_schedule, ("uniform", "linear"))
-        _one_of(owner, "residual", self.residual, ("prenorm", "rezero"))
+        if self.residual is not None:
+            _one_of(owner, "residual", self.residual, RESIDUAL_SCHEMES)
+            if self.residual == "layerscale" and ls in ("off", "rezero"):
+                raise ModelConfigError(
+                    f"{owner}.layer_scale",
+                    f"residual 'layerscale' needs a per-channel eps (a positive float or 'paper'); got {ls!r}",
+                )
+            if self.residual == "scalar" and ls == "off":
+                raise ModelConfigError(
+                    f"{owner}.layer_scale", "residual 'scalar' needs its eps (a float, 'paper' or 'rezero'); got 'off'"
+                )
         if self.cls_insert_layer is not None:
             _non_negative_int(owner, "cls_insert_layer", self.cls_insert_layer)
             if self.cls_insert_layer > self.depth:
@@ -206,25 +242,55 @@ class CaiTConfig(_ConfigBase):
         """Index of the self-attention block the class token first enters (``depth``: none)."""
         return self.depth if self.cls_insert_layer is None else self.cls_insert_layer
 
-    def layer_scale_init(self) -> float | None:
-        """Resolved per-channel LayerScale init, or None when per-channel LayerScale is not used."""
-        if self.residual == "rezero":
-            return None
+    @property
+    def residual_scheme(self) -> str:
+        """The residual scheme in force: ``residual``, or the one ``layer_scale`` implies when unset."""
+        if self.residual is not None:
+            return self.residual
+        if self.layer_scale == "off":
+            return "prenorm"
+        return "scalar" if self.layer_scale == "rezero" else "layerscale"
+
+    def _eps(self) -> float:
         if self.layer_scale == "paper":
             return paper_layer_scale_init(self.depth)
         if self.layer_scale in ("off", "rezero"):
-            return None
+            return 0.0
         return float(self.layer_scale)
 
-    @property
-    def scalar_gain(self) -> bool:
-        """Whether each residual branch has one scalar gain initialised to 0 (either ReZero form)."""
-        return self.residual == "rezero" or self.layer_scale == "rezero"
+    def layer_scale_init(self) -> float | None:
+        """Per-channel LayerScale init (eps), or None when the scheme has no per-channel gain."""
+        return self._eps() if self.residual_scheme == "layerscale" else None
+
+    def residual_gain(self) -> tuple[str, float] | None:
+        """The gain each residual branch ends with: ("channel", eps), ("scalar", init), or None.
+
+        ReZero's scalar starts at 0, SkipInit's at eps when ``layer_scale`` is a float (else 0),
+        Fixup's multiplier at 1, the scalar scheme's at eps.
+        """
+        scheme = self.residual_scheme
+        if scheme == "layerscale":
+            return ("channel", self._eps())
+        if scheme == "rezero":
+            return ("scalar", 0.0)
+        if scheme == "skipinit":
+            is_float = not isinstance(self.layer_scale, str)
+            return ("scalar", float(self.layer_scale) if is_float else 0.0)
+        if scheme == "fixup":
+            return ("scalar", 1.0)
+        if scheme == "scalar":
+            return ("scalar", self._eps())
+        return None
 
     @property
     def branch_norm(self) -> bool:
-        """Whether each residual branch starts with a LayerNorm (pre-norm); ReZero proper has none."""
-        return self.residual == "prenorm"
+        """Whether each residual branch starts with a LayerNorm (pre-norm, DeiT and CaiT)."""
+        return self.residual_scheme in NORMALISED_SCHEMES
+
+    @property
+    def num_residual_branches(self) -> int:
+        """L in Fixup's rescaling: two branches (attention, FFN) per block, class attention included."""
+        return 2 * (self.depth + self.ca_depth)
 
     def block_drop_path_rates(self) -> list[float]:
         return drop_path_rates(self.drop_path_rate, self.depth, self.drop_path_schedule)
@@ -380,6 +446,8 @@ def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
 
 __all__ = [
     "CONFIG_CLASSES",
+    "RESIDUAL_SCHEMES",
+    "RESIDUAL_SCHEME_DOCS",
     "STANDARD_LAYOUTS",
     "VIT_REL",
     "CaiTConfig",

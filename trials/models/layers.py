@@ -11,23 +11,41 @@ torchvision_ops = lazy_import("torchvision.ops")  # only for a drop-path rate > 
 
 
 class Mlp(nn.Module):
-    """Transformer FFN: Linear -> GELU -> Linear."""
+    """Transformer FFN: Linear -> GELU -> Linear.
 
-    def __init__(self, dim: int, hidden_dim: int, out_dim: int | None = None):
+    ``scalar_biases``: Fixup's scalar biases before the activation and before the second linear
+    (the one before the first linear belongs to the branch, see trials.models.residual).
+    """
+
+    def __init__(self, dim: int, hidden_dim: int, out_dim: int | None = None, scalar_biases: bool = False):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim)
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden_dim, out_dim or dim)
+        self.bias_act = ScalarBias() if scalar_biases else nn.Identity()
+        self.bias_fc2 = ScalarBias() if scalar_biases else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        return self.fc2(self.bias_fc2(self.act(self.bias_act(self.fc1(x)))))
+
+
+class ScalarBias(nn.Module):
+    """Fixup's scalar bias: one learned number added to every element, initialised to 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.bias
 
 
 class LayerScale(nn.Module):
-    """Learned gain on a residual branch: ``diag(gamma) * branch`` (CaiT), or a scalar (ReZero).
+    """Learned gain on a residual branch: ``diag(gamma) * branch`` (CaiT), or a scalar.
 
     Per-channel: ``gamma`` has one entry per channel, initialised to ``init`` (CaiT's eps).
-    Scalar: a single gain initialised to ``init`` (0 for ReZero), so the block starts as identity.
+    Scalar: a single gain initialised to ``init`` (0 for ReZero and SkipInit, 1 for Fixup's
+    multiplier, eps for CaiT Table 1's alpha = eps).
     """
 
     def __init__(self, dim: int, init: float, per_channel: bool = True):
@@ -36,15 +54,6 @@ class LayerScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.gamma
-
-
-def residual_scale(dim: int, layer_scale_init: float | None, rezero: bool) -> nn.Module:
-    """The module that scales a residual branch for a given LayerScale setting."""
-    if rezero:
-        return LayerScale(dim, 0.0, per_channel=False)
-    if layer_scale_init is None:
-        return nn.Identity()
-    return LayerScale(dim, layer_scale_init, per_channel=True)
 
 
 def drop_path(rate: float) -> nn.Module:

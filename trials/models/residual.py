@@ -1,0 +1,122 @@
+"""Residual schemes of CaiT's Table 1: how a transformer block's branches are normalised, gated
+and initialised so that deep stacks train.
+
+Each scheme, with the equations of its own paper, for a block with branches F (attention) and
+G (FFN):
+
+* ``prenorm`` (DeiT; Touvron et al. 2021): x' = x + F(LN(x)), x'' = x' + G(LN(x')).
+* ``layerscale`` (CaiT; Touvron et al. 2021, eq. 3): x' = x + diag(lambda) F(LN(x)),
+  lambda in R^d initialised to eps (0.1 up to depth 18, 1e-5 at 24, 1e-6 deeper).
+* ``scalar`` (CaiT Table 1's "alpha = eps" column): x' = x + alpha F(LN(x)), one scalar alpha
+  per branch initialised to eps, LayerNorm kept.
+* ``rezero`` (Bachlechner et al. 2020, eq. 5): x' = x + alpha F(x), no LayerNorm, alpha = 0 at
+  initialisation, so every block is the identity at step 0.
+* ``skipinit`` (De & Smith 2020, section 4): x' = x + alpha F(x), normalisation removed, alpha
+  initialised to 0 "or a small constant" (eps when ``layer_scale`` is a float). On transformer
+  blocks at alpha = 0 it is the same network as ReZero; the papers differ in the normalisation
+  they remove (BatchNorm for SkipInit's ResNets, LayerNorm for ReZero).
+* ``fixup`` (Zhang et al. 2019, section 3, rules 1-3): no normalisation; the classification
+  layer and the last layer of each residual branch initialised to 0; the other layers inside
+  the branches scaled by L^(-1/(2m-2)) (L residual branches, m = 2 weight layers per branch here,
+  so L^(-1/2)); a scalar multiplier (init 1) per branch and a scalar bias (init 0) before each
+  linear layer and activation. Every branch outputs 0 at step 0.
+* ``t-fixup`` (Huang et al. 2020, section 3.3, encoder rules): no LayerNorm (and no warm-up
+  needed: set ``warmup_epochs: 0`` in training); Xavier initialisation of every weight matrix;
+  the input embeddings drawn from N(0, d^-1/2) and scaled by (9N)^(-1/4); in each of the N
+  encoder blocks the attention's value and output projections and both FFN matrices scaled by
+  0.67 N^(-1/4). Here the embeddings are the positional embedding and the class token (the
+  patch projection is a convolution over pixels, not a lookup table, and keeps its init).
+
+:class:`~trials.models.cait.CaiT` builds the branch modules below and calls :func:`initialise`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import CaiTConfig
+from .layers import LayerScale, ScalarBias
+
+
+def branch_norm(config: CaiTConfig) -> nn.Module:
+    """The LayerNorm a residual branch starts with, or none (ReZero, SkipInit, Fixup, T-Fixup)."""
+    return nn.LayerNorm(config.embed_dim, eps=1e-6) if config.branch_norm else nn.Identity()
+
+
+def branch_gain(config: CaiTConfig) -> nn.Module:
+    """What a residual branch ends with: per-channel lambda, one scalar alpha, or nothing."""
+    gain = config.residual_gain()
+    if gain is None:
+        return nn.Identity()
+    kind, init = gain
+    return LayerScale(config.embed_dim, init, per_channel=kind == "channel")
+
+
+def fixup_bias(config: CaiTConfig) -> nn.Module:
+    """A scalar bias where Fixup puts one (before each linear layer and activation), else nothing."""
+    return ScalarBias() if config.residual_scheme == "fixup" else nn.Identity()
+
+
+def initialise(model: nn.Module, config: CaiTConfig) -> None:
+    """Apply the scheme's initialisation on top of the ViT one (truncated normal 0.02, zero biases)."""
+    if config.residual_scheme == "fixup":
+        _fixup(model, config)
+    elif config.residual_scheme == "t-fixup":
+        _t_fixup(model, config)
+
+
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    return [*model.blocks, *model.ca_blocks]
+
+
+@torch.no_grad()
+def _fixup(model: nn.Module, config: CaiTConfig) -> None:
+    scale = fixup_branch_scale(config)
+    for block in _blocks(model):
+        attention = block.attn
+        for first in (getattr(attention, "qkv", None), getattr(attention, "q", None), getattr(attention, "kv", None)):
+            if first is not None:
+                first.weight.mul_(scale)
+        block.mlp.fc1.weight.mul_(scale)
+        for last in (attention.proj, block.mlp.fc2):  # each branch's last layer: 0
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
+    nn.init.zeros_(model.head.weight)
+    nn.init.zeros_(model.head.bias)
+
+
+@torch.no_grad()
+def _t_fixup(model: nn.Module, config: CaiTConfig) -> None:
+    blocks = _blocks(model)
+    n = len(blocks)
+    dim = config.embed_dim
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+    for embedding in (model.pos_embed, model.cls_token):
+        nn.init.normal_(embedding, std=dim**-0.5)
+        embedding.mul_((9 * n) ** -0.25)
+    scale = t_fixup_scale(config)
+    for block in blocks:
+        attention = block.attn
+        if hasattr(attention, "qkv"):  # rows [2d, 3d) of the fused projection are the values
+            attention.qkv.weight[2 * dim :].mul_(scale)
+        else:  # class attention: rows [d, 2d) of kv are the values
+            attention.kv.weight[dim:].mul_(scale)
+        attention.proj.weight.mul_(scale)
+        block.mlp.fc1.weight.mul_(scale)
+        block.mlp.fc2.weight.mul_(scale)
+
+
+def fixup_branch_scale(config: CaiTConfig) -> float:
+    """Fixup's factor for the non-final layers of a branch, L^(-1/(2m-2)) with m = 2 (for tests and docs)."""
+    return config.num_residual_branches ** (-1.0 / 2)
+
+
+def t_fixup_scale(config: CaiTConfig) -> float:
+    """T-Fixup's encoder factor 0.67 N^(-1/4) (N blocks, class attention included)."""
+    return 0.67 * (config.depth + config.ca_depth) ** -0.25
+
+
+__all__ = ["branch_gain", "branch_norm", "fixup_bias", "fixup_branch_scale", "initialise", "t_fixup_scale"]
