@@ -19,8 +19,10 @@ its volume recomputed by moocore only when a new point enters it.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -210,3 +212,59 @@ def hypervolume_history(
             tracker.add(minimized[i])
             volumes[i] = tracker.volume
     return np.maximum.accumulate(volumes)  # the volume holds between changes
+
+
+REFERENCE_MARGIN = 0.1  # the plateau rule's reference point lies this share of each range beyond the worst
+
+
+@dataclass(frozen=True)
+class PlateauCheck:
+    """How much the front's hypervolume grew over the last ``window`` completed trials."""
+
+    window: int
+    reference: tuple[float, ...]  # in the objectives' own units, fixed at the start of the window
+    volume_before: float  # of the trials completed before the window
+    volume_after: float  # of all completed trials
+
+    @property
+    def gain(self) -> float:
+        """Relative growth; infinite when there was no volume to grow from."""
+        if self.volume_before <= 0:
+            return math.inf
+        return (self.volume_after - self.volume_before) / self.volume_before
+
+
+def plateau_check(points: np.ndarray, directions: Sequence[str], window: int) -> PlateauCheck | None:
+    """Hypervolume growth over the last ``window`` of ``points`` (completed trials, rows in finish order).
+
+    The reference point is fixed at the start of the window: the worst value of each objective
+    among the trials completed before it, pushed out by :data:`REFERENCE_MARGIN` of that range (1%
+    of the value where the range is 0), so every point that was on the front then counts. A relative
+    gain is independent of each objective's units. None until more than ``window`` points exist.
+    One objective: the "volume" is the distance of the best value from the reference.
+    """
+    pts = np.asarray(points, dtype=float)
+    if pts.ndim != 2 or pts.shape[1] != len(directions) or not 1 <= pts.shape[1] <= 3:
+        raise ObjectiveError(f"points must be (n, k) with k = {len(directions)} in 1..3, got {pts.shape}")
+    pts = pts[np.all(np.isfinite(pts), axis=1)]
+    if len(pts) <= window:
+        return None
+    before = pts[: len(pts) - window]
+    worst = default_reference(before, directions)
+    best = np.array([before[:, k].max() if d == "max" else before[:, k].min() for k, d in enumerate(directions)])
+    spread = np.abs(worst - best)
+    spread = np.where(spread > 0, spread, np.maximum(np.abs(worst) * 0.01, 1e-12))
+    reference = worst + _signs(directions) * REFERENCE_MARGIN * spread  # beyond the worst, away from the best
+    return PlateauCheck(
+        window=window,
+        reference=tuple(float(v) for v in reference),
+        volume_before=_volume(before, directions, reference),
+        volume_after=_volume(pts, directions, reference),
+    )
+
+
+def _volume(points: np.ndarray, directions: Sequence[str], reference: np.ndarray) -> float:
+    if len(directions) == 1:
+        minimized, ref = as_minimization(points, directions)[:, 0], float(reference[0]) * _signs(directions)[0]
+        return float(max(0.0, ref - minimized.min()))
+    return hypervolume(points, directions, reference)

@@ -213,6 +213,8 @@ def _study_section(
     record = store.study(name)
     objectives = dict(objectives) if objectives else _study_objectives(record)
     section = _empty_section({**record, "name": name})
+    if record.get("status_message"):  # why it ended (a stop rule, a failure, an interruption)
+        section["notes"].append(f"Study {record['status']}: {record['status_message']}")
     counts = store.counts(name)
     section["counts"] = {k: v for k, v in counts.items() if k != "epochs"}  # trial statuses only
     if not any(n for status, n in counts.items() if status != "epochs"):

@@ -22,7 +22,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
 from dashboards.pareto import study_front
-from harness import interrupts
+from harness import interrupts, stop_rules
 from harness.interrupts import InterruptCallback, SearchInterrupted
 from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
 from harness.ray_setup import (
@@ -36,6 +36,7 @@ from harness.ray_setup import (
     storage_location,
 )
 from harness.samplers import make_sampler
+from harness.stop_rules import StopRulesStopper
 from harness.store import Store, StoreError, mask_url
 from harness.store.liveness import HEARTBEAT_S
 from harness.store.urls import optuna_storage_url, split_secret
@@ -82,7 +83,10 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
         StoreCallback(store_url, name, spec_dict),
         ProgressCallback(store_url, name, dict(spec.objectives)),
     ]
-    stopper = HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict)
+    stoppers = [HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict)]
+    rules = spec.search.stop.model_dump(exclude_none=True)
+    if rules:
+        stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules))
     return tune.Tuner(
         _trainable(spec),
         tune_config=tune.TuneConfig(
@@ -96,7 +100,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
             name=name,
             storage_path=storage_path,
             callbacks=callbacks,
-            stop=[stopper],  # a list: a bare callable Stopper would be wrapped as a per-trial function
+            stop=stoppers,  # a list: a bare callable Stopper would be wrapped as a per-trial function
             failure_config=tune.FailureConfig(max_failures=spec.search.retries),
             verbose=0,
         ),
@@ -127,6 +131,7 @@ def run_search(
     command = resume_command(name, store_url, address, storage_path, chosen)
     watchdog = _StopWatchdog(store_url, name, command)
     interrupts.reset(on_stop=watchdog.arm)
+    stop_rules.reset()
     previous_umask = os.umask(0o077)  # checkpoints, tuner and searcher state on a shared results dir: ours only
     try:
         with interrupts.handling_signals():
@@ -240,14 +245,19 @@ def _run_search(
     # The search ran to its end: no trial of it may stay running in Optuna or in the store.
     with Store.open(store_url) as store:
         stopped = hopeless_reason(store, name, hopeless_after(spec), spec.model_dump(mode="json"))
+        ruled = stop_rules.current()
         if stopped:  # trials still in flight were stopped with the search, not lost
             reconcile(
                 store, name, optuna_storage_url(store_url), stopped=f"stopped: every trial failed with: {stopped}"
             )
+        elif ruled:
+            reconcile(store, name, optuna_storage_url(store_url), stopped=f"stopped with the search: {ruled}")
         else:
             reconcile(store, name, optuna_storage_url(store_url))
         counts = store.counts(name)
         status, message, spec_problem = final_status(store, name, counts, spec)
+        if ruled and status == "completed":
+            message = f"stopped early: {ruled}"
         store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
     return SearchSummary(name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem)

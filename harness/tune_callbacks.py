@@ -16,9 +16,9 @@ from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
 from dashboards.pareto import front_mask
-from harness import interrupts
+from harness import interrupts, stop_rules
 from harness.interrupts import stop_on_store_failure, store_failures
-from harness.result_keys import NUMBER_KEY
+from harness.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.store import Store
 from harness.study_outcome import hopeless_reason, record_outcome, trial_number_and_config
 
@@ -73,6 +73,9 @@ class StoreCallback(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
         result = self._last.pop(trial.trial_id, None) or trial.last_result or {}
+        ruled = stop_rules.current()
+        if ruled and not result.get(STATUS_KEY):  # cut short by a stop rule: cancelled, not pruned
+            result = {**result, STATUS_KEY: "interrupted", "error": f"stopped with the search: {ruled}"}
         try:
             record_outcome(self.store, self.study, self.spec, dict(trial.config), result)
         except store_failures() as error:
@@ -143,6 +146,7 @@ class ProgressCallback(Callback):
             f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "
             f"duplicate {counts['duplicate']}  "
             f"pareto front {self._front()}"
+            + (f"  {note}" if (note := stop_rules.progress_note()) else "")
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:

@@ -156,6 +156,21 @@ class Resources(_Strict):
     gpus: float = Field(0.0, ge=0)
 
 
+class HypervolumePlateau(_Strict):
+    """End the study when the front stops moving: the hypervolume gained less than ``min_gain``
+    (a fraction) over the last ``window`` completed trials (see harness.stop_rules)."""
+
+    window: int = Field(50, ge=1)
+    min_gain: float = Field(0.001, ge=0)
+
+
+class StopRules(_Strict):
+    """When a search ends before ``n_trials``: a flat front, or a wall-clock budget."""
+
+    hypervolume_plateau: HypervolumePlateau | None = None
+    max_hours: float | None = Field(None, gt=0)
+
+
 class SearchSettings(_Strict):
     sampler: Literal["tpe", "nsga2", "random", "grid"] = "tpe"
     n_trials: int = Field(8, ge=1)
@@ -164,6 +179,7 @@ class SearchSettings(_Strict):
     resources: Resources = Resources()
     early_stopping: EarlyStopping | None = None
     retries: int = Field(1, ge=0)
+    stop: StopRules = StopRules()
 
 
 class SearchSpec(_Strict):

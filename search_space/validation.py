@@ -48,6 +48,7 @@ def check_spec(spec: SearchSpec, *, check_paths: bool = True) -> None:
     """
     check_base_config(spec, check_paths=check_paths)
     check_early_stopping(spec)
+    check_stop_rules(spec)
     check_constraints_leave_something(spec)
 
 
@@ -147,6 +148,23 @@ def check_early_stopping(spec: SearchSpec) -> None:
         raise ConfigError(
             "search.early_stopping.grace_period",
             f"{es.grace_period} is longer than the budget of {epochs} epochs: no trial could ever be stopped",
+        )
+
+
+def check_stop_rules(spec: SearchSpec) -> None:
+    """A plateau rule needs 1 to 3 objectives (exact hypervolume) and a window the budget can fill."""
+    plateau = spec.search.stop.hypervolume_plateau
+    if plateau is None:
+        return
+    if len(spec.objectives) > 3:
+        raise ConfigError(
+            "search.stop.hypervolume_plateau",
+            f"needs 1 to 3 objectives (the hypervolume is computed exactly); the spec has {len(spec.objectives)}",
+        )
+    if plateau.window >= spec.search.n_trials:
+        raise ConfigError(
+            "search.stop.hypervolume_plateau.window",
+            f"{plateau.window} is not below n_trials {spec.search.n_trials}: the plateau could never be seen",
         )
 
 

@@ -283,3 +283,39 @@ def test_hypervolume_progress_across_screening_blocks_matches_prefix_volumes(dim
         done = done[done["status"] == "completed"]
         expected = hypervolume(done[names].to_numpy(), ["max"] * dims, [0.0] * dims) if len(done) else 0.0
         assert progress["hypervolume"].iloc[k] == pytest.approx(expected, rel=1e-12), k
+
+
+def test_plateau_check_measures_the_fronts_growth_over_the_window_against_a_reference_fixed_before_it():
+    from dashboards.multiobjective import plateau_check
+
+    directions = ["max", "min"]
+    early = np.array([[50.0, 4.0], [60.0, 5.0], [70.0, 8.0]])
+    assert plateau_check(early, directions, 3) is None  # nothing before the window yet
+    flat = plateau_check(np.vstack([early, [[55.0, 6.0], [40.0, 9.0]]]), directions, 2)  # dominated: no growth
+    assert flat.gain == 0.0 and flat.volume_before > 0
+    # The reference lies 10% of each range beyond the worst of the trials before the window.
+    assert flat.reference == pytest.approx((50.0 - 2.0, 8.0 + 0.4))
+    grown = plateau_check(np.vstack([early, [[80.0, 3.0], [40.0, 9.0]]]), directions, 2)
+    assert grown.gain > 0.5
+    # A relative gain does not depend on the objectives' units.
+    rescaled = plateau_check(np.vstack([early, [[80.0, 3.0], [40.0, 9.0]]]) * [1.0, 1e6], directions, 2)
+    assert rescaled.gain == pytest.approx(grown.gain)
+    one = plateau_check(np.array([[1.0], [2.0], [2.0], [2.5]]), ["max"], 2)  # best distance from the reference
+    assert one.gain == pytest.approx((2.5 - 0.9) / (2.0 - 0.9) - 1)
+
+
+def test_a_plateau_rule_the_budget_cannot_fill_is_refused_naming_the_key():
+    from search_space.validation import load_spec
+    from trials.configio import ConfigError
+
+    spec = {
+        "name": "p", "family": "cait", "base_model": "cait_tiny32", "objectives": {"top1": "max", "flops": "min"},
+        "search": {"n_trials": 10, "stop": {"hypervolume_plateau": {"window": 10}}},
+    }  # fmt: skip
+    with pytest.raises(ConfigError) as error:
+        load_spec(spec, check_paths=False)
+    assert error.value.field == "search.stop.hypervolume_plateau.window" and "n_trials 10" in str(error.value)
+    spec["search"] = {"n_trials": 10, "stop": {"max_hours": 0}}
+    with pytest.raises(ConfigError) as error:
+        load_spec(spec, check_paths=False)
+    assert "search.stop.max_hours" in str(error.value)

@@ -315,3 +315,46 @@ def test_a_configuration_already_trained_or_running_is_recorded_as_a_duplicate_n
     for _, row in duplicates.iterrows():  # Optuna was told the original's values
         assert states[row["number"]].values == states[int(row["duplicate_of"])].values
     assert set(summary.front["number"]) <= set(trained["number"])
+
+
+@pytest.mark.slow
+def test_a_flat_front_stops_the_search_before_n_trials_and_says_so(local_ray, tmp_path):
+    """``search.stop.hypervolume_plateau``: every trial here reaches the same point (lr ~1e-9 leaves
+    the seeded model untrained, FLOPs are fixed), so the front is flat from the first trial and
+    the study ends after window + 1 completed trials, ``completed`` with the plateau as its
+    message. The same study without the rule runs all its trials."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    from harness.store import Store
+
+    flat = {
+        "params": {"lr": {"float": [1e-9, 2e-9]}},
+        "training": {"epochs": 1, "lr": 1e-3},
+        "search": {"sampler": "random", "n_trials": 8, "concurrency": 1, "seed": 1},
+    }
+    stopped_spec = tiny_spec(**flat)
+    stopped_spec["search"] = {**flat["search"], "stop": {"hypervolume_plateau": {"window": 2, "min_gain": 0.001}}}
+    summary, store, _ = run(stopped_spec, tmp_path, "plateau")
+    with store:
+        counts = store.counts("plateau")
+        study = store.study("plateau")
+        interrupted = store.trials("plateau", statuses=("interrupted",))
+    assert summary.status == "completed" and counts["completed"] == 3  # window + 1: the first gain measured
+    assert counts["completed"] + counts["interrupted"] < 8 and counts["running"] == 0
+    assert study["status"] == "completed" and "hypervolume plateau" in study["status_message"]
+    assert "over the last 2 completed trials" in study["status_message"]
+    assert all("stopped with the search" in e for e in interrupted.get("error", []))
+    listed = CliRunner().invoke(main, ["studies", "--store", f"sqlite:///{tmp_path / 'store.db'}", "--format", "json"])
+    assert "hypervolume plateau" in listed.output
+    from dashboards.report import write_report
+
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}", create=False) as reader:
+        html = write_report(reader, ["plateau"], None, tmp_path / "report.html").read_text()
+    assert "hypervolume plateau" in html and "Hypervolume against finished trials" in html
+
+    full, store, _ = run(tiny_spec(**flat, name="full"), tmp_path, "full")
+    assert full.status == "completed" and full.message is None
+    with store:
+        assert store.counts("full")["completed"] == 8
+        assert store.study("full")["status_message"] is None

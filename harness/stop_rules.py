@@ -1,0 +1,120 @@
+"""``search.stop``: end a search before ``n_trials`` when its front stopped moving, or after a
+wall-clock budget.
+
+Optuna's ``Terminator`` is single-objective and Ray Tune's plateau stoppers watch one metric; a
+NAS search watches its Pareto front. The rule here: after each completed trial, the hypervolume of
+all completed trials is compared with that of the trials completed before the last ``window``,
+against a reference point fixed at the start of that window
+(:func:`dashboards.multiobjective.plateau_check`); a relative gain below ``min_gain`` ends the
+study. ``max_hours`` counts this driver's wall time (a resumed search starts a new budget).
+
+The stopper runs in the driver (Tune calls ``stop_all`` in its loop), so the reason is kept in
+this module for :func:`harness.search.run_search` to record as the study's message; trials still
+running when it fires are stopped with the search and recorded ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from ray.tune.stopper import Stopper
+
+from dashboards.multiobjective import PlateauCheck, plateau_check
+from harness.interrupts import stop_on_store_failure, store_failures
+from harness.store import Store
+
+_state: dict[str, Any] = {"reason": None, "started": time.monotonic(), "note": None}
+
+
+def reset() -> None:
+    """A new driver session: no stop yet, and the wall-clock budget starts now."""
+    _state.update(reason=None, started=time.monotonic(), note=None)
+
+
+def progress_note() -> str | None:
+    """The plateau rule's last reading, for the progress line ("hv +1.2% over the last 50")."""
+    return _state["note"]
+
+
+def current() -> str | None:
+    """Why a stop rule ended this search (one line), or None."""
+    return _state["reason"]
+
+
+def completed_points(store, study: str, objectives: dict[str, str]) -> np.ndarray:
+    """The objectives of completed trials, in the order they finished."""
+    frame = store.outcomes(study, list(objectives), strict=False)
+    frame = frame[frame["status"] == "completed"].sort_values(["ended_at", "number"], kind="stable")
+    return frame[list(objectives)].to_numpy(dtype=float)
+
+
+def plateau_reason(check: PlateauCheck | None, min_gain: float) -> str | None:
+    """The study's message when ``check`` shows a plateau, else None."""
+    if check is None or check.gain >= min_gain:
+        return None
+    reference = ", ".join(f"{v:.4g}" for v in check.reference)
+    return (
+        f"hypervolume plateau: the front gained {check.gain:.3%} (below {min_gain:.3%}) over the last "
+        f"{check.window} completed trials (reference point ({reference}) fixed at the start of the window; "
+        f"hypervolume {check.volume_before:.4g} -> {check.volume_after:.4g})"
+    )
+
+
+class StopRulesStopper(Stopper):
+    """Tune stopper for ``search.stop`` (see the module docstring). Each check is one COUNT query;
+    the hypervolume is computed only when another trial has completed."""
+
+    def __init__(self, store_url: str, study: str, objectives: dict[str, str], rules: dict[str, Any]):
+        self.store_url = store_url
+        self.study = study
+        self.objectives = objectives
+        self.rules = rules
+        self._store = None
+        self._completed = -1
+        self.last_gain: float | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_store": None, "_completed": -1}
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        if current() is not None:
+            return True
+        reason = self._over_time() or self._plateau()
+        if reason is None:
+            return False
+        _state["reason"] = reason
+        print(f"[{self.study}] stopping: {reason}", file=sys.stderr, flush=True)
+        return True
+
+    def _over_time(self) -> str | None:
+        hours = self.rules.get("max_hours")
+        if hours and time.monotonic() - _state["started"] > hours * 3600:
+            return f"max_hours: {hours:g} h of wall time reached"
+        return None
+
+    def _plateau(self) -> str | None:
+        plateau = self.rules.get("hypervolume_plateau")
+        if not plateau:
+            return None
+        try:
+            if self._store is None:
+                self._store = Store.open(self.store_url)
+            completed = self._store.counts(self.study, epochs=False)["completed"]
+            if completed == self._completed:
+                return None
+            self._completed = completed
+            points = completed_points(self._store, self.study, self.objectives)
+        except store_failures() as error:
+            stop_on_store_failure("checking the hypervolume plateau", error)
+            return None
+        check = plateau_check(points, list(self.objectives.values()), plateau["window"])
+        if check is not None:
+            self.last_gain = check.gain
+            _state["note"] = f"hv {check.gain:+.2%} over the last {check.window}"
+        return plateau_reason(check, plateau["min_gain"])
