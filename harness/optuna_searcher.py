@@ -72,6 +72,7 @@ class ArchsearchSearch(OptunaSearch):
         self._outcomes: dict[int, tuple] = {}  # Optuna number -> ("values", [...]) | ("failed",) | ("pruned",)
         self._waiting: dict[int, list[int]] = {}  # original's number -> duplicates waiting for its outcome
         self._synced = False  # with the store, in this process (never pickled: a restored searcher syncs again)
+        self._reusable: dict[str, dict[str, Any]] = {}  # config key -> an earlier study's record (warm start)
         super().__init__(
             space=SpaceFunction(spec),
             metric=list(spec.objectives),
@@ -125,6 +126,12 @@ class ArchsearchSearch(OptunaSearch):
             if build_error is None and all(v <= 0 for v in violations):
                 config = build_trial_config(self.spec, params)
                 key = config_key(config)
+                reused = getattr(self, "_reusable", {}).pop(key, None)
+                if reused is not None and self._record_reused(ot_trial, config, reused):
+                    self._seen[key] = ot_trial.number
+                    self.dispatched += 1  # a completed trial of this study, trained by an earlier one
+                    del self._ot_trials[trial_id]
+                    continue
                 original = self._seen.get(key)
                 if original is None or self._outcomes.get(original) == ("failed",):  # a failure may be retried
                     self._seen[key] = ot_trial.number
@@ -190,6 +197,32 @@ class ArchsearchSearch(OptunaSearch):
                 file=sys.stderr,
                 flush=True,
             )
+
+    def set_reusable(self, records: dict[str, dict[str, Any]]) -> None:
+        """Earlier trials (a warm start's ``reuse_results``) whose config, if proposed again, is copied."""
+        self._reusable = dict(records)
+
+    def _record_reused(self, ot_trial, config: dict, record: dict[str, Any]) -> bool:
+        """Copy an earlier study's identical trial as this trial's result; False if an objective is missing."""
+        values = []
+        for metric in self.metric:
+            value = record["final"].get(metric, record["measurement"].get(metric))
+            if not isinstance(value, (int, float)) or value != value:
+                return False
+            values.append(float(value))
+        self._ot_study.tell(ot_trial, values)
+        self._outcomes[ot_trial.number] = ("values", tuple(values))
+        self.store.finish_trial(
+            self.archsearch_study,
+            ot_trial.number,
+            status="completed",
+            config=config,
+            measurement=record["measurement"] or None,
+            epochs=record["epochs"],
+            final={**record["final"], "reused_from": record["source"]},
+            optuna_number=ot_trial.number,
+        )
+        return True
 
     def _record_duplicate(self, ot_trial, config: dict, original: int) -> None:
         # A sampler restored from Ray's snapshot proposes again what it proposed after the snapshot:

@@ -22,7 +22,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
 from dashboards.pareto import study_front
-from harness import interrupts, stop_rules
+from harness import interrupts, stop_rules, warm_start
 from harness.interrupts import InterruptCallback, SearchInterrupted
 from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
 from harness.ray_setup import (
@@ -66,6 +66,8 @@ def _trainable(spec: SearchSpec):
 def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
+    if spec.search.warm_start is not None:
+        warm_start.apply(searcher, spec, store_url)
     scheduler = None
     es = spec.search.early_stopping
     if es is not None:

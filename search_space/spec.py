@@ -82,6 +82,11 @@ class IntDomain(_Strict):
     def candidates(self) -> list[Any]:
         return [self.int[0], self.int[1]]
 
+    def contains(self, value: Any) -> bool:
+        low, high = self.int
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        return is_int and low <= value <= high and (value - low) % self.step == 0
+
 
 class FloatDomain(_Strict):
     float: tuple[float, float]
@@ -101,6 +106,10 @@ class FloatDomain(_Strict):
     def candidates(self) -> list[Any]:
         return [self.float[0], self.float[1]]
 
+    def contains(self, value: Any) -> bool:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and self.float[0] <= value <= self.float[1]
+
 
 class ChoiceDomain(_Strict):
     choice: list[Any] = Field(min_length=1)
@@ -119,12 +128,18 @@ class ChoiceDomain(_Strict):
     def candidates(self) -> list[Any]:
         return list(self.choice)
 
+    def contains(self, value: Any) -> bool:
+        return any(value == item and type(value) is type(item) for item in self.choice)
+
 
 class FixedDomain(_Strict):
     fixed: Any
 
     def candidates(self) -> list[Any]:
         return [self.fixed]
+
+    def contains(self, value: Any) -> bool:
+        return value == self.fixed
 
 
 def _domain_kind(value: Any) -> str | None:
@@ -171,6 +186,16 @@ class StopRules(_Strict):
     max_hours: float | None = Field(None, gt=0)
 
 
+class WarmStart(_Strict):
+    """Start from an earlier study: its Pareto front and up to ``top`` best completed trials are
+    the first trials proposed (see harness.warm_start)."""
+
+    study: str = Field(min_length=1)
+    store: str | None = None  # default: the store this search writes to
+    top: int = Field(0, ge=0)
+    reuse_results: bool = False  # an identical trial config (data, budget, seed): copy, do not retrain
+
+
 class SearchSettings(_Strict):
     sampler: Literal["tpe", "nsga2", "random", "grid"] = "tpe"
     n_trials: int = Field(8, ge=1)
@@ -180,6 +205,7 @@ class SearchSettings(_Strict):
     early_stopping: EarlyStopping | None = None
     retries: int = Field(1, ge=0)
     stop: StopRules = StopRules()
+    warm_start: WarmStart | None = None
 
 
 class SearchSpec(_Strict):

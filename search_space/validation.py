@@ -16,6 +16,7 @@ import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -49,6 +50,7 @@ def check_spec(spec: SearchSpec, *, check_paths: bool = True) -> None:
     check_base_config(spec, check_paths=check_paths)
     check_early_stopping(spec)
     check_stop_rules(spec)
+    check_warm_start(spec)
     check_constraints_leave_something(spec)
 
 
@@ -165,6 +167,20 @@ def check_stop_rules(spec: SearchSpec) -> None:
         raise ConfigError(
             "search.stop.hypervolume_plateau.window",
             f"{plateau.window} is not below n_trials {spec.search.n_trials}: the plateau could never be seen",
+        )
+
+
+def check_warm_start(spec: SearchSpec) -> None:
+    """The spec is stored with the study: a warm start's store URL must carry no password."""
+    warm = spec.search.warm_start
+    if warm is None:
+        return
+    if warm.store is None and warm.study == spec.name:
+        raise ConfigError("search.warm_start.study", f"{warm.study!r} is this study; name an earlier one")
+    if warm.store is not None and urlsplit(warm.store).password:
+        raise ConfigError(
+            "search.warm_start.store",
+            "carries a password, which would be stored with the spec; give it through PGPASSWORD or ~/.pgpass",
         )
 
 

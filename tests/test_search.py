@@ -358,3 +358,44 @@ def test_a_flat_front_stops_the_search_before_n_trials_and_says_so(local_ray, tm
     with store:
         assert store.counts("full")["completed"] == 8
         assert store.study("full")["status_message"] is None
+
+
+@pytest.mark.slow
+def test_a_warm_start_enqueues_the_earlier_front_first_skips_what_the_new_space_excludes_and_reuses_results(
+    local_ray, tmp_path, capfd
+):
+    """``search.warm_start``: the earlier front (and its ``top`` best) are the new study's first
+    trials; with ``reuse_results`` an identical trial config is copied, not retrained; values the
+    new space excludes are skipped and counted."""
+    earlier_spec = tiny_spec(name="earlier", search={"sampler": "random", "n_trials": 4, "concurrency": 2, "seed": 1})
+    _, store, earlier = run(earlier_spec, tmp_path, "earlier")
+    from dashboards.pareto import study_front
+
+    with store:
+        front = [int(n) for n in study_front(store, "earlier", {"top1": "max", "flops": "min"})["number"]]
+    assert front
+    front_params = [earlier.trials[n].params for n in front]
+
+    warm = {"study": "earlier", "top": 1, "reuse_results": True}
+    later_search = {**earlier_spec["search"], "n_trials": len(front) + 2, "warm_start": warm}
+    later_spec = tiny_spec(name="later", search=later_search)
+    summary, store, later = run(later_spec, tmp_path, "later")
+    with store:
+        trials = store.trials("later").set_index("number").sort_index()
+        records = store.trial_records("later", list(range(len(front))))
+    assert [later.trials[i].params for i in range(len(front))] == front_params  # the earlier front first
+    assert all(later.trials[i].user_attrs["warm_start"] == f"earlier#{n}" for i, n in enumerate(front))
+    reused = trials[trials["reused_from"].notna()] if "reused_from" in trials else trials.iloc[:0]
+    assert len(reused) >= len(front) and set(reused["status"]) == {"completed"}  # copied, not retrained
+    assert all(records[i]["epochs"] for i in range(len(front)))  # the learning curve comes along
+    assert summary.counts["completed"] == len(front) + 2
+    assert "warm start from earlier: enqueued" in capfd.readouterr().err
+
+    narrowed = tiny_spec(
+        name="narrow",
+        params={**earlier_spec["params"], "lr": {"float": [2e-2, 3e-2]}},  # every earlier lr is outside
+        search={**earlier_spec["search"], "n_trials": 2, "warm_start": {"study": "earlier"}},
+    )
+    run(narrowed, tmp_path, "narrow")
+    err = capfd.readouterr().err
+    assert f"enqueued 0, skipped {len(front)}" in err and "lr=" in err and "outside the new space" in err

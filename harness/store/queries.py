@@ -284,6 +284,33 @@ class Queries(Liveness):
         flat = pd.json_normalize([_decoded(c) or {} for _, c in rows], sep=".").add_prefix("config.")
         return pd.concat([numbers_column, flat], axis=1)
 
+    def trial_records(self, study: str, numbers: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """Whole records of the trials ``numbers``: status, config, final, measurement and epochs
+        (what a warm start copies into another study)."""
+        wanted = sorted({int(n) for n in numbers})
+        if not wanted:
+            return {}
+        trial = Trial.__table__
+        frame = self._trial_rows(study, [trial.c.status, trial.c.config, trial.c.final], expand_final=False)
+        frame = frame[frame["number"].isin(wanted)]
+        measured = self._trial_rows(
+            study, [Measurement.__table__.c[name] for name in MEASUREMENT_FIELDS], expand_final=False
+        ).set_index("number")
+        curves = self.learning_curves(study, wanted)
+        records: dict[int, dict[str, Any]] = {}
+        for row in frame.to_dict("records"):
+            number = int(row["number"])
+            measurement = {k: v for k, v in measured.loc[number].to_dict().items() if pd.notna(v)}
+            epochs = curves[curves["number"] == number].drop(columns=["number", "status"])
+            records[number] = {
+                "status": row["status"],
+                "config": _decoded(row["config"]) or {},
+                "final": _decoded(row["final"]) or {},
+                "measurement": measurement,
+                "epochs": [{k: v for k, v in e.items() if pd.notna(v)} for e in epochs.to_dict("records")],
+            }
+        return records
+
     def trial_errors(self, study: str, statuses: Sequence[str], limit: int = 50) -> list[str]:
         """The errors of the latest ``limit`` trials with one of ``statuses`` (newest first)."""
         study_id = self._study_id(study)

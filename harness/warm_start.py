@@ -1,0 +1,91 @@
+"""``search.warm_start``: a new study starts from an earlier one's results instead of random samples.
+
+The earlier study's Pareto front (on its own objectives), then up to ``top`` of its best completed
+trials (by its first objective), are enqueued in the new Optuna study as its first trials, with
+the parameters the new space shares; a parameter the new space has and the old one did not is
+sampled. A trial with a value outside the new space's domains is skipped (and counted). With
+``reuse_results``, a proposed trial whose whole config (model, data, budget, seed) equals an
+earlier trial's is not retrained: its record is copied (``final.reused_from``) and Optuna told its
+values (see :class:`harness.optuna_searcher.ArchsearchSearch`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from dashboards.pareto import study_front
+from harness.optuna_searcher import config_key
+from harness.store import Store, StoreError, mask_url
+from harness.store.urls import optuna_storage_url
+from search_space.spec import SearchSpec
+
+
+@dataclass
+class WarmStartReport:
+    """What a warm start did: how many trials it enqueued, skipped and (later) reused."""
+
+    source: str  # "STUDY" or "STUDY in STORE"
+    enqueued: int = 0
+    skipped: int = 0
+    skip_reasons: list[str] = field(default_factory=list)
+    reusable: dict[str, dict[str, Any]] = field(default_factory=dict)  # config key -> earlier record
+
+    def line(self, study: str) -> str:
+        why = f" ({'; '.join(self.skip_reasons[:3])}{' ...' if len(self.skip_reasons) > 3 else ''})"
+        return (
+            f"[{study}] warm start from {self.source}: enqueued {self.enqueued}, skipped {self.skipped}"
+            + (why if self.skipped else "")
+            + (f", {len(self.reusable)} reusable without training" if self.reusable else "")
+        )
+
+
+def earlier_trials(store, study: str, top: int) -> list[int]:
+    """The earlier study's front (its own objectives), then its ``top`` best completed trials."""
+    record = store.study(study)
+    objectives = {o["name"]: o["direction"] for o in record["objectives"]}
+    numbers = [int(n) for n in study_front(store, study, objectives)["number"]]
+    if top:
+        first, direction = next(iter(objectives.items()))
+        best = store.trials(study, statuses=("completed",), sort=first, descending=direction == "max", limit=top)
+        numbers += [int(n) for n in best["number"]]
+    return list(dict.fromkeys(numbers))
+
+
+def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
+    """Enqueue the earlier study's trials in the searcher's Optuna study; return the counts."""
+    warm = spec.search.warm_start
+    source_url = warm.store or store_url
+    report = WarmStartReport(source=warm.study if warm.store is None else f"{warm.study} in {mask_url(source_url)}")
+    with Store.open(source_url, create=False) as store:
+        if warm.study not in store.study_names():
+            raise StoreError(f"search.warm_start.study: no study {warm.study!r} in {mask_url(source_url)}")
+        numbers = earlier_trials(store, warm.study, warm.top)
+        records = store.trial_records(warm.study, numbers) if warm.reuse_results else {}
+    earlier = optuna.load_study(
+        study_name=warm.study, storage=optuna.storages.RDBStorage(optuna_storage_url(source_url))
+    )
+    by_number = {t.number: t for t in earlier.get_trials(deepcopy=False)}
+    for number in numbers:
+        old = by_number.get(number)
+        if old is None:
+            report.skipped += 1
+            report.skip_reasons.append(f"trial {number}: not in Optuna's study")
+            continue
+        params = {name: old.params[name] for name in spec.params if name in old.params}
+        outside = [f"{name}={value!r}" for name, value in params.items() if not spec.params[name].contains(value)]
+        if outside:
+            report.skipped += 1
+            report.skip_reasons.append(f"trial {number}: {', '.join(outside)} outside the new space")
+            continue
+        searcher._ot_study.enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
+        report.enqueued += 1
+        record = records.get(number)
+        if record is not None and record["status"] == "completed":
+            report.reusable[config_key(record["config"])] = {**record, "source": f"{warm.study}#{number}"}
+    searcher.set_reusable(report.reusable)
+    print(report.line(spec.name), file=sys.stderr, flush=True)
+    return report
