@@ -25,6 +25,7 @@ from jinja2 import Environment
 
 from dashboards import figures
 from dashboards.pareto import front_mask, hypervolume_progress
+from dashboards.verified import compare_fronts
 
 from .files import atomic_write
 
@@ -207,6 +208,24 @@ def _sample_numbers(outcomes: pd.DataFrame, size: int, seed: int = 0) -> np.ndar
     return np.sort(np.random.default_rng(seed).choice(completed, size=size, replace=False))
 
 
+def _verified_notes(store: Any, name: str, front: pd.DataFrame, objectives: Mapping[str, str]) -> list[str]:
+    """What ``archsearch verify`` found for this front: verified medians and who drops off."""
+    verified = store.verified(name)
+    if verified.empty or not len(front) or not set(front["number"]) & set(verified["number"]):
+        return []
+    table = compare_fronts(front, verified.set_index("number"), dict(objectives))
+    rounds, device = int(verified["rounds"].iloc[-1]), verified["device"].iloc[-1]
+    values = "; ".join(
+        f"#{int(r.number)} {r.throughput_verified:.0f} img/s [{r.throughput_verified_min:.0f}, "
+        f"{r.throughput_verified_max:.0f}]"
+        for r in table.itertuples()
+        if pd.notna(getattr(r, "throughput_verified", None))
+    )
+    dropped = [str(int(n)) for n in table.loc[~table["on_verified_front"], "number"]]
+    note = f"Front re-measured alone ({rounds} interleaved rounds on {device}): {values}."
+    return [note + (f" off the front on verified values: {', '.join(dropped)}" if dropped else "")]
+
+
 def _study_section(
     store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
 ) -> dict[str, Any]:
@@ -245,6 +264,7 @@ def _study_section(
     varying = varying_config_columns(sampled if large else frame)
     columns = ["number", *objectives, *varying]
     shown = frame.set_index("number").loc[shown_front["number"]].reset_index()
+    section["notes"].extend(_verified_notes(store, name, front, objectives))
     section["front_columns"] = columns
     section["front_rows"] = [[_cell(r.get(c)) for c in columns] for r in shown.to_dict("records")]
     section["front_total"] = len(front)

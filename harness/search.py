@@ -22,7 +22,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 
 from dashboards.pareto import study_front
-from harness import interrupts, stop_rules, warm_start
+from harness import interrupts, stop_rules, verify, warm_start
 from harness.interrupts import InterruptCallback, SearchInterrupted
 from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
 from harness.ray_setup import (
@@ -56,6 +56,7 @@ class SearchSummary:
     status: str = "completed"  # the study's final status: completed, or failed (no trial completed)
     message: str | None = None  # why it failed, in one line
     spec_problem: bool = False  # the failure is the spec's (nothing feasible), not the trials'
+    verified: Any = None  # with search.verify_front: the front re-measured alone (harness.verify)
 
 
 def _trainable(spec: SearchSpec):
@@ -262,7 +263,12 @@ def _run_search(
             message = f"stopped early: {ruled}"
         store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
-    return SearchSummary(name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem)
+    verified = None
+    if spec.search.verify_front and status == "completed":  # on the driver's device, nothing else running
+        verified = verify.verify_front(store_url, name)
+    return SearchSummary(
+        name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem, verified
+    )
 
 
 def resume_command(name: str, store_url: str, address: str | None, storage_path: str, chosen: bool) -> str:

@@ -206,6 +206,7 @@ class SearchSettings(_Strict):
     retries: int = Field(1, ge=0)
     stop: StopRules = StopRules()
     warm_start: WarmStart | None = None
+    verify_front: bool = False  # re-measure the front alone at the end (archsearch verify)
 
 
 class SearchSpec(_Strict):

@@ -353,11 +353,14 @@ def test_a_flat_front_stops_the_search_before_n_trials_and_says_so(local_ray, tm
         html = write_report(reader, ["plateau"], None, tmp_path / "report.html").read_text()
     assert "hypervolume plateau" in html and "Hypervolume against finished trials" in html
 
-    full, store, _ = run(tiny_spec(**flat, name="full"), tmp_path, "full")
+    verified = {**flat, "search": {**flat["search"], "verify_front": True}}  # and the front re-measured alone
+    full, store, _ = run(tiny_spec(**verified, name="full"), tmp_path, "full")
     assert full.status == "completed" and full.message is None
     with store:
         assert store.counts("full")["completed"] == 8
         assert store.study("full")["status_message"] is None
+        assert set(store.verified("full")["number"]) == set(full.front["number"])
+    assert full.verified["on_verified_front"].dtype == bool
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import click
 
 from harness import __version__
 from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
-from harness.cli.run_commands import reproduce_command, search_command
+from harness.cli.run_commands import reproduce_command, search_command, verify_command
 from harness.cli.trial_commands import bench_command, models_command, trial_command
 
 
@@ -33,5 +33,6 @@ for _command in (
     pareto_command,
     report_command,
     reproduce_command,
+    verify_command,
 ):
     main.add_command(_command)

@@ -15,6 +15,8 @@ from trials.lazy import lazy_import
 pareto = lazy_import("dashboards.pareto")  # pandas and moocore: only when a front is asked for
 report = lazy_import("dashboards.report")  # seaborn: only when a report is written
 store_package = lazy_import("harness.store")  # SQLAlchemy
+verified_front = lazy_import("dashboards.verified")  # the verified front beside the in-trial one
+pandas = lazy_import("pandas")
 
 
 @click.command("studies")
@@ -129,20 +131,41 @@ def pareto_command(
     except (pareto.ParetoError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
     front = result.front
+    front, verified_columns = _with_verified(store_url, front, wanted)
     config_columns = [c for c in front.columns if c.startswith("config.")]
     if fmt == "table":  # the searched parameters always, and whatever else differs between members
         with open_store(store_url, create=False, read_only=True) as store:
             specs = [store.study(name)["spec"] for name in studies]
         searched = [c for spec in specs for c in searched_config_columns(spec, config_columns)]
         varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
-        columns = ["study", "number", *wanted, *dict.fromkeys([*searched, *varying])]
+        columns = ["study", "number", *wanted, *verified_columns, *dict.fromkeys([*searched, *varying])]
     else:  # JSON and CSV: flat rows, one key per column, as `trials` writes them
-        columns = ["study", "number", *wanted, *config_columns]
+        columns = ["study", "number", *wanted, *verified_columns, *config_columns]
     rows = [{c: record.get(c) for c in columns} for record in records(front)]
     click.echo(render(rows, fmt, columns))
     if fmt == "table":
         counted = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
         click.echo(f"front of {len(front)} from {sum(result.counts.values())} trials ({counted})")
+
+
+def _with_verified(store_url: str | None, front, objectives: dict[str, str]):
+    """The front with its verified throughput/latency beside the in-trial values (``archsearch
+    verify``) and ``on_verified_front`` per study, when a study was verified; else unchanged."""
+    verified_columns: list[str] = []
+    parts = []
+    with open_store(store_url, create=False, read_only=True) as store:
+        for study, members in front.groupby("study", sort=False):
+            verified = store.verified(str(study))
+            if verified.empty or not set(members["number"]) & set(verified["number"]):
+                parts.append(members)
+                continue
+            table = verified_front.compare_fronts(members, verified.set_index("number"), objectives)
+            extra = [c for c in table.columns if c.endswith("_verified") or c == "on_verified_front"]
+            parts.append(members.merge(table[["number", *extra]], on="number", how="left"))
+            verified_columns += [c for c in extra if c not in verified_columns]
+    if not parts:
+        return front, []
+    return pandas.concat(parts, ignore_index=True), verified_columns
 
 
 @click.command("report")

@@ -1,4 +1,4 @@
-"""Commands that run studies and write the store: ``search`` and ``reproduce``."""
+"""Commands that run studies and write the store: ``search``, ``reproduce`` and ``verify``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ reproduction = lazy_import("harness.reproduce")
 planning = lazy_import("harness.reproduce.planning")
 search = lazy_import("harness.search")
 store_package = lazy_import("harness.store")
+verification = lazy_import("harness.verify")  # torch and the models: only when a front is re-measured
+
+VERIFY_COLUMNS = ("throughput", "throughput_verified", "throughput_verified_min", "throughput_verified_max",
+                  "latency_ms", "latency_ms_verified", "latency_ms_verified_min", "latency_ms_verified_max",
+                  "on_front", "on_verified_front")  # fmt: skip
 
 
 @click.command("search")
@@ -99,6 +104,10 @@ def search_command(
     varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
     click.echo("Pareto front (" + ", ".join(f"{k}:{v}" for k, v in spec.objectives.items()) + "):")
     click.echo(render(records(front), "table", ["number", *spec.objectives, *dict.fromkeys([*searched, *varying])]))
+    if summary.verified is not None:
+        table = summary.verified
+        click.echo("Front re-measured alone (search.verify_front):")
+        click.echo(render(records(table), "table", ["number", *[c for c in VERIFY_COLUMNS if c in table.columns]]))
 
 
 @click.command("reproduce")
@@ -194,3 +203,30 @@ def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: s
         click.echo("claims: " + "; ".join(protocol["claims"]))
         minutes = entry["estimated_wall_time_s"]
         click.echo(f"estimated wall time here: {minutes / 60:.0f} min\n" if minutes else "")
+
+
+@click.command("verify")
+@click.argument("study")
+@store_option
+@click.option("--repeats", type=click.IntRange(1, 1000), default=5, show_default=True, help="Interleaved rounds.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+def verify_command(study: str, store_url: str | None, repeats: int, device: str, fmt: str) -> None:
+    """Re-measure the throughput and latency of STUDY's front alone on one device.
+
+    Each member is rebuilt and timed in REPEATS rounds that interleave the members; the medians and
+    spreads are stored as verified measurements (the in-trial ones are kept), and the front is
+    recomputed among its members on them: ``on_verified_front`` marks who stays.
+    """
+    url = store_package.resolve_store_url(store_url)
+    settings = verification.VerifySettings(repeats=repeats, device=device)
+    try:
+        table = verification.verify_front(url, study, settings)
+    except store_package.StoreError as error:
+        raise UsageError(str(error)) from None
+    columns = ["number", *[c for c in table.columns if c not in ("number", *VERIFY_COLUMNS)]]
+    columns += [c for c in VERIFY_COLUMNS if c in table.columns]
+    click.echo(render(records(table), fmt, columns))
+    dropped = [int(n) for n in table.loc[~table["on_verified_front"], "number"]]
+    if fmt == "table" and dropped:
+        click.echo(f"off the front on verified values: {', '.join(map(str, dropped))}", err=True)

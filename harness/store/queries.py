@@ -26,6 +26,7 @@ from .schema import (
     Measurement,
     Study,
     Trial,
+    VerifiedMeasurement,
 )
 
 
@@ -310,6 +311,23 @@ class Queries(Liveness):
                 "epochs": [{k: v for k, v in e.items() if pd.notna(v)} for e in epochs.to_dict("records")],
             }
         return records
+
+    def verified(self, study: str):
+        """The latest verification of each verified trial (``archsearch verify``): number, throughput
+        and latency (median, min, max), rounds, device, time; empty when none was verified."""
+        study_id = self._study_id(study)
+        trial, verified = Trial.__table__, VerifiedMeasurement.__table__
+        columns = [c for c in verified.columns if c.name not in ("id", "trial_id")]
+        query = (
+            select(trial.c.number, *columns)
+            .select_from(verified.join(trial, trial.c.id == verified.c.trial_id))
+            .where(trial.c.study_id == study_id)
+            .order_by(trial.c.number, verified.c.measured_at, verified.c.id)
+        )
+        with self.engine.connect() as conn:
+            result = conn.execute(query)
+            frame = pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
+        return frame.drop_duplicates("number", keep="last").reset_index(drop=True)
 
     def trial_errors(self, study: str, statuses: Sequence[str], limit: int = 50) -> list[str]:
         """The errors of the latest ``limit`` trials with one of ``statuses`` (newest first)."""

@@ -93,6 +93,30 @@ class Measurement(Base):
     torch_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
+class VerifiedMeasurement(Base):
+    """A front member's throughput and latency measured again, alone on one device (``archsearch
+    verify``), in rounds interleaved with the other members; never overwrites the in-trial
+    measurement. One row per verification run (since schema 0005)."""
+
+    __tablename__ = f"{PREFIX}verified"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey(f"{PREFIX}trials.id", ondelete="CASCADE"), index=True)
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    throughput: Mapped[float | None] = mapped_column(Float, nullable=True)  # images/s, median over rounds
+    throughput_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    throughput_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    latency_ms_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    latency_ms_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    rounds: Mapped[int] = mapped_column(Integer)
+    batch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    image_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    dtype: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    device: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    host: Mapped[str | None] = mapped_column(String(255), nullable=True)
+
+
 class EpochRecord(Base):
     """One point of a learning curve; unique per (trial, epoch): rewriting an epoch updates it."""
 

@@ -29,6 +29,11 @@ from .schema import (
     Measurement,
     Study,
     Trial,
+    VerifiedMeasurement,
+)
+
+VERIFIED_FIELDS = tuple(
+    c.name for c in VerifiedMeasurement.__table__.columns if c.name not in ("id", "trial_id", "measured_at")
 )
 
 
@@ -136,6 +141,25 @@ class Writes(StoreBase):
             update(Trial).where(Trial.study_id == study_id, Trial.status == "running").values(**values)
         )
         return self._write(lambda conn: conn.execute(statement).rowcount)
+
+    def record_verified(self, study: str, number: int, values: Mapping[str, Any]) -> None:
+        """Add one verification of a trial's throughput and latency (``archsearch verify``); the
+        in-trial measurement stays as it was."""
+        study_id = self._study_id(study)
+        unknown = sorted(set(values) - set(VERIFIED_FIELDS))
+        if unknown:
+            raise StoreError(f"unknown verified field(s) {', '.join(unknown)}; use {', '.join(VERIFIED_FIELDS)}")
+
+        def write(conn) -> None:
+            trial_id = conn.execute(
+                select(Trial.id).where(Trial.study_id == study_id, Trial.number == number)
+            ).scalar_one_or_none()
+            if trial_id is None:
+                raise StoreError(f"study {study!r} has no trial {number}")
+            row = {"trial_id": trial_id, "measured_at": _now(), **dict(values)}
+            conn.execute(VerifiedMeasurement.__table__.insert().values(**row))
+
+        self._write(write)
 
     def record_epoch(self, study: str, number: int, metrics: Mapping[str, Any]) -> None:
         """Write (or rewrite) one epoch of a running trial's learning curve."""
