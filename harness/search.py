@@ -10,6 +10,7 @@ The Optuna study lives in the same database as the store (Optuna's own tables be
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from harness.ray_setup import (
     check_study_name,
     experiment_path,
     init_ray,
+    is_uri,
     quiet_ray,
     ray_hardware,
     storage_location,
@@ -44,6 +46,10 @@ from harness.study_outcome import final_status, hopeless_after, hopeless_reason,
 from harness.trainable import search_trainable
 from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
 from search_space.spec import SearchSpec
+
+
+class NothingToResume(Exception):
+    """``--resume`` of a study that already completed: nothing runs, nothing is rewritten."""
 
 
 @dataclass
@@ -105,6 +111,8 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
             callbacks=callbacks,
             stop=stoppers,  # a list: a bare callable Stopper would be wrapped as a per-trial function
             failure_config=tune.FailureConfig(max_failures=spec.search.retries),
+            # The last checkpoint of each trial is all a retry or a resume needs.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             verbose=0,
         ),
     )
@@ -205,6 +213,12 @@ def _run_search(
     with Store.open(store_url) as store:
         if resume and name not in store.study_names():
             raise StoreError(f"cannot resume: study {name!r} is not in {store.url}")
+        if resume and store.study(name)["status"] == "completed":
+            record, counts = store.study(name), store.counts(name, epochs=False)
+            raise NothingToResume(
+                f"nothing to resume: study {name} completed {counts['completed']} trials on "
+                f"{record['updated_at']:%Y-%m-%d %H:%M} UTC"
+            )
         if not resume and name in store.study_names() and _has_trials(store, name):
             raise StoreError(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
@@ -263,12 +277,27 @@ def _run_search(
             message = f"stopped early: {ruled}"
         store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
+    if status == "completed" and not spec.search.keep_checkpoints:
+        prune_checkpoints(experiment)
     verified = None
     if spec.search.verify_front and status == "completed":  # on the driver's device, nothing else running
         verified = verify.verify_front(store_url, name)
     return SearchSummary(
         name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem, verified
     )
+
+
+def prune_checkpoints(experiment: str) -> int:
+    """Remove the trial checkpoints of a completed study (nothing is left to resume); Ray's small
+    experiment state stays. Local or shared directories only; returns the bytes freed."""
+    if is_uri(experiment) or not Path(experiment).is_dir():
+        return 0
+    freed = 0
+    for checkpoint in Path(experiment).glob("*/checkpoint_*"):
+        if checkpoint.is_dir() and not checkpoint.is_symlink():
+            freed += sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
+            shutil.rmtree(checkpoint, ignore_errors=True)
+    return freed
 
 
 def resume_command(name: str, store_url: str, address: str | None, storage_path: str, chosen: bool) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from dashboards.pareto import study_front
-from dashboards.verified import TIMED_OBJECTIVES, compare_fronts
+from dashboards.verified import compare_fronts
 from harness.store import Store, StoreError
 from search_space.sampling import data_shape
 from trials.lazy import lazy_import

@@ -207,6 +207,7 @@ class SearchSettings(_Strict):
     stop: StopRules = StopRules()
     warm_start: WarmStart | None = None
     verify_front: bool = False  # re-measure the front alone at the end (archsearch verify)
+    keep_checkpoints: bool = False  # keep trial checkpoints after the study completed (default: removed)
 
 
 class SearchSpec(_Strict):

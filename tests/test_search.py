@@ -361,6 +361,7 @@ def test_a_flat_front_stops_the_search_before_n_trials_and_says_so(local_ray, tm
         assert store.study("full")["status_message"] is None
         assert set(store.verified("full")["number"]) == set(full.front["number"])
     assert full.verified["on_verified_front"].dtype == bool
+    assert list((tmp_path / "ray" / "full").glob("*/checkpoint_*")) == []  # completed: checkpoints removed
 
 
 @pytest.mark.slow
@@ -397,8 +398,10 @@ def test_a_warm_start_enqueues_the_earlier_front_first_skips_what_the_new_space_
     narrowed = tiny_spec(
         name="narrow",
         params={**earlier_spec["params"], "lr": {"float": [2e-2, 3e-2]}},  # every earlier lr is outside
-        search={**earlier_spec["search"], "n_trials": 2, "warm_start": {"study": "earlier"}},
+        search={**earlier_spec["search"], "n_trials": 2, "warm_start": {"study": "earlier"}, "keep_checkpoints": True},
     )
     run(narrowed, tmp_path, "narrow")
+    kept = list((tmp_path / "ray" / "narrow").glob("*/checkpoint_*"))  # two epochs each, the last one kept
+    assert len(kept) == 2 and len({path.parent for path in kept}) == 2
     err = capfd.readouterr().err
     assert f"enqueued 0, skipped {len(front)}" in err and "lr=" in err and "outside the new space" in err

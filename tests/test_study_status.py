@@ -204,3 +204,29 @@ def test_gpus_on_a_cluster_without_gpus_is_a_clear_error_before_anything_is_writ
     assert "search.resources.gpus: each trial asks for 1 GPU but the Ray cluster has none" in result.output
     with Store.open(url, create=False) as store:
         assert store.study_names() == []  # no study, no trial
+
+
+def test_resume_of_a_completed_study_says_there_is_nothing_to_resume_and_changes_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    from harness.store import Store
+    from search_space.validation import load_spec
+
+    spec = load_spec(
+        {"name": "done", "family": "cait", "base_model": "cait_tiny32", "objectives": {"top1": "max"}},
+        check_paths=False,
+    )
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("done", spec.model_dump(mode="json"), dict(spec.objectives))
+        store.finish_trial("done", 0, status="completed", config={}, final={"top1": 50.0})
+        store.set_study_status("done", "completed")
+        before = store.study("done")
+    result = CliRunner().invoke(main, ["search", "--resume", "done", "--store", url, "--results-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().startswith("nothing to resume: study done completed 1 trials on ")
+    assert len(result.output.strip().splitlines()) == 1
+    with Store.open(url, create=False) as store:
+        assert store.study("done") == before  # not re-run, not rewritten
+    assert list(tmp_path.iterdir()) == [tmp_path / "store.db"]  # no Ray experiment started

@@ -84,6 +84,9 @@ def search_command(
             resume=resume_study is not None,
             verbose=verbose,
         )
+    except search.NothingToResume as finished:  # exit 0: the study is as the user wants it
+        click.echo(str(finished))
+        return
     except (store_package.StoreError, SearchError, cluster.ClusterError) as error:
         raise UsageError(str(error)) from None
     except interrupts.SearchInterrupted as interrupted:  # Ctrl-C, SIGTERM, a store outage: resumable, one line
