@@ -4,8 +4,11 @@ The two implementations are timed interleaved (ours, timm, ours, timm, ...) in o
 because these machines drift by +-25% between processes; we report per-side medians and the
 median of the per-round ratios (ours / timm; > 1 means ours is faster).
 
-    .venv/bin/python -m benchmarks.models                         # CPU, fp32, batch 8, 224x224
+    .venv/bin/python -m benchmarks.models            # quick: batch 2, 3 rounds (well under a minute on 2 cores)
+    .venv/bin/python -m benchmarks.models --full     # batch 8, 7 rounds: the numbers to quote
     .venv/bin/python -m benchmarks.models --device cuda --dtype bf16 --batch-size 64
+
+Each model and mode prints a progress line with the time it took and an estimate of what is left.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import time
 
 import torch
 
@@ -76,14 +80,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--full", action="store_true", help="batch 8, 2 warm-up and 7 timed rounds (default: quick)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default 2 (8 with --full)")
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=None, help="default 1 (2 with --full)")
+    parser.add_argument("--repeats", type=int, default=None, help="default 3 (7 with --full)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--modes", nargs="+", choices=["infer", "train"], default=["infer", "train"])
     parser.add_argument("--models", nargs="+", default=[p[0] for p in PAIRS], help="subset of: cait_xxs24 coatnet_0")
     args = parser.parse_args()
+    for name, quick, full in (("batch_size", 2, 8), ("warmup", 1, 2), ("repeats", 3, 7)):
+        if getattr(args, name) is None:
+            setattr(args, name, full if args.full else quick)
     if args.threads:
         torch.set_num_threads(args.threads)
     import timm
@@ -95,9 +103,13 @@ def main() -> None:
         f"torch {torch.__version__}, timm {timm.__version__}"
     )
     rows = []
-    for ours_name, timm_name in PAIRS:
-        if ours_name in args.models:
-            rows += compare(ours_name, timm_name, args)
+    chosen = [(ours, theirs) for ours, theirs in PAIRS if ours in args.models]
+    started = time.perf_counter()
+    for index, (ours_name, timm_name) in enumerate(chosen, start=1):
+        rows += compare(ours_name, timm_name, args)
+        elapsed = time.perf_counter() - started
+        left = elapsed / index * (len(chosen) - index)
+        print(f"[{index}/{len(chosen)}] {ours_name}: {elapsed:.0f} s so far, about {left:.0f} s left", flush=True)
     print(render_table(rows))
     print("ratio = timm time / our time per interleaved round (median, min, max); > 1: ours is faster")
 

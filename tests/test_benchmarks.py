@@ -47,3 +47,17 @@ def test_the_shared_training_step_learns():
     assert after < before - 0.005  # lr 1e-4: small but real steps downhill
     infer_step(model, images, torch.float32, torch.device("cpu"))()
     assert not model.training
+
+
+@pytest.mark.slow
+def test_the_models_benchmark_by_default_is_a_quick_run_with_progress():
+    """With no arguments it runs the quick setting (batch 2, 3 rounds) and prints a progress line
+    with an estimate after each model; the table comes last."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.models", "--models", "cait_xxs24", "--modes", "infer", "--image-size", "64"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "batch=2" in result.stdout and "repeats=3 interleaved" in result.stdout
+    assert "[1/1] cait_xxs24:" in result.stdout and "left" in result.stdout
+    assert "ours_img_s" in result.stdout
