@@ -368,6 +368,15 @@ def _classes(dataset: str) -> int:
     return NUM_CLASSES.get(dataset, 10)
 
 
+def _failure_rule(dataset: str) -> str:
+    """When a CaiT run counts as a failure to learn (both CaiT depth studies count these)."""
+    chance = 100 / _classes(dataset)
+    return (
+        f"final training loss within {FAILED_LOSS_FRACTION:.0%} of ln(classes) = "
+        f"{math.log(_classes(dataset)):.3f}, or final accuracy at most chance ({chance:g}%) + 2 points"
+    )
+
+
 def _cait_protocol(
     name: str,
     dataset: str,
@@ -443,7 +452,6 @@ def cait_depth_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_
         objectives={"top1": "max", "flops": "min"},
         gpus=settings.get("gpus", 0.0),
     )
-    chance = 100 / _classes(dataset)
     protocol = _cait_protocol(
         name,
         dataset,
@@ -457,10 +465,7 @@ def cait_depth_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_
             f"Budget ({settings['epochs']} epochs, lr {settings['lr']:g}, no gradient clipping): set before the "
             "runs from the time this machine allows (`--plan`), not tuned on any result.",
         ),
-        failure_rule=(
-            f"final training loss within {FAILED_LOSS_FRACTION:.0%} of ln(classes) = "
-            f"{math.log(_classes(dataset)):.3f}, or final accuracy at most chance ({chance:g}%) + 2 points"
-        ),
+        failure_rule=_failure_rule(dataset),
     )
     return Run(spec, protocol)
 
@@ -543,7 +548,6 @@ def cait_residual_schemes_run(
         objectives={"top1": "max", "flops": "min"},
         gpus=settings.get("gpus", 0.0),
     )
-    chance = 100 / _classes(dataset)
     protocol = _cait_protocol(
         name,
         dataset,
@@ -564,10 +568,7 @@ def cait_residual_schemes_run(
             "Table 1's drop-path 'adjusted per depth' baseline is the prenorm scheme with "
             f"`drop_path_rate` {ADJUSTED_DROP_PATH} by depth, a spec line rather than a scheme.",
         ),
-        failure_rule=(
-            f"final training loss within {FAILED_LOSS_FRACTION:.0%} of ln(classes) = "
-            f"{math.log(_classes(dataset)):.3f}, or final accuracy at most chance ({chance:g}%) + 2 points"
-        ),
+        failure_rule=_failure_rule(dataset),
     )
     return Run(spec, protocol)
 
