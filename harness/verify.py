@@ -118,16 +118,10 @@ def _member(record: dict[str, Any], device) -> _Member:
         dtype_name = "fp32"
     dtype = getattr(torch, _DTYPES[dtype_name])
     model = models.build_model(model_config).to(device).eval()
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
 
     def timed(n: int):
         inputs = torch.randn(n, model_config.in_chans, image_size, image_size, device=device)
-
-        def forward() -> None:
-            with torch.inference_mode(), autocast:
-                model(inputs)
-
-        return forward
+        return measure.inference_fn(model, inputs, dtype, device)
 
     return _Member(timed(batch_size), timed(1), batch_size, image_size, dtype_name)
 

@@ -60,7 +60,9 @@ def count_flops_or_none(model: nn.Module, image_size: int, device: torch.device)
         return None
 
 
-def _throughput_fn(model: nn.Module, batch: torch.Tensor, dtype: torch.dtype, device: torch.device):
+def inference_fn(model: nn.Module, batch: torch.Tensor, dtype: torch.dtype, device: torch.device):
+    """One timed inference call as a trial measures it (inference mode, autocast below fp32);
+    ``archsearch verify`` re-times the front with the same call."""
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
 
     def forward() -> None:
@@ -99,7 +101,7 @@ def measure_cost(
     if throughput:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        timing = time_repeated(_throughput_fn(model, batch_of(batch_size), dtype, device), device, warmup, repeats)
+        timing = time_repeated(inference_fn(model, batch_of(batch_size), dtype, device), device, warmup, repeats)
         rate = timing.rate(batch_size)
         fastest, slowest = timing.spread
         rate_min, rate_max = batch_size / slowest, batch_size / fastest
@@ -107,7 +109,7 @@ def measure_cost(
             peak = torch.cuda.max_memory_allocated(device)
     lat = lat_min = lat_max = None
     if latency:
-        timing = time_repeated(_throughput_fn(model, batch_of(1), dtype, device), device, warmup, repeats)
+        timing = time_repeated(inference_fn(model, batch_of(1), dtype, device), device, warmup, repeats)
         lat = timing.median * 1e3
         lat_min, lat_max = (s * 1e3 for s in timing.spread)
     return CostMeasurement(
