@@ -19,38 +19,50 @@
    - ``optuna``/``optuna+rdb``: ``study.optimize`` of a trivial objective (``n_jobs`` =
      concurrency), in memory and in an RDBStorage on a SQLite file.
 
-   overhead_s = wall / N - body / c: the wall time per trial that the trial bodies, run perfectly
-   in parallel at concurrency c, do not explain (``(wall - N x body) / N`` at c = 1; the body is 0
-   for the trivial baselines). ``marginal_s`` is the same for the trials after the first c (from
-   their end times: the store's for archsearch, a Tune callback's for plain Tune, Optuna's own),
-   what each extra trial costs once the workers are warm, and ``fixed_s = wall - N x (body/c +
-   marginal_s)`` what a search costs however many trials it runs (start-up, the workers' first
-   imports, the end). The runs are interleaved round by round (``--rounds``, order rotated)
-   because these 2-core machines drift by +-25%; each column is the median over rounds, and
-   ``x``/``marg_x`` are the medians of the per-round ratios archsearch / this row (min-max in
-   ``*_range``).
+   The trial body has a cold cost too: a fresh Ray worker's first trial imports torch and the
+   trial code, and torch's first optimizer imports ``torch._dynamo`` (seconds on these machines;
+   any Tune trainable that trains a torch model pays the same). ``first_body_s`` measures it in a
+   fresh process that has imported Ray and the trainable's module (as a worker has when its first
+   trial starts): that process's first ``run_trial``, minus the warm body. The c workers pay it
+   side by side, so it counts once.
+
+   overhead_s = (wall - first_body) / N - body / c: the wall time per trial that the trial
+   bodies, run perfectly in parallel at concurrency c, do not explain (the body is 0 for the
+   trivial baselines). ``marginal_s`` is the same for the trials after the first c (from their
+   end times: the store's for archsearch, a Tune callback's for plain Tune, Optuna's own), what
+   each extra trial costs once the workers are warm, and ``fixed_s = wall - first_body - N x
+   (body/c + marginal_s)`` what a search costs however many trials it runs (start-up, the
+   workers' own imports, the end). The runs are interleaved round by round (``--rounds``, order
+   rotated) because these 2-core machines drift by +-25%; each column is the median over rounds,
+   and ``x``/``marg_x``/``fixed_x`` are the medians of the per-round ratios archsearch / this
+   row (min-max in ``*_range``). ``--json PATH`` writes the rows and those medians for plain Tune
+   (``ratio_total``, ``ratio_marginal``, ``ratio_fixed``) and for Tune with Optuna's RDB storage
+   (``ratio_total_rdb``, ``ratio_marginal_rdb``, ``ratio_fixed_rdb``), per concurrency.
 2. The main job: ``run_search`` on ``search_space/presets/quickstart.yaml`` once (SQLite store in
    a temporary directory): wall time, trials by outcome, time per trial, and how much of the
    wall the trials themselves (store start -> end, divided by the concurrency) account for.
 
     .venv/bin/python -m benchmarks.search                   # 20 trials x 5 rounds, then the main job
     .venv/bin/python -m benchmarks.search --quick           # smoke run: 4 trials x 1 round, 2-trial main job
-    .venv/bin/python -m benchmarks.search --trials 40 --skip-main
+    .venv/bin/python -m benchmarks.search --trials 40 --skip-main --json search.json
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from dashboards.files import atomic_write
 from harness.output import render_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +127,34 @@ def body_seconds(repeats: int) -> float:
     finally:
         torch.set_num_threads(threads)
     return statistics.median(seconds)
+
+
+# A fresh process in a Ray worker's state when its first trial starts (Ray and the trainable's
+# module imported), then the body's first run: torch, the trial code, torch's first optimizer.
+_FIRST_BODY = """
+import json, sys, time
+import ray.tune, harness.trainable
+from search_space.sampling import build_trial_config
+from search_space.validation import load_spec
+started = time.perf_counter()
+from trials.runner import run_trial
+spec = load_spec(json.loads(sys.argv[1]))
+result = run_trial(build_trial_config(spec, {"lr": 2.0e-3, "drop_path_rate": 0.1}), progress=False)
+print(json.dumps({"seconds": time.perf_counter() - started, "status": result.status}))
+"""
+
+
+def first_body_seconds(warm_body: float) -> float:
+    """What a fresh worker's first trial body costs beyond a warm one (see the module's docstring)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # as on a 1-CPU Ray worker
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_BODY, json.dumps(trivial_spec(1, 1))],
+        capture_output=True, text=True, check=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    measured = json.loads(out.stdout.strip().splitlines()[-1])
+    if measured["status"] != "completed":
+        raise RuntimeError(f"the trivial trial did not complete in a fresh process: {out.stderr[-2000:]}")
+    return max(0.0, measured["seconds"] - warm_body)
 
 
 def run_archsearch(n_trials: int, concurrency: int, workdir: Path) -> dict[str, Any]:
@@ -227,20 +267,20 @@ def _ratio_cells(prefix: str, ratios: list[float]) -> dict[str, Any]:
     return {prefix: round(_median(ratios), 2), f"{prefix}_range": f"{min(ratios):.3g}-{max(ratios):.3g}"}
 
 
-def _marginal(run: dict[str, Any], n: int, concurrency: int, body: float) -> dict[str, float]:
-    """wall = fixed + N x (body/c + marginal): the marginal cost from the trials after the first c
-    (which pay the workers' first imports), the fixed cost is what is left."""
+def _marginal(run: dict[str, Any], n: int, concurrency: int, body: float, first_body: float) -> dict[str, float]:
+    """wall = first_body + fixed + N x (body/c + marginal): the marginal cost from the trials after
+    the first c (which pay the workers' first imports), the fixed cost is what is left."""
     ends = sorted(run["ends"])
     if len(ends) <= concurrency:
         return {"marginal": float("nan"), "fixed": float("nan")}
     per_trial = (ends[-1] - ends[concurrency - 1]) / (len(ends) - concurrency)
-    return {"marginal": per_trial - body / concurrency, "fixed": run["wall"] - n * per_trial}
+    return {"marginal": per_trial - body / concurrency, "fixed": run["wall"] - first_body - n * per_trial}
 
 
 def overhead_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     n = args.trials
     # Warm-up (not reported): imports in this process, the first Ray workers, SQLite's first files.
-    body_seconds(2)
+    first_body_seconds(body_seconds(2))
     for runner in RUNNERS:
         run_one(runner, 2, 1)
     rows = []
@@ -250,15 +290,16 @@ def overhead_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
             shift = round_index % len(RUNNERS)
             for runner in RUNNERS[shift:] + RUNNERS[:shift]:
                 body = body_seconds(args.body_repeats) if runner == "archsearch" else 0.0
+                first_body = first_body_seconds(body) if runner == "archsearch" else 0.0
                 run = run_one(runner, n, concurrency)
-                run["body"] = body
-                run["overhead"] = run["wall"] / n - body / concurrency
-                run.update(_marginal(run, n, concurrency, body))
+                run["body"], run["first_body"] = body, first_body
+                run["overhead"] = (run["wall"] - first_body) / n - body / concurrency
+                run.update(_marginal(run, n, concurrency, body, first_body))
                 runs[runner].append(run)
                 print(
                     f"  c={concurrency} round {round_index + 1}/{args.rounds} {runner:<11} wall {run['wall']:7.2f} s"
-                    f"  body {body * 1e3:6.1f} ms  overhead/trial {run['overhead']:.4f} s  fixed {run['fixed']:.2f} s"
-                    f"  marginal/trial {run['marginal']:.4f} s",
+                    f"  body {body * 1e3:6.1f} ms (first +{first_body:.2f} s)  overhead/trial {run['overhead']:.4f} s"
+                    f"  fixed {run['fixed']:.2f} s  marginal/trial {run['marginal']:.4f} s",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -273,14 +314,30 @@ def overhead_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "wall_s": round(_median([r["wall"] for r in own]), 3),
                     "per_trial_s": round(_median([r["wall"] / n for r in own]), 4),
                     "body_s": round(_median([r["body"] for r in own]), 4),
+                    "first_body_s": round(_median([r["first_body"] for r in own]), 3),
                     "overhead_s": round(_median([r["overhead"] for r in own]), 4),
                     **_ratio_cells("x", [a["overhead"] / r["overhead"] for a, r in zip(ours, own, strict=True)]),
                     "fixed_s": round(_median([r["fixed"] for r in own]), 3),
+                    **_ratio_cells("fixed_x", [a["fixed"] / r["fixed"] for a, r in zip(ours, own, strict=True)]),
                     "marginal_s": round(_median([r["marginal"] for r in own]), 4),
                     **_ratio_cells("marg_x", [a["marginal"] / r["marginal"] for a, r in zip(ours, own, strict=True)]),
                 }
             )
     return rows
+
+
+def overhead_ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per concurrency: archsearch's medians of per-round ratios to plain Tune and to Tune+rdb."""
+    ratios: dict[str, dict[str, float]] = {}
+    for row in rows:
+        suffix = {"tune": "", "tune+rdb": "_rdb"}.get(row["runner"])
+        if suffix is None:
+            continue
+        own = ratios.setdefault(f"c{row['c']}", {})
+        own[f"ratio_total{suffix}"] = row["x"]
+        own[f"ratio_marginal{suffix}"] = row["marg_x"]
+        own[f"ratio_fixed{suffix}"] = row["fixed_x"]
+    return ratios
 
 
 def main_job_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -332,6 +389,7 @@ def main() -> None:
     parser.add_argument("--skip-main", action="store_true", help="skip the quickstart main job")
     parser.add_argument("--skip-overhead", action="store_true", help="skip the per-trial overhead table")
     parser.add_argument("--quick", action="store_true", help="smoke run: 4 trials, 1 round, 2-trial main job")
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the tables and ratios here")
     args = parser.parse_args()
     args.trials = args.trials or (4 if args.quick else 20)
     args.rounds = args.rounds or (1 if args.quick else 5)
@@ -348,6 +406,7 @@ def main() -> None:
     # /tmp/ray/ray_current_cluster (ray.init() would try to join it, and refuses num_cpus then).
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray_start = time.perf_counter() - started
+    report: dict[str, Any] = {"trials": args.trials, "rounds": args.rounds, "ray_init_s": round(ray_start, 2)}
     try:
         print(
             f"host {platform.node()} ({os.cpu_count()} cpus, {platform.processor() or platform.machine()}), "
@@ -364,16 +423,19 @@ def main() -> None:
             )
             print(render_table(rows))
             print(
-                "overhead_s = wall/N - body/c; marginal_s: the same for each trial after the first c (from the "
-                "trials' end times); fixed_s = wall - N x (body/c + marginal_s); x, marg_x = archsearch's / this "
-                "row's, median of the per-round ratios (range: min-max); other columns: medians over rounds",
+                "overhead_s = (wall - first_body)/N - body/c; marginal_s: the same for each trial after the first c "
+                "(from the trials' end times); fixed_s = wall - first_body - N x (body/c + marginal_s); x, fixed_x, "
+                "marg_x = archsearch's / this row's, median of the per-round ratios (range: min-max); other "
+                "columns: medians over rounds",
                 flush=True,
             )
+            report |= {"overhead": rows, **overhead_ratios(rows)}
         if not args.skip_main:
             with contextlib.redirect_stdout(sys.stderr):
                 rows = main_job_rows(args)
             print("\nMain job: run_search on the quickstart preset, once")
             print(render_table(rows))
+            report["main_job"] = rows
             print(
                 "trial_median_s: one trial, store start -> end (median); trials_share: sum of those / concurrency / "
                 "wall (1.0: no time outside the trials)",
@@ -381,6 +443,9 @@ def main() -> None:
             )
     finally:
         ray.shutdown()
+    if args.json_out:
+        atomic_write(args.json_out, json.dumps(report, indent=2, default=str))
+        print(f"\nwrote {args.json_out}")
 
 
 if __name__ == "__main__":

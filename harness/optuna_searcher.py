@@ -41,7 +41,7 @@ from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.samplers import TuneGridSampler
 from harness.store import Store
-from search_space.sampling import SpaceFunction, build_trial_config
+from search_space.sampling import Feasibility, SpaceFunction, build_trial_config
 from search_space.spec import SearchSpec
 
 MAX_INFEASIBLE_IN_A_ROW = 200
@@ -121,9 +121,8 @@ class ArchsearchSearch(OptunaSearch):
             if params is None:
                 return None
             ot_trial = self._ot_trials[trial_id]
-            violations = ot_trial.user_attrs.get("constraints", [])
-            build_error = ot_trial.user_attrs.get("build_error")
-            if build_error is None and all(v <= 0 for v in violations):
+            feasibility = self._feasibility(ot_trial)
+            if feasibility.feasible:
                 config = build_trial_config(self.spec, params)
                 key = config_key(config)
                 reused = getattr(self, "_reusable", {}).pop(key, None)
@@ -140,7 +139,7 @@ class ArchsearchSearch(OptunaSearch):
                 self._record_duplicate(ot_trial, config, original)
                 rejected = "duplicate"
             else:
-                self._record_infeasible(ot_trial, params, violations, build_error)
+                self._record_infeasible(ot_trial, params, feasibility)
                 rejected = "infeasible"
             del self._ot_trials[trial_id]
         # The sampler keeps proposing what the constraints exclude (or what was trained already): end
@@ -151,6 +150,15 @@ class ArchsearchSearch(OptunaSearch):
             flush=True,
         )
         return Searcher.FINISHED
+
+    def _feasibility(self, ot_trial) -> Feasibility:
+        """What the space function found of this trial: handed over in memory, or (a space function
+        pickled by an older archsearch) from the trial's user attributes."""
+        checked = getattr(self._space, "checked", {}).pop(ot_trial.number, None)
+        if checked is not None:
+            return checked
+        attrs = ot_trial.user_attrs
+        return Feasibility(attrs.get("estimated_cost"), attrs.get("constraints", []), attrs.get("build_error"))
 
     def _sync_with_store(self) -> None:
         """Count in what the store holds of this study beyond this searcher's state (see item 5 of
@@ -272,7 +280,7 @@ class ArchsearchSearch(OptunaSearch):
             and self._sampler.all_started(self._ot_study)
         )
 
-    def _record_infeasible(self, ot_trial, params: dict, violations: list[float], build_error: str | None) -> None:
+    def _record_infeasible(self, ot_trial, params: dict, feasibility: Feasibility) -> None:
         self.infeasible += 1
         self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         try:
@@ -280,10 +288,12 @@ class ArchsearchSearch(OptunaSearch):
         except Exception:  # an invalid combination: keep what was sampled
             config = {"params": params}
         reasons = [
-            f"{c} (violated by {v:.4g})" for c, v in zip(self.spec.constraints, violations, strict=False) if v > 0
+            f"{c} (violated by {v:.4g})"
+            for c, v in zip(self.spec.constraints, feasibility.violations, strict=False)
+            if v > 0
         ]
-        error = build_error or ("violates " + "; ".join(reasons))
-        estimate = ot_trial.user_attrs.get("estimated_cost")
+        error = feasibility.build_error or ("violates " + "; ".join(reasons))
+        estimate = feasibility.cost
         self.store.finish_trial(
             self.archsearch_study,
             ot_trial.number,
@@ -318,21 +328,18 @@ class ArchsearchSearch(OptunaSearch):
             return None
 
 
-def tell_outcome(study, number: int, result: dict | None, error: bool, metrics: list[str]) -> bool:
+def tell_outcome(study, number: int, result: dict | None, error: bool, metrics: list[str]) -> None:
     """Tell Optuna a finished trial's outcome, once: a trial Optuna already holds as finished (told
-    before a driver died, or by a reconcile) is left as it is. Returns whether it told anything."""
+    before a driver died, or by a reconcile) is left as it is (``skip_if_finished``: Optuna's own
+    check, on the one read of the trial that ``tell`` makes anyway)."""
     state = optuna.trial.TrialState
-    frozen = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
-    if frozen.state.is_finished():
-        return False
     status = (result or {}).get(STATUS_KEY)
     if error or status in ("failed", "diverged"):
-        study.tell(number, state=state.FAIL)
+        study.tell(number, state=state.FAIL, skip_if_finished=True)
     elif status == "completed":
-        study.tell(number, [float(result[m]) for m in metrics])
+        study.tell(number, [float(result[m]) for m in metrics], skip_if_finished=True)
     else:  # stopped by the scheduler before the end of its budget
-        study.tell(number, state=state.PRUNED)
-    return True
+        study.tell(number, state=state.PRUNED, skip_if_finished=True)
 
 
 def config_key(config: dict) -> str:

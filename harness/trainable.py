@@ -2,8 +2,9 @@
 
 It rebuilds the trial config from the sampled parameters, runs :func:`trials.runner.run_trial`,
 reports every epoch to Tune with a checkpoint (so a trial retried on another node resumes from
-its last finished epoch), and marks its last report with the outcome (``archsearch_status``):
-the driver's searcher and store callback read the outcome from there.
+its last finished epoch; the final epoch's only with ``search.keep_checkpoints``), and marks its
+last report with the outcome (``archsearch_status``): the driver's searcher and store callback
+read the outcome from there.
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
         "resumed_from_epoch": int(pending[0]["epoch"]) if pending else 0,
     }
 
+    # The last epoch's checkpoint is written only where it is kept (search.keep_checkpoints: the
+    # trained weights): a completed study's checkpoints are removed, and a one-epoch trial then
+    # writes none at all (a model's state saved, copied to the results dir and deleted, per trial).
+    keep_final = search_spec.search.keep_checkpoints
+
     def report_epoch(metrics, trainer) -> None:
         payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
         if trainer.finished:  # the whole budget ran: this is the trial's final result
@@ -95,6 +101,9 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
                 payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)
             payload[STATUS_KEY] = "completed"
+        if trainer.finished and not keep_final:  # nothing will resume a finished trial: no checkpoint to write
+            tune.report(payload)
+            return
         with tempfile.TemporaryDirectory() as directory:
             torch.save(trainer.state_dict(), Path(directory) / CHECKPOINT_FILE)
             tune.report(payload, checkpoint=tune.Checkpoint.from_directory(directory))

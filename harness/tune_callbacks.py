@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 from ray.tune import Callback
@@ -21,6 +22,10 @@ from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.store import Store
 from harness.study_outcome import hopeless_reason, record_outcome, trial_number_and_config
+
+# Trials whose end this driver process recorded, per study: the hopeless-search check runs again
+# only when this moved (a search turns hopeless only when a trial ends).
+_ENDED: Counter[str] = Counter()
 
 EPOCH_KEYS = (
     "epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction",
@@ -80,6 +85,7 @@ class StoreCallback(Callback):
             record_outcome(self.store, self.study, self.spec, dict(trial.config), result)
         except store_failures() as error:
             stop_on_store_failure("recording a finished trial", error)
+        _ENDED[self.study] += 1
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self._last.pop(trial.trial_id, None)
@@ -103,6 +109,7 @@ class StoreCallback(Callback):
             )
         except store_failures() as failure:
             stop_on_store_failure("recording a failed trial", failure)
+        _ENDED[self.study] += 1
 
 
 class ProgressCallback(Callback):
@@ -164,8 +171,10 @@ class ProgressCallback(Callback):
 class HopelessSearchStopper(Stopper):
     """Stops the whole search when every trial so far failed, the last ``after`` of them (and all
     the others) for the same reason: a broken environment or config that no sampled value fixes
-    would otherwise burn the whole budget. Each check is two COUNT queries (about a millisecond): trials
-    that fail at once fail in bursts, so it checks at every step of Tune's loop."""
+    would otherwise burn the whole budget. Trials that fail at once fail in bursts, so it is asked at
+    every step of Tune's loop (about ten a second), and it queries the store (a COUNT, about a
+    millisecond) only when :class:`StoreCallback` recorded a trial's end since its last look, and once
+    at the start (a resumed study may be hopeless already)."""
 
     def __init__(self, store_url: str, study: str, after: int = 3, spec: dict | None = None):
         self.store_url = store_url
@@ -173,10 +182,11 @@ class HopelessSearchStopper(Stopper):
         self.after = max(1, after)
         self.spec = spec
         self._store = None
+        self._looked_at: int | None = None  # _ENDED[study] at the last look
         self.reason: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None}
+        return {**self.__dict__, "_store": None, "_looked_at": None}
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False
@@ -184,6 +194,9 @@ class HopelessSearchStopper(Stopper):
     def stop_all(self) -> bool:
         if self.reason is not None:
             return True
+        if self._looked_at == _ENDED[self.study]:
+            return False
+        self._looked_at = _ENDED[self.study]
         try:
             if self._store is None:
                 self._store = Store.open(self.store_url)

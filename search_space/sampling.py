@@ -6,6 +6,7 @@ searcher holds :class:`SpaceFunction`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from trials.configio import ConfigError
@@ -98,15 +99,34 @@ def data_shape(data: dict[str, Any], default_classes: int) -> dict[str, int]:
     return {"image_size": data.get("image_size") or NATIVE_IMAGE_SIZE.get(name, 224), "num_classes": classes}
 
 
+@dataclass(frozen=True)
+class Feasibility:
+    """What :class:`SpaceFunction` found of one sampled configuration, before anything runs."""
+
+    cost: dict[str, Any] | None  # the closed-form cost model's estimate (None when it did not build)
+    violations: list[float]  # one per spec constraint, <= 0 where met ([1.0] when it did not build)
+    build_error: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.build_error is None and all(v <= 0 for v in self.violations)
+
+
 class SpaceFunction:
     """Optuna define-by-run function compiled from a spec: suggests every searched parameter.
 
-    It also prices the config with the closed-form cost model and stores the constraint
-    violations as a user attribute, which :func:`constraints_from_trial` hands to the sampler.
+    It also prices the config with the closed-form cost model and hands the searcher the result in
+    memory (``checked``, by trial number). Optuna's storage gets only what its sampler reads: the
+    constraint values (``Trial.set_constraint``; the ``constraints`` user attribute that
+    :func:`constraints_from_trial` reads on Optuna < 5), and for an infeasible trial why
+    (``constraints``, ``estimated_cost``, ``build_error`` user attributes, for optuna-dashboard).
+    Each of those is a write to the RDB storage, and a feasible trial of a spec without
+    constraints needs none: the define-by-run step costs nothing beyond the sampled values.
     """
 
     def __init__(self, spec: SearchSpec):
         self.spec = spec
+        self.checked: dict[int, Feasibility] = {}  # trial number -> its check, until the searcher takes it
 
     def suggest(self, trial) -> dict[str, Any]:
         params: dict[str, Any] = {}
@@ -122,21 +142,31 @@ class SpaceFunction:
                 params[name] = domain.fixed
         return params
 
-    def __call__(self, trial) -> dict[str, Any]:
-        """Suggest, then record feasibility on the trial (user attrs ``constraints``, ``build_error``)."""
-        params = self.suggest(trial)
+    def check(self, params: dict[str, Any]) -> tuple[Feasibility, dict[str, float]]:
+        """The config's feasibility, and its constraint values by name (as the sampler gets them)."""
         try:
             config = build_trial_config(self.spec, params)
             cost, violations = cost_violations(self.spec, config)
-            named = dict(zip(self.spec.constraints, violations, strict=True))
-            trial.set_user_attr("estimated_cost", cost)
         except ConfigError as error:
-            violations, named = [1.0], {"buildable": 1.0}
-            trial.set_user_attr("build_error", str(error))
-        trial.set_user_attr("constraints", violations)
+            return Feasibility(None, [1.0], str(error)), {"buildable": 1.0}
+        return Feasibility(cost, violations), dict(zip(self.spec.constraints, violations, strict=True))
+
+    def __call__(self, trial) -> dict[str, Any]:
+        """Suggest, check, and record the check (see the class docstring)."""
+        feasibility, named = self.check(self.suggest(trial))
+        self.__dict__.setdefault("checked", {})[trial.number] = feasibility  # (pickled by an older archsearch)
         if hasattr(trial, "set_constraint"):  # Optuna >= 5: the sampler reads these itself
             for key, value in named.items():
                 trial.set_constraint(key, value)
+        elif self.spec.constraints or not feasibility.feasible:  # the legacy constraints_func reads it
+            trial.set_user_attr("constraints", feasibility.violations)
+        if not feasibility.feasible:
+            if hasattr(trial, "set_constraint"):
+                trial.set_user_attr("constraints", feasibility.violations)
+            if feasibility.cost is not None:
+                trial.set_user_attr("estimated_cost", feasibility.cost)
+            if feasibility.build_error is not None:
+                trial.set_user_attr("build_error", feasibility.build_error)
         return {}
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +15,10 @@ from trials.flops import count_flops
 from trials.models import PRESETS, build_model, count_parameters, preset_parameter_count
 from trials.models.cait import ClassAttentionBlock
 from trials.models.coatnet import RelativeAttention, relative_position_index
-from trials.models.layers import LayerScale
+from trials.models.layers import DropPath, LayerScale, drop_path
 from trials.models.paper_figures import PAPER_FIGURES
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # timm's exact counts for the same architectures (a stricter cross-check than the rounded tables).
 TIMM_PARAMS = {"cait_xxs24": 11_956_264, "cait_s24": 46_916_200, "coatnet_0": 25_036_820, "coatnet_1": 42_225_776}
@@ -162,11 +167,38 @@ def test_class_token_insertion_layer():
 
 def test_stochastic_depth_rates_follow_the_schedule():
     uniform = build_model("cait_tiny32", drop_path_rate=0.2)
-    assert [b.drop_path.p for b in uniform.blocks] == [0.2] * 6
+    assert [b.drop_path.rate for b in uniform.blocks] == [0.2] * 6
     assert all(not hasattr(b, "drop_path") for b in uniform.ca_blocks)  # none in class attention
     linear = build_model("coatnet_tiny32", drop_path_rate=0.4)
-    rates = [getattr(b.drop_path, "p", 0.0) for b in [*linear.conv_stages, *linear.transformer_blocks]]
+    rates = [getattr(b.drop_path, "rate", 0.0) for b in [*linear.conv_stages, *linear.transformer_blocks]]
     assert rates == pytest.approx([0.4 * i / 5 for i in range(6)])  # 1+2+2+1 blocks in S1..S4
+
+
+def test_drop_path_drops_whole_samples_in_training_and_keeps_the_mean():
+    layer = DropPath(0.25)
+    x = torch.ones(4000, 3, 2)
+    torch.manual_seed(0)
+    y = layer(x)
+    per_sample = y.flatten(1)
+    # each sample is either dropped whole (0) or kept and scaled by 1 / (1 - rate), never mixed
+    assert per_sample.unique().tolist() == pytest.approx([0.0, 4 / 3])
+    assert (per_sample == per_sample[:, :1]).all()
+    assert (per_sample[:, 0] == 0).float().mean().item() == pytest.approx(0.25, abs=0.03)
+    assert y.mean().item() == pytest.approx(1.0, abs=0.05)
+    assert torch.equal(layer.eval()(x), x)  # inference: the identity
+    assert torch.equal(DropPath(1.0)(x), torch.zeros_like(x))  # everything dropped, no division by zero
+    assert isinstance(drop_path(0.0), nn.Identity) and "rate=0.25" in repr(layer)
+
+
+def test_building_a_model_with_stochastic_depth_imports_no_torchvision():
+    """torchvision.ops imports torch._dynamo: seconds on every Ray worker's first trial."""
+    code = (
+        "import sys; from trials.models.build import build_model; "
+        "build_model('cait_tiny32', drop_path_rate=0.2); build_model('coatnet_tiny32', drop_path_rate=0.2); "
+        "print(sorted(m for m in sys.modules if m.startswith(('torchvision', 'torch._dynamo'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
 
 
 LAYOUTS = ["CCCC", "CCCT", "CCTT", "CTTT", "TTTT", "VIT-REL"]

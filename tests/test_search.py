@@ -403,5 +403,8 @@ def test_a_warm_start_enqueues_the_earlier_front_first_skips_what_the_new_space_
     run(narrowed, tmp_path, "narrow")
     kept = list((tmp_path / "ray" / "narrow").glob("*/checkpoint_*"))  # two epochs each, the last one kept
     assert len(kept) == 2 and len({path.parent for path in kept}) == 2
+    from harness.trainable import load_checkpoint
+
+    assert [load_checkpoint(path)["epoch"] for path in kept] == [2, 2]  # the trained weights: the final epoch's
     err = capfd.readouterr().err
     assert f"enqueued 0, skipped {len(front)}" in err and "lr=" in err and "outside the new space" in err

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from search_space.sampling import build_trial_config, cost_violations, grid_space
+from search_space.sampling import SpaceFunction, build_trial_config, cost_violations, grid_space
 from search_space.validation import load_spec
 from trials.configio import ConfigError
 
@@ -75,3 +75,39 @@ def test_per_stage_parameters_and_grid():
     assert config["model"]["layout"] == "CTTT"
     assert config["model"]["depths"][3] == 3 and config["model"]["dims"][4] == 256
     assert grid_space(spec) == {"layout": ["CCTT", "CTTT"], "depths[3]": [1, 2, 3], "dims[4]": [256]}
+
+
+def _checked_trial(spec_changes: dict, params: dict | None = None):
+    """A trial of an in-memory Optuna study (``params`` enqueued) after the space function ran on it."""
+    import optuna
+
+    space = SpaceFunction(load_spec({**BASE, **spec_changes}))
+    study = optuna.create_study(directions=["maximize"])
+    if params:
+        study.enqueue_trial(params)
+    trial = study.ask()
+    space(trial)
+    return space, study._storage.get_trial(trial._trial_id)
+
+
+def test_a_feasible_trial_without_constraints_costs_optuna_no_writes_beyond_its_params():
+    space, frozen = _checked_trial({})
+    assert frozen.user_attrs == {} and not any(k.startswith("constraints") for k in frozen.system_attrs)
+    checked = space.checked.pop(frozen.number)  # handed to the searcher in memory
+    assert checked.feasible and checked.cost["flops"] > 0 and checked.violations == []
+    assert space.checked == {}
+
+
+def test_an_infeasible_trial_tells_the_sampler_and_keeps_why_on_the_trial():
+    largest = {"embed_dim": 192, "depth": 6}
+    space, frozen = _checked_trial({"constraints": ["params <= 1e6"]}, largest)
+    checked = space.checked[frozen.number]
+    assert not checked.feasible and checked.violations[0] > 0 and checked.build_error is None
+    assert any(k.startswith("constraints") for k in frozen.system_attrs)  # what Optuna's sampler reads
+    assert frozen.user_attrs["constraints"] == checked.violations  # what optuna-dashboard shows
+    assert frozen.user_attrs["estimated_cost"] == checked.cost
+
+    smallest = {"embed_dim": 96, "depth": 2}
+    space, frozen = _checked_trial({"constraints": ["params <= 1e6"]}, smallest)  # feasible: the values only
+    assert space.checked[frozen.number].feasible and frozen.user_attrs == {}
+    assert any(k.startswith("constraints") for k in frozen.system_attrs)

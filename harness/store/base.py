@@ -24,6 +24,10 @@ from .urls import mask_url
 T = TypeVar("T")
 
 _RETRYABLE_PG_CODES = {"40001", "40P01"}  # serialization failure, deadlock detected
+# Upsert statements by (dialect, table, columns, conflict keys, kept columns): see StoreBase._upsert.
+# Statements hold no values and are never mutated (``.returning()`` makes a new one), so one is
+# shared by every store and thread of the process.
+_UPSERTS: dict[tuple, Any] = {}
 
 
 def _now() -> datetime:
@@ -97,16 +101,21 @@ class StoreBase:
 
         Columns in ``keep`` keep the stored value when there is one (a first start time outlives a
         retry). The statement carries no values, so SQLAlchemy compiles it once and caches it; the
-        rows go as parameters (executemany for several rows).
+        rows go as parameters (executemany for several rows). The statement object itself is built
+        once per shape and kept: building it aliases the whole table (``excluded``), a few
+        milliseconds per write on the trials table, every epoch of every trial.
         """
-        stmt = self._insert(conn, model)
-        table = model.__table__
-        updates = {
-            name: func.coalesce(table.c[name], stmt.excluded[name]) if name in keep else stmt.excluded[name]
-            for name in rows[0]
-            if name not in keys
-        }
-        stmt = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
+        shape = (conn.dialect.name, model.__tablename__, tuple(rows[0]), tuple(keys), tuple(keep))
+        stmt = _UPSERTS.get(shape)
+        if stmt is None:
+            stmt = self._insert(conn, model)
+            table = model.__table__
+            updates = {
+                name: func.coalesce(table.c[name], stmt.excluded[name]) if name in keep else stmt.excluded[name]
+                for name in rows[0]
+                if name not in keys
+            }
+            stmt = _UPSERTS[shape] = stmt.on_conflict_do_update(index_elements=list(keys), set_=updates)
         if returning is not None:
             return conn.execute(stmt.returning(returning), rows[0])
         return conn.execute(stmt, list(rows))

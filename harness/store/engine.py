@@ -8,6 +8,7 @@ once; a read-only opening only checks that the schema is one it can read.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from urllib.parse import quote
@@ -39,10 +40,16 @@ def _alembic_config(connection=None):
     return config
 
 
-def schema_revisions() -> tuple[str, list[str]]:
-    """(head revision, every revision this archsearch knows)."""
+@functools.cache
+def schema_revisions() -> tuple[str, tuple[str, ...]]:
+    """(head revision, every revision this archsearch knows).
+
+    Cached per process: the migration scripts ship with the code, and reading them (alembic
+    compiles every script) was most of the time a store takes to open, which a search does
+    once per callback and thread.
+    """
     script = ScriptDirectory.from_config(_alembic_config())
-    return script.get_current_head(), [r.revision for r in script.walk_revisions()]
+    return script.get_current_head(), tuple(r.revision for r in script.walk_revisions())
 
 
 def _read_only_sqlite_url(url):

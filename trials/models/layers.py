@@ -5,10 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trials.lazy import lazy_import
-
-torchvision_ops = lazy_import("torchvision.ops")  # only for a drop-path rate > 0 (see drop_path)
-
 
 class Mlp(nn.Module):
     """Transformer FFN: Linear -> GELU -> Linear.
@@ -56,15 +52,36 @@ class LayerScale(nn.Module):
         return x * self.gamma
 
 
-def drop_path(rate: float) -> nn.Module:
-    """Stochastic depth on a residual branch (per sample), or Identity when ``rate`` is 0.
+class DropPath(nn.Module):
+    """Stochastic depth (Huang et al. 2016): in training, drop the whole branch of a sample with
+    probability ``rate`` and scale the kept ones by ``1 / (1 - rate)``; the identity in eval.
 
-    torchvision is imported only when a rate is set: inference and cost measurement of our
-    models stay on torch alone.
+    Our own few lines rather than torchvision's ``StochasticDepth``: importing ``torchvision.ops``
+    imports ``torch._dynamo`` (about 3 s per Ray worker, on every search's first trial per worker).
     """
+
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = float(rate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.rate == 0.0:
+            return x
+        keep = 1.0 - self.rate
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        if keep > 0.0:
+            mask.div_(keep)
+        return x * mask
+
+    def extra_repr(self) -> str:
+        return f"rate={self.rate}"
+
+
+def drop_path(rate: float) -> nn.Module:
+    """Stochastic depth on a residual branch (per sample), or Identity when ``rate`` is 0."""
     if rate <= 0.0:
         return nn.Identity()
-    return torchvision_ops.StochasticDepth(rate, mode="row")
+    return DropPath(rate)
 
 
 def init_transformer_weights(module: nn.Module) -> None:
