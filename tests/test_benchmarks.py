@@ -61,3 +61,43 @@ def test_the_models_benchmark_by_default_is_a_quick_run_with_progress():
     assert "batch=2" in result.stdout and "repeats=3 interleaved" in result.stdout
     assert "[1/1] cait_xxs24:" in result.stdout and "left" in result.stdout
     assert "ours_img_s" in result.stdout
+
+
+def test_the_search_benchmark_ratios_are_archsearch_over_plain_tune_and_tune_with_optunas_rdb():
+    from benchmarks.search import _marginal, overhead_ratios
+
+    rows = [
+        {"c": 1, "runner": "archsearch", "x": 1, "marg_x": 1, "fixed_x": 1},
+        {"c": 1, "runner": "tune", "x": 1.4, "marg_x": 4.5, "fixed_x": 1.2},
+        {"c": 1, "runner": "tune+rdb", "x": 1.05, "marg_x": 1.08, "fixed_x": 1.1},
+        {"c": 1, "runner": "optuna", "x": 400, "marg_x": 100, "fixed_x": 9},
+    ]
+    assert overhead_ratios(rows) == {
+        "c1": {
+            "ratio_total": 1.4, "ratio_marginal": 4.5, "ratio_fixed": 1.2,
+            "ratio_total_rdb": 1.05, "ratio_marginal_rdb": 1.08, "ratio_fixed_rdb": 1.1,
+        }
+    }  # fmt: skip
+    # 10 trials, one at a time, ending 1 s apart after the first; a 0.25 s body, 2 s of first-body cost:
+    run = {"wall": 15.0, "ends": [5.0 + i for i in range(10)]}
+    split = _marginal(run, 10, 1, body=0.25, first_body=2.0)
+    assert split["marginal"] == pytest.approx(0.75) and split["fixed"] == pytest.approx(15.0 - 2.0 - 10 * 1.0)
+
+
+@pytest.mark.slow
+def test_the_search_benchmark_writes_its_table_and_ratios_as_json(tmp_path):
+    import json
+
+    out = tmp_path / "search.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.search", "--quick", "--skip-main", "--concurrency", "1", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["c1"]) == {
+        "ratio_total", "ratio_marginal", "ratio_fixed", "ratio_total_rdb", "ratio_marginal_rdb", "ratio_fixed_rdb",
+    }  # fmt: skip
+    archsearch = next(row for row in report["overhead"] if row["runner"] == "archsearch")
+    assert archsearch["done"] == 4 and archsearch["first_body_s"] > 0 and archsearch["body_s"] > 0
+    assert all(value > 0 for value in report["c1"].values())
