@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 from ray import tune
+from ray.tune.logger import JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler
 
 from dashboards.pareto import study_front
@@ -33,6 +34,7 @@ from harness.ray_setup import (
     experiment_path,
     init_ray,
     is_uri,
+    json_results_only,
     quiet_ray,
     ray_hardware,
     storage_location,
@@ -91,6 +93,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
         InterruptCallback(),
         StoreCallback(store_url, name, spec_dict),
         ProgressCallback(store_url, name, dict(spec.objectives)),
+        JsonLoggerCallback(),  # the one per-trial log Tune needs (see ray_setup.json_results_only)
     ]
     stoppers = [HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict)]
     rules = spec.search.stop.model_dump(exclude_none=True)
@@ -248,7 +251,7 @@ def _run_search(
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
         tuner = _new_tuner(spec, public_url, name, storage_path)
-    with _Heartbeat(store_url, name):
+    with _Heartbeat(store_url, name), json_results_only():
         try:
             tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import optuna
 import pytest
@@ -51,6 +53,12 @@ def test_a_multi_objective_search_matches_ray_optuna_and_the_store(local_ray, tm
     summary, store, study = run(tiny_spec(), tmp_path, "mo")
     trials = store.trials("mo")
     assert summary.counts["completed"] == 4 and len(trials) == 4
+    # Per trial, Tune keeps only result.json (its ResultGrid and a restore read it): no CSV or
+    # TensorBoard copy of what the store holds, and the variable that says so is put back.
+    trial_dirs = [d for d in (tmp_path / "ray" / "mo").iterdir() if d.is_dir()]
+    assert len(trial_dirs) == 4 and all((d / "result.json").stat().st_size > 0 for d in trial_dirs)
+    assert not [f for d in trial_dirs for f in d.iterdir() if f.name == "progress.csv" or "tfevents" in f.name]
+    assert "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS" not in os.environ
     # One to one: the store's numbers are Optuna's trial numbers, with the same outcome and values.
     by_number = {t.number: t for t in study.trials}
     assert sorted(trials["number"]) == sorted(by_number)
