@@ -155,14 +155,12 @@ class SpaceFunction:
         """Suggest, check, and record the check (see the class docstring)."""
         feasibility, named = self.check(self.suggest(trial))
         self.__dict__.setdefault("checked", {})[trial.number] = feasibility  # (pickled by an older archsearch)
-        if hasattr(trial, "set_constraint"):  # Optuna >= 5: the sampler reads these itself
-            for key, value in named.items():
-                trial.set_constraint(key, value)
-        elif self.spec.constraints or not feasibility.feasible:  # the legacy constraints_func reads it
+        legacy = not hasattr(trial, "set_constraint")  # Optuna < 5: constraints_func reads the user attribute
+        for key, value in ({} if legacy else named).items():  # Optuna >= 5: the sampler reads these itself
+            trial.set_constraint(key, value)
+        if not feasibility.feasible or (legacy and self.spec.constraints):
             trial.set_user_attr("constraints", feasibility.violations)
         if not feasibility.feasible:
-            if hasattr(trial, "set_constraint"):
-                trial.set_user_attr("constraints", feasibility.violations)
             if feasibility.cost is not None:
                 trial.set_user_attr("estimated_cost", feasibility.cost)
             if feasibility.build_error is not None:
