@@ -118,11 +118,6 @@ def _dump(value: Any) -> str:
         return json.dumps(value, indent=2, default=str)
 
 
-def _study_objectives(record: Mapping[str, Any]) -> dict[str, str]:
-    objectives = _decoded(record.get("objectives")) or []
-    return {o["name"]: o["direction"] for o in objectives}
-
-
 def varying_config_columns(frame: pd.DataFrame) -> list[str]:
     """Config columns whose value differs between trials: the searched knobs (constants would be noise)."""
 
@@ -230,7 +225,7 @@ def _study_section(
     store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
 ) -> dict[str, Any]:
     record = store.study(name)
-    objectives = dict(objectives) if objectives else _study_objectives(record)
+    objectives = dict(objectives) if objectives else store.objectives(name)
     section = _empty_section({**record, "name": name})
     if record.get("status_message"):  # why it ended (a stop rule, a failure, an interruption)
         section["notes"].append(f"Study {record['status']}: {record['status_message']}")
@@ -334,7 +329,7 @@ def write_report(
     if png_path is not None:
         png_path.mkdir(parents=True, exist_ok=True)
     sections = [_study_section(store, name, objectives, color_by, png_path) for name in studies]
-    shown = dict(objectives) if objectives else (_study_objectives(store.study(studies[0])) if studies else {})
+    shown = dict(objectives) if objectives else (store.objectives(studies[0]) if studies else {})
     env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
     html = env.from_string(_TEMPLATE).render(
         studies=sections,

@@ -71,15 +71,18 @@ def hopeless_reason(store, name: str, after: int, spec: dict | None = None) -> s
     return None if shared_searched_value(spec, list(failed.get("config", []))) else common
 
 
-def reconcile(store, name: str, optuna_url: str, *, stopped: str | None = None) -> dict[str, int]:
+def reconcile(store, name: str, optuna_storage, *, stopped: str | None = None) -> dict[str, int]:
     """After a search ends: no Optuna trial RUNNING, no store trial ``running``.
 
     Anything still running when the Tuner has returned was lost with an earlier driver: it is
     told FAIL to Optuna and recorded ``failed`` (interrupted) in the store, once. With
     ``stopped`` (the search was ended on purpose), such trials are PRUNED in Optuna and ``interrupted``
     in the store, with that reason: they were cancelled, not stopped early by the scheduler.
+    ``optuna_storage``: the search's Optuna storage, or its URL.
     """
-    study = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(optuna_url))
+    if isinstance(optuna_storage, str):  # a URL: the search's own storage was not at hand
+        optuna_storage = optuna.storages.RDBStorage(optuna_storage)
+    study = optuna.load_study(study_name=name, storage=optuna_storage)
     fixed = {"optuna": 0, "store": 0}
     state = optuna.trial.TrialState.PRUNED if stopped else optuna.trial.TrialState.FAIL
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):

@@ -53,8 +53,7 @@ def verify_front(store_url: str, study: str, settings: VerifySettings = VerifySe
     if settings.repeats < 1:
         raise StoreError(f"repeats must be >= 1, got {settings.repeats}")
     with Store.open(store_url, create=False) as store:
-        record = store.study(study)
-        objectives = {o["name"]: o["direction"] for o in record["objectives"]}
+        objectives = store.objectives(study)
         front = study_front(store, study, objectives)
         numbers = [int(n) for n in front["number"]]
         records = store.trial_records(study, numbers)

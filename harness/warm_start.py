@@ -45,8 +45,7 @@ class WarmStartReport:
 
 def earlier_trials(store, study: str, top: int) -> list[int]:
     """The earlier study's front (its own objectives), then its ``top`` best completed trials."""
-    record = store.study(study)
-    objectives = {o["name"]: o["direction"] for o in record["objectives"]}
+    objectives = store.objectives(study)
     numbers = [int(n) for n in study_front(store, study, objectives)["number"]]
     if top:
         first, direction = next(iter(objectives.items()))

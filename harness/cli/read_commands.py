@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -88,8 +87,7 @@ def _parse_sort(text: str, store, study: str) -> tuple[str, bool]:
         if direction not in ("asc", "desc"):
             raise UsageError(f"--sort direction {direction!r} of {metric!r} must be asc or desc")
         return metric, direction == "desc"
-    objectives = {o["name"]: o["direction"] for o in store.study(study).get("objectives") or []}
-    return metric, objectives.get(metric) == "max"
+    return metric, store.objectives(study).get(metric) == "max"
 
 
 _METRIC_COLUMNS = ("top1", "top5", "eval_loss", "train_loss", "best_top1", "epochs")
@@ -97,11 +95,7 @@ _METRIC_COLUMNS = ("top1", "top5", "eval_loss", "train_loss", "best_top1", "epoc
 
 def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
     """The objectives the studies were searched for (they must agree; otherwise pass --objectives)."""
-    found = {}
-    for name in studies:
-        objectives = store.study(name)["objectives"]
-        objectives = json.loads(objectives) if isinstance(objectives, str) else objectives
-        found[name] = {o["name"]: o["direction"] for o in objectives}
+    found = {name: store.objectives(name) for name in studies}
     distinct = {tuple(v.items()) for v in found.values()}
     if len(distinct) > 1:
         shown = "; ".join(f"{k}: " + ",".join(f"{m}:{d}" for m, d in v.items()) for k, v in found.items())

@@ -44,6 +44,11 @@ class Queries(Liveness):
             row = conn.execute(select(Study.__table__).where(Study.id == study_id)).mappings().one()
         return dict(row)
 
+    def objectives(self, name: str) -> dict[str, str]:
+        """The study's objectives as ``{metric: "max" | "min"}``, in the order the spec gave them."""
+        objectives = _decoded(self.study(name).get("objectives")) or []
+        return {o["name"]: o["direction"] for o in objectives if isinstance(o, dict)}
+
     def studies(self):
         """One row per study: name, status (and why), objectives, times, version, trial counts by status.
 
@@ -192,8 +197,7 @@ class Queries(Liveness):
         return sorted({*NUMERIC_MEASUREMENT_FIELDS, *self._objective_names(study), *self.final_metric_names(study)})
 
     def _objective_names(self, study: str) -> list[str]:
-        objectives = _decoded(self.study(study).get("objectives")) or []
-        return [o["name"] for o in objectives if isinstance(o, dict) and o.get("name") not in MEASUREMENT_FIELDS]
+        return [name for name in self.objectives(study) if name not in MEASUREMENT_FIELDS]
 
     def final_metric_names(self, study: str, sample: int = 1000) -> list[str]:
         """Names of the final metrics recorded for a study's trials (from a sample of the latest trials)."""
