@@ -119,6 +119,15 @@ def test_a_store_of_a_newer_schema_is_refused_and_left_alone(store_url):
 # -- writes --------------------------------------------------------------------------------------
 
 
+def test_a_studys_objectives_come_back_in_the_specs_order(store):
+    objectives = [{"name": "flops", "direction": "min"}, {"name": "top1", "direction": "max"}]
+    store.create_study("s2", {"name": "s2"}, objectives)
+    assert list(store.objectives("s1").items()) == [("top1", "max"), ("flops", "min")]
+    assert list(store.objectives("s2").items()) == [("flops", "min"), ("top1", "max")]
+    with pytest.raises(StoreError, match="s3"):
+        store.objectives("s3")
+
+
 def test_writing_an_epoch_twice_updates_it(store):
     store.start_trial("s1", 0, CONFIG, seed=7, host="node-1")
     store.record_epoch("s1", 0, {"epoch": 1, "top1": 5.0})
