@@ -10,7 +10,10 @@ study. ``max_hours`` counts this driver's wall time (a resumed search starts a n
 
 The stopper runs in the driver (Tune calls ``stop_all`` in its loop), so the reason is kept in
 this module for :func:`harness.search.run_search` to record as the study's message; trials still
-running when it fires are stopped with the search and recorded ``interrupted``.
+running when it fires are stopped with the search and recorded ``interrupted``. Tune runs the
+callbacks of a trial's end before its loop step asks the stoppers, so the progress line brings the
+reading up to date itself (:func:`refresh`): the line printed for the N-th completed trial shows
+the reading that counts it, and a plateau found there ends the search at that step's look.
 """
 
 from __future__ import annotations
@@ -26,12 +29,21 @@ from dashboards.multiobjective import PlateauCheck, plateau_check
 from harness.interrupts import stop_on_store_failure, store_failures
 from harness.store import Store
 
-_state: dict[str, Any] = {"reason": None, "started": time.monotonic(), "note": None}
+_state: dict[str, Any] = {"reason": None, "started": time.monotonic(), "note": None, "stopper": None}
 
 
 def reset() -> None:
     """A new driver session: no stop yet, and the wall-clock budget starts now."""
-    _state.update(reason=None, started=time.monotonic(), note=None)
+    _state.update(reason=None, started=time.monotonic(), note=None, stopper=None)
+
+
+def refresh() -> None:
+    """Bring the plateau reading up to date with the trials the store holds now. The progress
+    line calls it after a trial's end is recorded; without it the line would show the reading
+    of the previous trial end (Tune asks the stoppers after the callbacks of a step)."""
+    stopper = _state["stopper"]
+    if stopper is not None and current() is None:
+        stopper.look()
 
 
 def progress_note() -> str | None:
@@ -74,18 +86,26 @@ class StopRulesStopper(Stopper):
         self.rules = rules
         self._store = None
         self._completed = -1
+        self._found: str | None = None  # a plateau found by refresh(), announced at the next stop_all
         self.last_gain: float | None = None
+        _state["stopper"] = self
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None, "_completed": -1}
+        return {**self.__dict__, "_store": None, "_completed": -1, "_found": None}
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False
 
+    def look(self) -> None:
+        """Check the plateau now (see :func:`refresh`); the stop itself is announced by ``stop_all``."""
+        if self._found is None:
+            self._found = self._plateau()
+
     def stop_all(self) -> bool:
+        _state["stopper"] = self  # a stopper restored with a resumed experiment is this driver's too
         if current() is not None:
             return True
-        reason = self._over_time() or self._plateau()
+        reason = self._found or self._over_time() or self._plateau()
         if reason is None:
             return False
         _state["reason"] = reason

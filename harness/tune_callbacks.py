@@ -152,6 +152,7 @@ class ProgressCallback(Callback):
         if self._store is None:
             self._store = Store.open(self.store_url)
         counts = self._store.counts(self.study, epochs=False)
+        stop_rules.refresh()  # the plateau reading that counts this trial end
         return (
             f"[{self.study}] done {counts['completed']}  running {counts['running']}  pruned {counts['pruned']}  "
             f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "

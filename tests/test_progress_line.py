@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
+
+from dashboards.multiobjective import plateau_check
+from harness import stop_rules
+from harness.stop_rules import StopRulesStopper
 from harness.store import Store
 from harness.tune_callbacks import ProgressCallback
 
@@ -67,3 +72,41 @@ def test_a_progress_line_that_cannot_be_computed_says_so_and_never_raises(tmp_pa
     progress = ProgressCallback(f"sqlite:///{tmp_path / 'missing' / 'store.db'}", "gone", OBJECTIVES, stream=stream)
     progress.on_trial_complete(0, [], None)
     assert _lines(stream) == [_lines(stream)[0]] and "(progress unavailable:" in _lines(stream)[0]
+
+
+def test_the_plateau_reading_on_a_trials_line_counts_that_trial(store_url):
+    """``search.stop.hypervolume_plateau``: Tune runs the callbacks of a trial's end before its
+    loop step asks the stoppers, so a line that read the stopper's last reading showed the
+    previous trial end's ("done 6 ... hv +287%" right above "stopping: ... gained 0.000%"). The
+    line for each trial end must carry the reading over the trials the store holds at that end,
+    and the stop the reading decides is the stopper's at its next look."""
+    stop_rules.reset()
+    try:
+        stream = io.StringIO()
+        with Store.open(store_url) as store:
+            store.create_study("progress", {}, OBJECTIVES)
+            stopper = StopRulesStopper(
+                store_url, "progress", OBJECTIVES, {"hypervolume_plateau": {"window": 1, "min_gain": 0.001}}
+            )
+            progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream)
+            points = []
+            for number, (top1, flops) in enumerate([(50.0, 2.0), (60.0, 1.0), (55.0, 1.5)]):
+                _finish(store, number, top1=top1, flops=flops)
+                points.append((top1, flops))
+                progress.on_trial_complete(0, [], None)  # Tune: the callbacks first ...
+                check = plateau_check(np.array(points), list(OBJECTIVES.values()), window=1)
+                line = _lines(stream)[-1]
+                assert line.startswith(f"[progress] done {number + 1}  ")
+                if check is None:
+                    assert " hv " not in line
+                else:
+                    assert line.endswith(f"  hv {check.gain:+.2%} over the last 1")
+                stopped = stopper.stop_all()  # ... then the stoppers, at the end of the same step
+                assert stopped == (number == 2)  # the dominated third trial adds nothing to the front
+            assert check.gain == 0.0 and "hypervolume plateau" in stop_rules.current()
+            assert "hv +0.00% over the last 1" in _lines(stream)[-1]
+            assert float(_lines(stream)[-2].split("hv ")[1].split("%")[0]) > 0  # the second trial moved it
+            progress._store.close()
+            stopper._store.close()
+    finally:
+        stop_rules.reset()
