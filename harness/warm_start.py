@@ -4,9 +4,10 @@ The earlier study's Pareto front (on its own objectives), then up to ``top`` of 
 trials (by its first objective), are enqueued in the new Optuna study as its first trials, with
 the parameters the new space shares; a parameter the new space has and the old one did not is
 sampled. A trial with a value outside the new space's domains is skipped (and counted). With
-``reuse_results``, a proposed trial whose whole config (model, data, budget, seed) equals an
-earlier trial's is not retrained: its record is copied (``final.reused_from``) and Optuna told its
-values (see :class:`harness.optuna_searcher.ArchsearchSearch`).
+``reuse_results``, a proposed trial whose whole config (model, data, budget, seed) equals that of
+any trial the earlier study completed (enqueued or not: a sampler with the earlier seed proposes
+the earlier trials again) is not retrained: its record is copied (``final.reused_from``) and Optuna
+told its values (see :class:`harness.optuna_searcher.ArchsearchSearch`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
         if warm.study not in store.study_names():
             raise StoreError(f"search.warm_start.study: no study {warm.study!r} in {mask_url(source_url)}")
         numbers = earlier_trials(store, warm.study, warm.top)
-        records = store.trial_records(warm.study, numbers) if warm.reuse_results else {}
+        records = store.trial_records(warm.study) if warm.reuse_results else {}
     earlier = optuna.load_study(
         study_name=warm.study, storage=optuna.storages.RDBStorage(optuna_storage_url(source_url))
     )
@@ -82,9 +83,9 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
             continue
         searcher._ot_study.enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
         report.enqueued += 1
-        record = records.get(number)
-        if record is not None and record["status"] == "completed":
-            report.reusable[config_key(record["config"])] = {**record, "source": f"{warm.study}#{number}"}
+    for number, record in sorted(records.items()):
+        if record["status"] == "completed":  # the first of identical configs is the one copied
+            report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
     searcher.set_reusable(report.reusable)
     print(report.line(spec.name), file=sys.stderr, flush=True)
     return report

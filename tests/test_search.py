@@ -402,6 +402,20 @@ def test_a_warm_start_enqueues_the_earlier_front_first_skips_what_the_new_space_
     assert all(records[i]["epochs"] for i in range(len(front)))  # the learning curve comes along
     assert summary.counts["completed"] == len(front) + 2
     assert "warm start from earlier: enqueued" in capfd.readouterr().err
+    # After the enqueued trials the seeded sampler proposes the earlier study's trials again: one the
+    # later study already holds is a duplicate, any other the earlier study completed is copied (not
+    # only the enqueued ones: a sampled repeat of earlier trial 0 was retrained before).
+    enqueued = len([t for t in later.trials if "warm_start" in t.user_attrs])
+    repeats = range(enqueued, min(len(later.trials), enqueued + len(earlier.trials)))
+    assert len(repeats) >= 2
+    for number in repeats:
+        again = number - enqueued  # the earlier trial this proposal repeats
+        assert later.trials[number].params == earlier.trials[again].params
+        if any(t.params == earlier.trials[again].params for t in later.trials[:enqueued]):
+            assert trials.loc[number, "status"] == "duplicate"
+        else:
+            assert trials.loc[number, "status"] == "completed"
+            assert trials.loc[number, "reused_from"] == f"earlier#{again}"
 
     narrowed = tiny_spec(
         name="narrow",

@@ -289,15 +289,16 @@ class Queries(Liveness):
         flat = pd.json_normalize([_decoded(c) or {} for _, c in rows], sep=".").add_prefix("config.")
         return pd.concat([numbers_column, flat], axis=1)
 
-    def trial_records(self, study: str, numbers: Iterable[int]) -> dict[int, dict[str, Any]]:
-        """Whole records of the trials ``numbers``: status, config, final, measurement and epochs
-        (what a warm start copies into another study)."""
-        wanted = sorted({int(n) for n in numbers})
-        if not wanted:
-            return {}
+    def trial_records(self, study: str, numbers: Iterable[int] | None = None) -> dict[int, dict[str, Any]]:
+        """Whole records of the trials ``numbers`` (None: every trial): status, config, final,
+        measurement and epochs (what a warm start copies into another study)."""
         trial = Trial.__table__
         frame = self._trial_rows(study, [trial.c.status, trial.c.config, trial.c.final], expand_final=False)
-        frame = frame[frame["number"].isin(wanted)]
+        if numbers is not None:
+            frame = frame[frame["number"].isin({int(n) for n in numbers})]
+        wanted = sorted(int(n) for n in frame["number"])
+        if not wanted:
+            return {}
         measured = self._trial_rows(
             study, [Measurement.__table__.c[name] for name in MEASUREMENT_FIELDS], expand_final=False
         ).set_index("number")
