@@ -64,7 +64,7 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
         if warm.study not in store.study_names():
             raise StoreError(f"search.warm_start.study: no study {warm.study!r} in {mask_url(source_url)}")
         numbers = earlier_trials(store, warm.study, warm.top)
-        records = store.trial_records(warm.study) if warm.reuse_results else {}
+        records = store.trial_records(warm.study, statuses=("completed",)) if warm.reuse_results else {}
     earlier = optuna.load_study(
         study_name=warm.study, storage=optuna.storages.RDBStorage(optuna_storage_url(source_url))
     )

@@ -324,6 +324,28 @@ def test_migrations_build_exactly_the_schema_the_code_declares(store_url):
     engine.dispose()
 
 
+def test_trial_records_are_whole_records_each_with_its_own_curve(store):
+    """What a warm start copies: every trial (or those named, or those of some statuses), each with
+    its config, final metrics, measurement and its own epochs in order (one scan of the epochs
+    table for a whole study, bucketed by trial)."""
+    for number, status in enumerate(["completed", "failed", "completed"]):
+        config = {**CONFIG, "training": {"lr": 1e-3 * (number + 1)}}
+        store.finish_trial(
+            "s1", number, status=status, config=config, measurement=MEASUREMENT if status == "completed" else None,
+            epochs=epochs(number + 1, offset=number / 10), final={"top1": 30.0 + number},
+        )  # fmt: skip
+    every = store.trial_records("s1")
+    assert sorted(every) == [0, 1, 2] and every[1]["status"] == "failed" and every[1]["measurement"] == {}
+    completed = store.trial_records("s1", statuses=("completed",))
+    assert sorted(completed) == [0, 2] and completed[2] == every[2]
+    assert store.trial_records("s1", [2, 5]) == {2: every[2]} and store.trial_records("s1", []) == {}
+    record = every[2]
+    assert record["config"]["training"]["lr"] == 3e-3 and record["final"]["top1"] == 32.0
+    assert record["measurement"]["flops"] == 5000 and record["measurement"]["device"] == "cpu"
+    assert [(e["epoch"], e["top1"]) for e in record["epochs"]] == [(1, 10.2), (2, 20.2), (3, 30.2)]
+    assert [e["epoch"] for e in every[0]["epochs"]] == [1] and len(every[1]["epochs"]) == 2
+
+
 def test_outcomes_is_the_lean_frame_of_trials(store):
     store.finish_trial("s1", 0, status="completed", config=CONFIG, measurement=MEASUREMENT, final={"top1": 31.0})
     store.finish_trial("s1", 1, status="failed", config=CONFIG, error="boom")
