@@ -87,7 +87,6 @@ class StopRulesStopper(Stopper):
         self._store = None
         self._completed = -1
         self._found: str | None = None  # a plateau found by refresh(), announced at the next stop_all
-        self.last_gain: float | None = None
         _state["stopper"] = self
 
     def __getstate__(self) -> dict[str, Any]:
@@ -135,6 +134,5 @@ class StopRulesStopper(Stopper):
             return None
         check = plateau_check(points, list(self.objectives.values()), plateau["window"])
         if check is not None:
-            self.last_gain = check.gain
             _state["note"] = f"hv {check.gain:+.2%} over the last {check.window}"
         return plateau_reason(check, plateau["min_gain"])

@@ -83,9 +83,8 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
             continue
         searcher._ot_study.enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
         report.enqueued += 1
-    for number, record in sorted(records.items()):
-        if record["status"] == "completed":  # the first of identical configs is the one copied
-            report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
+    for number, record in sorted(records.items()):  # completed trials; the first of identical configs is copied
+        report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
     searcher.set_reusable(report.reusable)
     print(report.line(spec.name), file=sys.stderr, flush=True)
     return report
