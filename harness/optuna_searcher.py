@@ -38,10 +38,10 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from harness.interrupts import stop_on_store_failure, store_failures
-from harness.result_keys import NUMBER_KEY, STATUS_KEY
+from harness.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
 from harness.samplers import TuneGridSampler
 from harness.store import Store
-from search_space.sampling import Feasibility, SpaceFunction, build_trial_config
+from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, split_params
 from search_space.spec import SearchSpec
 
 MAX_INFEASIBLE_IN_A_ROW = 200
@@ -126,7 +126,7 @@ class ArchsearchSearch(OptunaSearch):
                 config = build_trial_config(self.spec, params)
                 key = config_key(config)
                 reused = getattr(self, "_reusable", {}).pop(key, None)
-                if reused is not None and self._record_reused(ot_trial, config, reused):
+                if reused is not None and self._record_reused(ot_trial, config, params, reused):
                     self._seen[key] = ot_trial.number
                     self.dispatched += 1  # a completed trial of this study, trained by an earlier one
                     del self._ot_trials[trial_id]
@@ -135,8 +135,11 @@ class ArchsearchSearch(OptunaSearch):
                 if original is None or self._outcomes.get(original) == ("failed",):  # a failure may be retried
                     self._seen[key] = ot_trial.number
                     self.dispatched += 1
-                    return {**params, NUMBER_KEY: ot_trial.number}
-                self._record_duplicate(ot_trial, config, original)
+                    # params holds the sampled and the fixed values (SpaceFunction returns the fixed
+                    # ones); the priced cost travels with them, and the worker checks its model against it.
+                    priced = {metric: (feasibility.cost or {}).get(metric) for metric in ("flops", "params")}
+                    return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced}
+                self._record_duplicate(ot_trial, config, params, original)
                 rejected = "duplicate"
             else:
                 self._record_infeasible(ot_trial, params, feasibility)
@@ -210,7 +213,7 @@ class ArchsearchSearch(OptunaSearch):
         """Earlier trials (a warm start's ``reuse_results``) whose config, if proposed again, is copied."""
         self._reusable = dict(records)
 
-    def _record_reused(self, ot_trial, config: dict, record: dict[str, Any]) -> bool:
+    def _record_reused(self, ot_trial, config: dict, params: dict, record: dict[str, Any]) -> bool:
         """Copy an earlier study's identical trial as this trial's result; False if an objective is missing."""
         values = []
         for metric in self.metric:
@@ -229,10 +232,11 @@ class ArchsearchSearch(OptunaSearch):
             epochs=record["epochs"],
             final={**record["final"], "reused_from": record["source"]},
             optuna_number=ot_trial.number,
+            parameters=split_params(self.spec, params),
         )
         return True
 
-    def _record_duplicate(self, ot_trial, config: dict, original: int) -> None:
+    def _record_duplicate(self, ot_trial, config: dict, params: dict, original: int) -> None:
         # A sampler restored from Ray's snapshot proposes again what it proposed after the snapshot:
         # the first re-proposal of a trial counted on resume is that trial, not a new duplicate.
         counted_on_resume = getattr(self, "_counted_on_resume", set())
@@ -258,6 +262,7 @@ class ArchsearchSearch(OptunaSearch):
                 else f"duplicate of trial {original}: the same configuration (seed included), not trained again"
             ),
             optuna_number=ot_trial.number,
+            parameters=split_params(self.spec, params),
         )
 
     def _tell_copy(self, number: int, outcome: tuple) -> None:
@@ -302,6 +307,7 @@ class ArchsearchSearch(OptunaSearch):
             measurement={**estimate, "flops_source": "cost_model"} if estimate else None,
             error=error,
             optuna_number=ot_trial.number,
+            parameters=split_params(self.spec, params),
         )
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:

@@ -1,9 +1,28 @@
 """The keys a Ray Tune trial's config and results carry for archsearch, shared by both sides.
 
-The driver's searcher puts :data:`NUMBER_KEY` into each config it dispatches; the worker's
-trainable reports :data:`STATUS_KEY` with the final result. They live apart from the searcher so
-that a worker reads them without importing Optuna.
+The driver's searcher puts :data:`NUMBER_KEY` and :data:`PRICED_KEY` into each config it
+dispatches beside the parameters; the worker's trainable reports :data:`STATUS_KEY` with the final
+result. They live apart from the searcher so that a worker reads them without importing Optuna.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 NUMBER_KEY = "archsearch_number"  # the Optuna trial number: the store's key for the trial
 STATUS_KEY = "archsearch_status"  # set on the final report of a trial that ran its whole budget
+# The closed-form cost ({"flops": ..., "params": ...}) the searcher priced the config at before
+# dispatch (the constraints were checked on it); the worker checks the model it builds costs the same.
+PRICED_KEY = "archsearch_priced"
+SEARCHER_KEYS = (NUMBER_KEY, PRICED_KEY)
+
+
+def split_tune_config(config: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None, dict[str, Any]]:
+    """(trial number, priced cost, the parameters) of a dispatched Tune config.
+
+    A config dispatched by an older archsearch (restored from Ray's snapshot) has no priced cost: None.
+    """
+    params = dict(config)
+    number = params.pop(NUMBER_KEY, None)
+    priced = params.pop(PRICED_KEY, None)
+    return number, priced, params

@@ -8,17 +8,17 @@ search and on ``--resume``; the hopeless-search stopper calls the same rule whil
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import optuna
 
 from harness.failures import common_error, shared_searched_value
 from harness.optuna_searcher import tell_outcome
 from harness.output import nest_keys
-from harness.result_keys import NUMBER_KEY, STATUS_KEY
+from harness.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
 from harness.store import Store
 from harness.store.urls import optuna_storage_url
-from search_space.sampling import build_trial_config
+from search_space.sampling import build_trial_config, split_params
 from search_space.spec import SearchSpec
 
 
@@ -136,16 +136,25 @@ def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
     return written
 
 
-def trial_number_and_config(spec: dict[str, Any], params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """(the store's trial number, the trial config) of a Tune trial's params."""
-    params = dict(params)
-    number = params.pop(NUMBER_KEY)
-    return number, build_trial_config(SearchSpec.model_validate(spec), params)
+class DispatchedTrial(NamedTuple):
+    """What the store records of a dispatched Tune trial's config."""
+
+    number: int  # the store's trial number (Optuna's)
+    config: dict[str, Any]  # the trial config the worker builds: the spec's base, sampled and fixed values applied
+    parameters: dict[str, dict[str, Any]]  # {"sampled": ..., "fixed": ...}
+
+
+def dispatched_trial(spec: dict[str, Any], tune_config: dict[str, Any]) -> DispatchedTrial:
+    """The store's view of a Tune trial's config (the same config the worker builds, see
+    :func:`harness.trainable.worker_trial_config`)."""
+    number, _, params = split_tune_config(tune_config)
+    search_spec = SearchSpec.model_validate(spec)
+    return DispatchedTrial(number, build_trial_config(search_spec, params), split_params(search_spec, params))
 
 
 def record_outcome(store, study: str, spec: dict[str, Any], params: dict[str, Any], result: dict[str, Any]) -> None:
     """Write a finished trial's final record from its last Tune result (its outcome mark, cost, final metrics)."""
-    number, config = trial_number_and_config(spec, params)
+    number, config, parameters = dispatched_trial(spec, params)
     status = result.get(STATUS_KEY) or "pruned"  # no outcome mark: stopped early by the scheduler
     final = {k.removeprefix("final_"): v for k, v in result.items() if k.startswith("final_")}
     if status == "pruned" and result.get("top1") is not None:
@@ -167,4 +176,5 @@ def record_outcome(store, study: str, spec: dict[str, Any], params: dict[str, An
         device=device,
         host=result.get("hostname"),
         optuna_number=number,
+        parameters=parameters,
     )

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.result_keys import NUMBER_KEY, STATUS_KEY
-from search_space.sampling import build_trial_config
+from harness.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
+from search_space.sampling import build_trial_config, cost_violations
 from search_space.spec import SearchSpec
 from trials.lazy import lazy_import
 
@@ -63,12 +63,34 @@ def _cost_metrics(cost) -> dict[str, Any]:
     }
 
 
+class PriceMismatch(RuntimeError):
+    """The config a worker builds is not the one the searcher priced: a driver/worker disagreement."""
+
+
+def worker_trial_config(search_spec: SearchSpec, tune_config: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    """(trial number, trial config) of a dispatched Tune config, as this worker trains it.
+
+    The config is the spec's base with the sampled and the fixed values applied
+    (:func:`search_space.sampling.build_trial_config`, the same call the searcher priced and the
+    store records). The searcher's price travels with the config; the model built here must cost
+    exactly that, or the trial fails naming both (a fixed value once got lost between the two, and
+    the search trained other models than the ones its constraints had admitted).
+    """
+    number, priced, params = split_tune_config(tune_config)
+    config = build_trial_config(search_spec, params)
+    if priced:
+        built, _ = cost_violations(search_spec, config)
+        differs = {m: (priced[m], built[m]) for m in priced if priced[m] is not None and priced[m] != built.get(m)}
+        if differs:
+            said = ", ".join(f"{m} priced {p:,} but the model built costs {b:,}" for m, (p, b) in differs.items())
+            raise PriceMismatch(f"trial {number}: {said}; the config the worker built: {config['model']}")
+    return number, config
+
+
 def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     """Tune function trainable; ``spec`` is bound with ``tune.with_parameters``."""
     search_spec = SearchSpec.model_validate(spec)
-    params = dict(params)
-    number = params.pop(NUMBER_KEY, None)
-    config = build_trial_config(search_spec, params)
+    number, config = worker_trial_config(search_spec, params)
     share = search_spec.search.resources.gpus
     if 0 < share < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
         config["gpu_memory_fraction"] = share

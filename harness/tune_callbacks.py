@@ -21,7 +21,7 @@ from harness import interrupts, stop_rules
 from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.store import Store
-from harness.study_outcome import hopeless_reason, record_outcome, trial_number_and_config
+from harness.study_outcome import DispatchedTrial, dispatched_trial, hopeless_reason, record_outcome
 
 # Trials whose end this driver process recorded, per study: the hopeless-search check runs again
 # only when this moved (a search turns hopeless only when a trial ends).
@@ -52,14 +52,20 @@ class StoreCallback(Callback):
             self._store = Store.open(self.store_url)
         return self._store
 
-    def _trial_config(self, trial) -> tuple[int, dict[str, Any]]:
-        return trial_number_and_config(self.spec, dict(trial.config))
+    def _trial_config(self, trial) -> DispatchedTrial:
+        return dispatched_trial(self.spec, dict(trial.config))
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
         try:
-            number, config = self._trial_config(trial)
+            number, config, parameters = self._trial_config(trial)
             self.store.start_trial(
-                self.study, number, config, seed=config.get("seed"), optuna_number=number, host=socket.gethostname()
+                self.study,
+                number,
+                config,
+                seed=config.get("seed"),
+                optuna_number=number,
+                host=socket.gethostname(),
+                parameters=parameters,
             )
         except store_failures() as error:
             stop_on_store_failure("recording a trial's start", error)
@@ -98,7 +104,7 @@ class StoreCallback(Callback):
             except OSError:
                 error = None
         try:
-            number, config = self._trial_config(trial)
+            number, config, parameters = self._trial_config(trial)
             self.store.finish_trial(
                 self.study,
                 number,
@@ -106,6 +112,7 @@ class StoreCallback(Callback):
                 config=config,
                 error=error or "the trial raised",
                 optuna_number=number,
+                parameters=parameters,
             )
         except store_failures() as failure:
             stop_on_store_failure("recording a failed trial", failure)

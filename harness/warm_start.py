@@ -2,27 +2,28 @@
 
 The earlier study's Pareto front (on its own objectives), then up to ``top`` of its best completed
 trials (by its first objective), are enqueued in the new Optuna study as its first trials, with
-the parameters the new space shares; a parameter the new space has and the old one did not is
-sampled. A trial with a value outside the new space's domains is skipped (and counted). With
-``reuse_results``, a proposed trial whose whole config (model, data, budget, seed) equals that of
-any trial the earlier study completed (enqueued or not: a sampler with the earlier seed proposes
-the earlier trials again) is not retrained: its record is copied (``final.reused_from``) and Optuna
-told its values (see :class:`harness.optuna_searcher.ArchsearchSearch`).
+the parameters the new space shares, valued as the earlier trial's config holds them (its fixed
+parameters included); a parameter the new space has and the old one did not is sampled, and one
+the new spec fixes takes the new spec's value. A trial with a value outside the new space's domains
+is skipped (and counted). With ``reuse_results``, a proposed trial whose whole config (model, data,
+budget, seed) equals that of any trial the earlier study completed (enqueued or not: a sampler with
+the earlier seed proposes the earlier trials again) is not retrained: its record is copied
+(``final.reused_from``) and Optuna told its values (see :class:`harness.optuna_searcher.ArchsearchSearch`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-import optuna
-
 from dashboards.pareto import study_front
 from harness.optuna_searcher import config_key
 from harness.store import Store, StoreError, mask_url
-from harness.store.urls import optuna_storage_url
+from search_space.sampling import fixed_params, params_of_config
 from search_space.spec import SearchSpec
+from trials.configio import ConfigError
 
 
 @dataclass
@@ -55,6 +56,13 @@ def earlier_trials(store, study: str, top: int) -> list[int]:
     return list(dict.fromkeys(numbers))
 
 
+def _decoded_spec(spec: Any) -> dict[str, Any]:
+    """The stored spec as a dict (JSON columns come back as text on some backends)."""
+    if isinstance(spec, str):
+        spec = json.loads(spec)
+    return spec if isinstance(spec, dict) else {}
+
+
 def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
     """Enqueue the earlier study's trials in the searcher's Optuna study; return the counts."""
     warm = spec.search.warm_start
@@ -64,18 +72,25 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
         if warm.study not in store.study_names():
             raise StoreError(f"search.warm_start.study: no study {warm.study!r} in {mask_url(source_url)}")
         numbers = earlier_trials(store, warm.study, warm.top)
+        earlier_spec = _decoded_spec(store.study(warm.study).get("spec"))
+        configs = {n: r["config"] for n, r in store.trial_records(warm.study, numbers).items()}
         records = store.trial_records(warm.study, statuses=("completed",)) if warm.reuse_results else {}
-    earlier = optuna.load_study(
-        study_name=warm.study, storage=optuna.storages.RDBStorage(optuna_storage_url(source_url))
-    )
-    by_number = {t.number: t for t in earlier.get_trials(deepcopy=False)}
+    # The values come from the earlier trials' configs (what they trained, their fixed parameters
+    # included), for the parameters both spaces name; the new spec's fixed ones are its own.
+    fixed = fixed_params(spec)
+    shared = [name for name in spec.params if name in (earlier_spec.get("params") or {}) and name not in fixed]
     for number in numbers:
-        old = by_number.get(number)
-        if old is None:
+        config = configs.get(number)
+        if config is None:
             report.skipped += 1
-            report.skip_reasons.append(f"trial {number}: not in Optuna's study")
+            report.skip_reasons.append(f"trial {number}: not in the store")
             continue
-        params = {name: old.params[name] for name in spec.params if name in old.params}
+        try:
+            params = params_of_config(spec, config, shared)
+        except ConfigError as error:  # a parameter the earlier family does not have
+            report.skipped += 1
+            report.skip_reasons.append(f"trial {number}: {error}")
+            continue
         outside = [f"{name}={value!r}" for name, value in params.items() if not spec.params[name].contains(value)]
         if outside:
             report.skipped += 1

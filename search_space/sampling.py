@@ -26,10 +26,93 @@ def _base_model(spec: SearchSpec) -> dict[str, Any]:
     return dict(spec.base_model)
 
 
+def fixed_params(spec: SearchSpec) -> dict[str, Any]:
+    """The spec's fixed parameters (``{fixed: v}`` and bare values), by name, in the spec's order."""
+    return {name: domain.fixed for name, domain in spec.params.items() if isinstance(domain, FixedDomain)}
+
+
+def with_fixed_params(spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with every fixed parameter of the spec applied.
+
+    The one place a fixed value joins the sampled ones: the feasibility check, the searcher's
+    duplicate key, the worker and the store all build the trial config through
+    :func:`build_trial_config`, which calls this, so a fixed value cannot be priced on one side
+    and dropped on the other. A value given for a fixed parameter must be the fixed value: a
+    different one (an enqueued or resumed trial of another spec) is an error naming the key, never
+    silently replaced.
+    """
+    merged = dict(params)
+    for name, value in fixed_params(spec).items():
+        if name in merged and not _same_value(merged[name], value):
+            given = merged[name]
+            raise ConfigError(f"params.{name}", f"is fixed at {value!r} by the spec, but the trial has {given!r}")
+        merged[name] = value
+    return merged
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def split_params(spec: SearchSpec, params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A trial's parameter values as the store keeps them: ``{"sampled": ..., "fixed": ...}``.
+
+    ``sampled`` holds the searched parameters' values (what Optuna proposed), ``fixed`` the spec's
+    fixed ones applied beside them; keys of neither (the searcher's own) are left out.
+    """
+    fixed = fixed_params(spec)
+    sampled = {name: params[name] for name in spec.params if name in params and name not in fixed}
+    return {"sampled": sampled, "fixed": fixed}
+
+
+_MISSING = object()
+
+
+def config_value(spec: SearchSpec, config: dict[str, Any], name: str) -> Any:
+    """The value a trial config holds at parameter ``name``'s target (``_MISSING`` where it holds none):
+    a model field, one stage of a CoAtNet list (``depths[3]``), ``training.*``, ``data.*``, the seed,
+    or the variant (the config's name)."""
+    section, field, index = param_target(name, spec.family)
+    if section == "variant":
+        return config.get("name", _MISSING)
+    if section == "seed":
+        return config.get("seed", _MISSING)
+    value = (config.get(section) or {}).get(field, _MISSING)
+    if index is not None:
+        return value[index] if isinstance(value, list) and index < len(value) else _MISSING
+    return value
+
+
+def params_of_config(spec: SearchSpec, config: dict[str, Any], names: Any = None) -> dict[str, Any]:
+    """The values of the spec's parameters (or of ``names``) that a trial config holds."""
+    found = {name: config_value(spec, config, name) for name in (spec.params if names is None else names)}
+    return {name: value for name, value in found.items() if value is not _MISSING}
+
+
+def config_mismatches(spec: SearchSpec, config: dict[str, Any]) -> list[str]:
+    """Where a stored trial config disagrees with its study's spec: a fixed parameter with another
+    value, or a searched one outside its domain. Empty for every trial this version writes; a study
+    written by an archsearch that dropped fixed values (before issue 37) shows them here."""
+    problems = []
+    for name, domain in spec.params.items():
+        if name == "variant":  # a bundle of overrides: its name is checked, its fields are the variant's
+            continue
+        value = config_value(spec, config, name)
+        if value is _MISSING:
+            problems.append(f"{name}: not in the trial config")
+        elif isinstance(domain, FixedDomain) and not _same_value(value, domain.fixed):
+            problems.append(f"{name}: {value!r}, the spec fixes {domain.fixed!r}")
+        elif not isinstance(domain, FixedDomain) and not domain.contains(value):
+            problems.append(f"{name}: {value!r} is outside the spec's domain")
+    return problems
+
+
 def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
     """The trial config (a plain dict, as :func:`trials.trial_config.load_trial_config` takes) for
-    sampled ``params``; the model part is validated here, so an invalid combination raises
-    ConfigError naming ``model.<field>``."""
+    sampled ``params`` with the spec's fixed parameters applied (see :func:`with_fixed_params`);
+    the model part is validated here, so an invalid combination raises ConfigError naming
+    ``model.<field>``."""
+    params = with_fixed_params(spec, params)
     model = _base_model(spec)
     training = dict(spec.training)
     data = dict(spec.data)
@@ -152,7 +235,12 @@ class SpaceFunction:
         return Feasibility(cost, violations), dict(zip(self.spec.constraints, violations, strict=True))
 
     def __call__(self, trial) -> dict[str, Any]:
-        """Suggest, check, and record the check (see the class docstring)."""
+        """Suggest, check, and record the check (see the class docstring).
+
+        Returns the fixed parameters: Ray Tune's OptunaSearch adds what a define-by-run function
+        returns to the suggested values, so the config it dispatches names every parameter of the
+        spec, the fixed ones included (the worker applies them again, and checks they agree).
+        """
         feasibility, named = self.check(self.suggest(trial))
         self.__dict__.setdefault("checked", {})[trial.number] = feasibility  # (pickled by an older archsearch)
         legacy = not hasattr(trial, "set_constraint")  # Optuna < 5: constraints_func reads the user attribute
@@ -165,7 +253,7 @@ class SpaceFunction:
                 trial.set_user_attr("estimated_cost", feasibility.cost)
             if feasibility.build_error is not None:
                 trial.set_user_attr("build_error", feasibility.build_error)
-        return {}
+        return fixed_params(self.spec)
 
 
 def constraints_from_trial(frozen_trial) -> list[float]:

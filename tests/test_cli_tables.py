@@ -57,3 +57,42 @@ def test_the_trials_table_says_why_a_trial_failed_in_a_few_words(url):
     assert result.exit_code == 0, result.output
     failed = next(line for line in result.output.splitlines() if " failed " in line)
     assert "RuntimeError: boom" in failed and failed.rstrip().endswith("...")
+
+
+def test_trials_flags_a_stored_config_that_disagrees_with_its_spec(tmp_path):
+    """A study written by an archsearch that dropped fixed values (issue 37): `trials` says which
+    trials disagree with the spec and how, in a column and one warning line; a trial that agrees
+    shows nothing, and its sampled and fixed values come back apart in JSON."""
+    from search_space.sampling import build_trial_config, split_params
+    from search_space.spec import SearchSpec
+
+    spec = SearchSpec.model_validate(
+        {
+            "name": "old",
+            "family": "cait",
+            "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2},
+            "data": {"name": "synthetic", "num_classes": 4},
+            "params": {"depth": {"choice": [1, 2]}, "ca_depth": {"fixed": 1}, "mlp_ratio": 2.0},
+            "objectives": {"top1": "max"},
+        }
+    )
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("old", spec.model_dump(mode="json"), {"top1": "max"})
+        good = build_trial_config(spec, {"depth": 2})
+        store.finish_trial("old", 0, status="completed", config=good, parameters=split_params(spec, {"depth": 2}))
+        dropped = json.loads(json.dumps(good))
+        dropped["model"].update(ca_depth=2, mlp_ratio=4.0)  # what the old searcher trained: the base's values
+        store.finish_trial("old", 1, status="completed", config=dropped)
+
+    table = CliRunner().invoke(main, ["trials", "old", "--store", url])
+    assert table.exit_code == 0, table.output
+    assert "warning: 1 of 2 trials shown do not match the study's spec" in table.stderr
+    assert "trial 1: ca_depth: 2, the spec fixes 1; mlp_ratio: 4.0, the spec fixes 2.0" in table.stderr
+    assert "spec_mismatch" in table.stdout.splitlines()[0]
+    assert "fixed by the spec: ca_depth=1, mlp_ratio=2.0" in table.stdout
+
+    rows = json.loads(CliRunner().invoke(main, ["trials", "old", "--store", url, "--format", "json"]).stdout)
+    assert rows[0]["spec_mismatch"] == "" and rows[1]["spec_mismatch"].startswith("ca_depth: 2")
+    assert (rows[0]["sampled.depth"], rows[0]["fixed.ca_depth"], rows[0]["fixed.mlp_ratio"]) == (2, 1, 2.0)
+    assert rows[1]["fixed.ca_depth"] is None  # an older trial: no record of its parameters

@@ -302,7 +302,7 @@ def test_a_searcher_restored_from_an_old_snapshot_counts_the_store_and_reruns_wh
     from ray.tune.search import Searcher
 
     from harness.optuna_searcher import ArchsearchSearch
-    from harness.result_keys import NUMBER_KEY, STATUS_KEY
+    from harness.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
     from harness.samplers import make_sampler
     from harness.store import Store
     from search_space.sampling import build_trial_config
@@ -317,8 +317,7 @@ def test_a_searcher_restored_from_an_old_snapshot_counts_the_store_and_reruns_wh
         return ArchsearchSearch(spec, url, "lost", optuna.storages.RDBStorage(url), make_sampler(spec))
 
     def dispatch(searcher, trial_id):
-        params = searcher.suggest(trial_id)
-        number = params.pop(NUMBER_KEY)
+        number, _, params = split_tune_config(searcher.suggest(trial_id))
         store.start_trial("lost", number, build_trial_config(spec, params), optuna_number=number)
         return number, params
 

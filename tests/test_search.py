@@ -233,6 +233,7 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
 
     spec = tiny_spec(
         name="killed",
+        params={**tiny_spec()["params"], "ca_depth": {"fixed": 2}, "mlp_ratio": 2.0},  # fixed: kept on resume
         training={"epochs": 6, "lr": 1e-3},
         data={"name": "synthetic", "num_classes": 4, "train_size": 512, "val_size": 64, "batch_size": 32},
         search={"sampler": "tpe", "n_trials": 8, "concurrency": 2, "seed": 5},
@@ -281,6 +282,7 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
     assert store_status(url, "killed") == "completed"
     assert (dispatched["status"] == "completed").sum() == 8, dispatched[["number", "status", "error"]]
     assert trials["number"].is_unique
+    assert set(dispatched["config.model.ca_depth"]) == {2} and set(dispatched["config.model.mlp_ratio"]) == {2.0}
     study = optuna.load_study(study_name="killed", storage=url)
     states = [t.state for t in study.trials]
     assert optuna.trial.TrialState.RUNNING not in states
@@ -288,6 +290,34 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
     # sampler proposed again (stored ``duplicate``, not trained, not counted towards n_trials).
     told = set(dispatched[dispatched["status"].isin(["completed", "duplicate"])]["number"])
     assert {t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE} == told
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["fixed", "bare"])
+def test_fixed_and_bare_parameters_reach_every_trial_of_a_search(local_ray, tmp_path, form):
+    """Issue 37's specs, through a real search: the stored configs carry the fixed values, the
+    stored parameters keep them apart from the sampled ones, and the stored (fvcore) FLOPs and
+    parameter counts are the cost model's for that config: what was priced is what was trained."""
+    from search_space.sampling import cost_violations
+
+    values = {"ca_depth": 2, "mlp_ratio": 2.0}  # the base has ca_depth 1, mlp_ratio 4.0
+    fixed = values if form == "bare" else {name: {"fixed": value} for name, value in values.items()}
+    spec_dict = tiny_spec(
+        name=f"fixed-{form}",
+        params={"depth": {"choice": [1, 2]}, **fixed},
+        training={"epochs": 1, "lr": 1e-3},
+        search={"sampler": "random", "n_trials": 2, "concurrency": 1, "seed": 0},
+    )
+    spec = load_spec(spec_dict)
+    summary, store, _ = run(spec_dict, tmp_path, f"fixed-{form}")
+    trials = store.trials(f"fixed-{form}", flatten_config=False)
+    trained = trials[trials["status"] == "completed"]
+    assert summary.counts["completed"] == len(trained) >= 1
+    for row in trained.itertuples():
+        assert row.config["model"]["ca_depth"] == 2 and row.config["model"]["mlp_ratio"] == 2.0
+        assert row.parameters == {"sampled": {"depth": row.config["model"]["depth"]}, "fixed": values}
+        priced, _ = cost_violations(spec, row.config)
+        assert (row.flops, row.params, row.flops_source) == (priced["flops"], priced["params"], "fvcore")
 
 
 def store_status(url: str, name: str) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,6 +18,8 @@ report = lazy_import("dashboards.report")  # seaborn: only when a report is writ
 store_package = lazy_import("harness.store")  # SQLAlchemy
 verified_front = lazy_import("dashboards.verified")  # the verified front beside the in-trial one
 pandas = lazy_import("pandas")
+queries = lazy_import("harness.store.queries")  # pandas
+sampling = lazy_import("search_space.sampling")  # the spec's parameters and a config's values
 
 
 @click.command("studies")
@@ -55,10 +59,22 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
     with open_store(store_url, create=False, read_only=True) as store:
         try:
             metric, descending = _parse_sort(sort, store, study) if sort else (None, False)
-            frame = store.trials(study, sort=metric, descending=descending, limit=limit)
+            frame = store.trials(study, sort=metric, descending=descending, limit=limit, flatten_config=False)
             total = sum(n for status, n in store.counts(study).items() if status != "epochs")
+            spec = store.study(study).get("spec")
         except store_package.StoreError as error:
             raise UsageError(str(error)) from None
+    mismatches = spec_mismatches(spec, frame)
+    frame = queries.flatten_configs(frame)
+    if mismatches:
+        frame = frame.assign(spec_mismatch=[mismatches.get(int(n), "") for n in frame["number"]])
+        shown = "; ".join(f"trial {n}: {text}" for n, text in list(mismatches.items())[:3])
+        click.echo(
+            f"warning: {len(mismatches)} of {len(frame)} trials shown do not match the study's spec (a study "
+            f"written by an older archsearch, which dropped fixed parameters?): {shown}"
+            + (" ..." if len(mismatches) > 3 else ""),
+            err=True,
+        )
     rows = records(frame)
     if fmt != "table":
         click.echo(render(rows, fmt, list(frame.columns)))
@@ -70,11 +86,45 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
         error = " ".join(str(row.get("error") or "").split())
         row["error"] = error if len(error) <= 60 else error[:57] + "..."
     error_column = ["error"] if any(row["error"] for row in rows) else []
+    mismatch_column = ["spec_mismatch"] if mismatches else []
     columns = ["number", "status", *varying, "params", "flops", "throughput", *metric_columns, *error_column]
-    click.echo(render(rows, "table", columns))
+    click.echo(render(rows, "table", [*columns, *mismatch_column]))
+    fixed = fixed_values(spec)
+    if fixed:
+        click.echo("fixed by the spec: " + ", ".join(f"{name}={value!r}" for name, value in fixed.items()))
     if len(frame) < total:
         order = f", sorted by {metric} {'descending' if descending else 'ascending'}" if metric else ""
         click.echo(f"{len(frame)} of {total} trials{order}")
+
+
+def _spec_of(spec: Any):
+    """The stored spec as a SearchSpec, or None where it no longer validates (an older version's)."""
+    try:
+        return sampling.SearchSpec.model_validate(json.loads(spec) if isinstance(spec, str) else spec)
+    except (ValueError, TypeError, sampling.ConfigError):
+        return None
+
+
+def fixed_values(spec: Any) -> dict[str, Any]:
+    """The stored spec's fixed parameters (empty where it has none or no longer validates)."""
+    search_spec = _spec_of(spec)
+    return sampling.fixed_params(search_spec) if search_spec is not None else {}
+
+
+def spec_mismatches(spec: Any, frame) -> dict[int, str]:
+    """Trial number -> how its stored config disagrees with the study's spec, for the trials that do."""
+    search_spec = _spec_of(spec)
+    if search_spec is None or frame.empty:
+        return {}
+    found = {}
+    for number, config in zip(frame["number"], frame["config"], strict=True):
+        try:
+            problems = sampling.config_mismatches(search_spec, config)
+        except sampling.ConfigError as error:
+            problems = [str(error)]
+        if problems:
+            found[int(number)] = "; ".join(problems)
+    return found
 
 
 def _parse_sort(text: str, store, study: str) -> tuple[str, bool]:

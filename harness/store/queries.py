@@ -30,6 +30,23 @@ from .schema import (
 )
 
 
+def flatten_configs(frame):
+    """A trials frame with ``config`` (and ``parameters``) dicts -> ``config.*`` (and ``sampled.*``,
+    ``fixed.*``) columns, as :meth:`Queries.trials` returns by default."""
+    if frame.empty:
+        return frame.drop(columns=[c for c in ("config", "parameters") if c in frame])
+    frame = frame.copy()
+    configs = list(frame.pop("config"))
+    parameters = list(frame.pop("parameters")) if "parameters" in frame else []
+    parts = [frame, pd.json_normalize(configs, sep=".").set_index(frame.index).add_prefix("config.")]
+    if any(parameters):
+        # One level only: a parameter's name may hold a dot (data.batch_size) and its value a list.
+        flat = [{f"{kind}.{name}": value for kind, values in (p or {}).items() for name, value in values.items()}
+                for p in parameters]  # fmt: skip
+        parts.append(pd.DataFrame(flat, index=frame.index))
+    return pd.concat(parts, axis=1)
+
+
 def _decoded(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
@@ -126,6 +143,7 @@ class Queries(Liveness):
         return [
             trial.c.status,
             trial.c.config,
+            trial.c.parameters,
             trial.c.error,
             trial.c.seed,
             trial.c.optuna_number,
@@ -169,13 +187,14 @@ class Queries(Liveness):
         return self._with_configs(frame, flatten_config)
 
     def _with_configs(self, frame, flatten: bool):
+        """Decode the config (and the parameter values, when selected): flattened into ``config.*``
+        (and ``sampled.*``, ``fixed.*``) columns, or kept as ``config`` (and ``parameters``) dicts."""
         if frame.empty:
-            return frame.drop(columns=["config"])
-        configs = [_decoded(c) or {} for c in frame.pop("config")]
-        if not flatten:
-            return frame.assign(config=configs)
-        flat = pd.json_normalize(configs, sep=".").set_index(frame.index).add_prefix("config.")
-        return pd.concat([frame, flat], axis=1)
+            return frame.drop(columns=[c for c in ("config", "parameters") if c in frame])
+        frame = frame.assign(config=[_decoded(c) or {} for c in frame["config"]])
+        if "parameters" in frame:
+            frame = frame.assign(parameters=[_decoded(p) or {} for p in frame["parameters"]])
+        return flatten_configs(frame) if flatten else frame
 
     _SORTABLE_TRIAL_COLUMNS = ("number", "seed", "optuna_number", "started_at", "ended_at", "diverged_at_step")
 
@@ -293,13 +312,16 @@ class Queries(Liveness):
         self, study: str, numbers: Iterable[int] | None = None, *, statuses: Sequence[str] | None = None
     ) -> dict[int, dict[str, Any]]:
         """Whole records of the trials ``numbers`` (None: every trial) with one of ``statuses`` (None:
-        any): status, config, final, measurement and epochs (what a warm start copies into another
+        any): status, config, parameters, final, measurement and epochs (what a warm start copies into another
         study). Three queries whatever the number of trials: a warm start reads every completed
         trial of the earlier study, 100k of them in seconds."""
         trial = Trial.__table__
         measured = [Measurement.__table__.c[name] for name in MEASUREMENT_FIELDS]
         frame = self._trial_rows(
-            study, [trial.c.status, trial.c.config, trial.c.final, *measured], expand_final=False, statuses=statuses
+            study,
+            [trial.c.status, trial.c.config, trial.c.parameters, trial.c.final, *measured],
+            expand_final=False,
+            statuses=statuses,
         )
         if numbers is not None:
             frame = frame[frame["number"].isin({int(n) for n in numbers})]
@@ -320,6 +342,7 @@ class Queries(Liveness):
             records[number] = {
                 "status": row["status"],
                 "config": _decoded(row["config"]) or {},
+                "parameters": _decoded(row["parameters"]),  # None for trials of older versions
                 "final": _decoded(row["final"]) or {},
                 "measurement": {k: row[k] for k in MEASUREMENT_FIELDS if pd.notna(row[k])},
                 "epochs": epochs_of[number],

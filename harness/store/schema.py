@@ -70,6 +70,9 @@ class Trial(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     diverged_at_step: Mapped[int | None] = mapped_column(Integer, nullable=True)  # since schema 0002
+    # {"sampled": {name: value}, "fixed": {name: value}}: the spec's parameters as this trial took
+    # them (null for trials of older versions); since schema 0006
+    parameters: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
 
 
 class Measurement(Base):

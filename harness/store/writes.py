@@ -118,8 +118,11 @@ class Writes(StoreBase):
         optuna_number: int | None = None,
         host: str | None = None,
         device: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record a trial as running (idempotent: a retried start keeps one row and its first start time)."""
+        """Record a trial as running (idempotent: a retried start keeps one row and its first start time).
+
+        ``parameters``: ``{"sampled": ..., "fixed": ...}`` (see ``search_space.sampling.split_params``)."""
         row = {
             "study_id": self._study_id(study),
             "number": number,
@@ -131,6 +134,8 @@ class Writes(StoreBase):
             "device": device,
             "started_at": _now(),
         }
+        if parameters is not None:
+            row["parameters"] = dict(parameters)
         self._write(lambda conn: self._upsert(conn, Trial, [row], ("study_id", "number"), keep=("started_at",)))
 
     def interrupt_running_trials(self, study: str) -> int:
@@ -190,6 +195,7 @@ class Writes(StoreBase):
         host: str | None = None,
         device: str | None = None,
         started_at: datetime | None = None,
+        parameters: Mapping[str, Any] | None = None,
     ) -> None:
         """Write a trial's whole final record in ONE transaction: all of it lands, or none of it."""
         if status not in TRIAL_STATUSES:
@@ -208,6 +214,7 @@ class Writes(StoreBase):
         }
         # Metadata recorded at start is kept unless given again.
         optional = {"seed": seed, "optuna_number": optuna_number, "host": host, "device": device}
+        optional["parameters"] = dict(parameters) if parameters is not None else None
         optional["started_at"] = started_at
         row.update({key: value for key, value in optional.items() if value is not None})
 
