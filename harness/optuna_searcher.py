@@ -12,9 +12,11 @@
 4. A configuration identical to one already completed or running in the study (the full trial
    config after sampling, seed included) is not trained again: Optuna is told the original's
    values (at once, or when the original finishes), the store records it ``duplicate`` with a
-   reference to the original, and it counts towards ``n_trials`` without occupying a worker.
-   TPE and NSGA-II re-propose points of small discrete spaces; without this a GPU would spend a
-   whole trial on a result the study already has.
+   reference to the original, and the searcher asks again: duplicates take no budget
+   (``n_trials`` counts trained trials), and a discrete space whose every configuration has been
+   tried ends the search with one line. TPE and NSGA-II re-propose points of small discrete
+   spaces; without this a GPU would spend a whole trial, or a slot of the budget, on a result the
+   study already has.
 
 5. On resume, the budget is the store's: Ray restores the searcher as it was at its last experiment
    snapshot, so trials dispatched after it (a driver killed between two snapshots) are unknown to
@@ -41,7 +43,7 @@ from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
 from harness.samplers import TuneGridSampler
 from harness.store import Store
-from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, split_params
+from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import SearchSpec
 
 MAX_INFEASIBLE_IN_A_ROW = 200
@@ -73,6 +75,8 @@ class ArchsearchSearch(OptunaSearch):
         self._waiting: dict[int, list[int]] = {}  # original's number -> duplicates waiting for its outcome
         self._synced = False  # with the store, in this process (never pickled: a restored searcher syncs again)
         self._reusable: dict[str, dict[str, Any]] = {}  # config key -> an earlier study's record (warm start)
+        self._space_size = discrete_space_size(spec)  # None: a float range, the space is not enumerable
+        self._infeasible_keys: set[str] = set()  # distinct infeasible proposals (their params)
         super().__init__(
             space=SpaceFunction(spec),
             metric=list(spec.objectives),
@@ -105,8 +109,23 @@ class ArchsearchSearch(OptunaSearch):
         return self._store
 
     def _budget_spent(self) -> bool:
-        """Trained and duplicate trials together count towards ``n_trials`` (infeasible ones do not)."""
-        return getattr(self, "dispatched", 0) + getattr(self, "duplicates", 0) >= self.spec.search.n_trials
+        """Trained trials count towards ``n_trials``; duplicates and infeasible ones take no budget."""
+        return getattr(self, "dispatched", 0) >= self.spec.search.n_trials
+
+    def _space_exhausted(self) -> bool:
+        """Whether every configuration of a discrete space has been dispatched or found infeasible:
+        the sampler can only propose duplicates from here, so the search ends instead of asking on."""
+        size = getattr(self, "_space_size", None)
+        tried = len(self._seen) + len(getattr(self, "_infeasible_keys", ()))
+        if size is None or tried < size:
+            return False
+        print(
+            f"[{self.archsearch_study}] stopping: every configuration of the space has been tried "
+            f"({len(self._seen)} trained, {tried - len(self._seen)} infeasible, of {size}): nothing new is left",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True
 
     def _suggest(self, trial_id: str) -> dict | None:
         if not hasattr(self, "_seen"):  # a searcher pickled by an older archsearch
@@ -115,7 +134,7 @@ class ArchsearchSearch(OptunaSearch):
             self._sync_with_store()
         rejected = "infeasible"
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
-            if self._grid_done() or self._budget_spent():
+            if self._grid_done() or self._budget_spent() or self._space_exhausted():
                 return Searcher.FINISHED
             params = super().suggest(trial_id)
             if params is None:
@@ -143,6 +162,7 @@ class ArchsearchSearch(OptunaSearch):
                 rejected = "duplicate"
             else:
                 self._record_infeasible(ot_trial, params, feasibility)
+                self.__dict__.setdefault("_infeasible_keys", set()).add(config_key(params))
                 rejected = "infeasible"
             del self._ot_trials[trial_id]
         # The sampler keeps proposing what the constraints exclude (or what was trained already): end

@@ -38,7 +38,9 @@ def make_sampler(spec: SearchSpec) -> optuna.samplers.BaseSampler:
     s = spec.search
     legacy = {} if hasattr(optuna.trial.Trial, "set_constraint") else {"constraints_func": constraints_from_trial}
     if s.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=s.seed, multivariate=True, **legacy)
+        # constant_liar: a running trial counts as a poor result, so concurrent workers are not all
+        # handed the same promising region (Optuna's advice for parallel TPE).
+        return optuna.samplers.TPESampler(seed=s.seed, multivariate=True, constant_liar=s.concurrency > 1, **legacy)
     if s.sampler == "nsga2":
         population = max(4, min(50, s.n_trials // 2))
         return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)

@@ -261,6 +261,19 @@ def constraints_from_trial(frozen_trial) -> list[float]:
     return list(frozen_trial.user_attrs.get("constraints", [0.0]))
 
 
+def discrete_space_size(spec: SearchSpec) -> int | None:
+    """How many parameter combinations the space has (None when a float range makes it continuous)."""
+    size = 1
+    for domain in spec.params.values():
+        if isinstance(domain, FloatDomain):
+            return None
+        if isinstance(domain, ChoiceDomain):
+            size *= len(domain.choice)
+        elif isinstance(domain, IntDomain):
+            size *= (domain.int[1] - domain.int[0]) // domain.step + 1
+    return size
+
+
 def grid_space(spec: SearchSpec) -> dict[str, list[Any]]:
     """The grid for Optuna's GridSampler: choices as given, int ranges enumerated by step."""
     grid: dict[str, list[Any]] = {}

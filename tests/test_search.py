@@ -337,19 +337,20 @@ def test_a_configuration_already_trained_or_running_is_recorded_as_a_duplicate_n
     )
     summary, store, study = run(spec, tmp_path, "dups")
     trials = store.trials("dups")
-    assert len(trials) == 10 and set(trials["status"]) <= {"completed", "duplicate"}
+    assert set(trials["status"]) <= {"completed", "duplicate"}
     keys = trials["config.model.embed_dim"].astype(str) + "/" + trials["config.model.depth"].astype(str)
     trained = trials[trials["status"] == "completed"]
     duplicates = trials[trials["status"] == "duplicate"]
-    assert len(duplicates) >= 4  # at most 6 distinct configurations for 10 trials
-    assert keys[trained.index].is_unique and len(trained) == keys.nunique()
+    # Duplicates take no budget: the searcher asks again until the 6 configurations are all trained,
+    # then ends (nothing new is left), short of n_trials 10.
+    assert len(trained) == 6 and keys[trained.index].is_unique and len(trials) == 6 + len(duplicates)
     for _, row in duplicates.iterrows():  # each points at the trial that trained the same configuration
         original = int(row["duplicate_of"])
         assert keys[row.name] == keys[trials.index[trials["number"] == original][0]]
         assert original in set(trained["number"])
     assert summary.counts["duplicate"] == len(duplicates)
     states = {t.number: t for t in study.trials}
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in states.values()) and len(states) == 10
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in states.values()) and len(states) == len(trials)
     for _, row in duplicates.iterrows():  # Optuna was told the original's values
         assert states[row["number"]].values == states[int(row["duplicate_of"])].values
     assert set(summary.front["number"]) <= set(trained["number"])

@@ -1,0 +1,84 @@
+"""The search's budget (issue 32, item 4): duplicates never take it, a discrete space with nothing new
+left ends the search with one line, and parallel TPE does not hand every worker the same proposal.
+
+Driven through the real searcher (Optuna's RDB storage on SQLite and the store), no Ray: the
+searcher's own ``suggest`` / ``on_trial_complete`` as Ray Tune calls them.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from harness.optuna_searcher import ArchsearchSearch
+from harness.result_keys import STATUS_KEY, split_tune_config
+from harness.samplers import make_sampler
+from harness.store import Store
+from search_space.sampling import discrete_space_size
+from search_space.spec import SearchSpec
+
+
+def _spec(params: dict, sampler: str, n_trials: int, concurrency: int = 1) -> SearchSpec:
+    return SearchSpec.model_validate(
+        {
+            "name": "budget",
+            "family": "cait",
+            "base_model": {"family": "cait", "patch_size": 8, "embed_dim": 16, "num_heads": 2, "depth": 1},
+            "data": {"name": "synthetic", "num_classes": 3, "train_size": 8, "val_size": 8, "batch_size": 8},
+            "training": {"epochs": 1},
+            "params": params,
+            "objectives": {"top1": "max", "flops": "min"},
+            "search": {"sampler": sampler, "n_trials": n_trials, "concurrency": concurrency, "seed": 0},
+        }
+    )
+
+
+def _searcher(spec: SearchSpec, url: str) -> ArchsearchSearch:
+    Store.open(url).create_study(spec.name, spec.model_dump(mode="json"), dict(spec.objectives))
+    return ArchsearchSearch(spec, url, spec.name, optuna.storages.RDBStorage(url), make_sampler(spec))
+
+
+def _drive(searcher: ArchsearchSearch, most: int = 100) -> list[dict]:
+    """Ask and complete trials one at a time, as Tune with one worker would; the dispatched configs."""
+    dispatched = []
+    for i in range(most):
+        config = searcher.suggest(f"t{i}")
+        if not isinstance(config, dict):
+            break
+        number, _, params = split_tune_config(config)
+        searcher.on_trial_complete(f"t{i}", {STATUS_KEY: "completed", "top1": float(number), "flops": 1.0})
+        dispatched.append(params)
+    return dispatched
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "nsga2"])
+def test_duplicates_take_no_budget_n_trials_counts_trained_trials(tmp_path, sampler):
+    """A space of 6 configurations and n_trials 5: five distinct configurations are trained, whatever
+    the sampler repeats on the way (each repeat stored ``duplicate``, not counted)."""
+    spec = _spec({"depth": {"choice": [1, 2, 3]}, "mlp_ratio": {"choice": [2.0, 4.0]}}, sampler, 5)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    dispatched = _drive(_searcher(spec, url))
+    assert len(dispatched) == 5
+    assert len({(p["depth"], p["mlp_ratio"]) for p in dispatched}) == 5
+    with Store.open(url) as store:  # the searcher stores what it does not dispatch: the duplicates
+        duplicates = store.counts("budget", epochs=False)["duplicate"]
+        assert duplicates == len(store.trials("budget"))
+    states = [t.state for t in optuna.load_study(study_name="budget", storage=url).trials]
+    assert states == [optuna.trial.TrialState.COMPLETE] * (5 + duplicates)  # Optuna told every one
+
+
+def test_a_discrete_space_with_nothing_new_left_ends_the_search_with_one_line(tmp_path, capsys):
+    spec = _spec({"depth": {"choice": [1, 2]}, "mlp_ratio": {"int": [2, 4], "step": 2}}, "nsga2", 50)
+    assert discrete_space_size(spec) == 4
+    dispatched = _drive(_searcher(spec, f"sqlite:///{tmp_path / 'store.db'}"))
+    assert len({(p["depth"], p["mlp_ratio"]) for p in dispatched}) == len(dispatched) == 4
+    lines = [line for line in capsys.readouterr().err.splitlines() if "stopping" in line]
+    assert lines == ["[budget] stopping: every configuration of the space has been tried (4 trained, 0 infeasible, "
+                     "of 4): nothing new is left"]  # fmt: skip
+
+
+def test_a_continuous_space_has_no_size_and_parallel_tpe_lies_constantly():
+    spec = _spec({"drop_path_rate": {"float": [0.0, 0.2]}}, "tpe", 5, concurrency=4)
+    assert discrete_space_size(spec) is None
+    assert make_sampler(spec)._constant_liar is True
+    assert make_sampler(_spec({"depth": {"choice": [1]}}, "tpe", 5, concurrency=1))._constant_liar is False
