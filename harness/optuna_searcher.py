@@ -108,6 +108,11 @@ class ArchsearchSearch(OptunaSearch):
             self._store = Store.open(self.store_url)
         return self._store
 
+    def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The config a proposal trains (its identity for duplicates); a replay against a table
+        (``benchmarks.search_quality``) overrides this and the space function, nothing else."""
+        return build_trial_config(self.spec, params)
+
     def _budget_spent(self) -> bool:
         """Trained trials count towards ``n_trials``; duplicates and infeasible ones take no budget."""
         return getattr(self, "dispatched", 0) >= self.spec.search.n_trials
@@ -142,7 +147,7 @@ class ArchsearchSearch(OptunaSearch):
             ot_trial = self._ot_trials[trial_id]
             feasibility = self._feasibility(ot_trial)
             if feasibility.feasible:
-                config = build_trial_config(self.spec, params)
+                config = self.trial_config(params)
                 key = config_key(config)
                 reused = getattr(self, "_reusable", {}).pop(key, None)
                 if reused is not None and self._record_reused(ot_trial, config, params, reused):
@@ -309,7 +314,7 @@ class ArchsearchSearch(OptunaSearch):
         self.infeasible += 1
         self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         try:
-            config = build_trial_config(self.spec, params)
+            config = self.trial_config(params)
         except Exception:  # an invalid combination: keep what was sampled
             config = {"params": params}
         reasons = [

@@ -1,7 +1,7 @@
 """``archsearch search``: Optuna proposes, Ray Tune dispatches, the store records.
 
 One Tuner over :func:`harness.trainable.search_trainable`, with :class:`ArchsearchSearch`
-(OptunaSearch, multi-objective when the spec says so), optional ASHA on one metric,
+(OptunaSearch, multi-objective when the spec says so), optional early stopping (MO-ASHA, or ASHA on one metric),
 ``max_concurrent_trials``, per-trial resources, ``reuse_actors`` and ``FailureConfig`` retries.
 The Optuna study lives in the same database as the store (Optuna's own tables beside ours), so
 ``optuna-dashboard STORE_URL`` shows it too.
@@ -21,10 +21,10 @@ from typing import Any
 import optuna
 from ray import tune
 from ray.tune.logger import JsonLoggerCallback
-from ray.tune.schedulers import ASHAScheduler
 
 from dashboards.pareto import study_front
 from harness import interrupts, stop_rules, verify, warm_start
+from harness.early_stopping import make_scheduler
 from harness.interrupts import InterruptCallback, SearchInterrupted
 from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
 from harness.ray_setup import (
@@ -79,17 +79,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
     if spec.search.warm_start is not None:
         warm_start.apply(searcher, spec, store_url)
-    scheduler = None
-    es = spec.search.early_stopping
-    if es is not None:
-        scheduler = ASHAScheduler(
-            metric=es.metric,
-            mode=spec.objectives.get(es.metric, "min" if es.metric.endswith("loss") else "max"),
-            time_attr="training_iteration",
-            max_t=spec.training.get("epochs", 10),
-            grace_period=es.grace_period,
-            reduction_factor=es.reduction_factor,
-        )
+    scheduler = make_scheduler(spec)  # MO-ASHA, Ray's ASHA (mode single), or None
     spec_dict = spec.model_dump(mode="json")
     callbacks = [
         InterruptCallback(),

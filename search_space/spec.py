@@ -159,11 +159,14 @@ Domain = Annotated[
 
 
 class EarlyStopping(_Strict):
-    """ASHA on one metric (Ray Tune schedulers take one metric, even in a multi-objective search)."""
+    """Asynchronous successive halving. ``mode: pareto`` (MO-ASHA, the default with several
+    objectives) ranks each rung on ``metric`` together with the objectives known before training;
+    ``single`` is Ray Tune's ASHA on ``metric`` alone, which prunes the cheap end of a front."""
 
     metric: str = "top1"
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(3.0, gt=1)
+    mode: Literal["pareto", "single"] | None = None
 
 
 class Resources(_Strict):

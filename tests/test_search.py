@@ -152,7 +152,10 @@ def test_constraints_failures_and_divergence_are_recorded_and_the_search_goes_on
 
 
 @pytest.mark.slow
-def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_path):
+@pytest.mark.parametrize("mode", ["pareto", "single"])
+def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_path, mode):
+    """MO-ASHA (the default with two objectives) and Ray's single-metric ASHA alike: stopped trials
+    are pruned, told PRUNED to Optuna, and never on the front."""
     spec = tiny_spec(
         # warmup_epochs keeps the 8 sampled configurations distinct (a repeat would be a duplicate)
         params={
@@ -167,7 +170,7 @@ def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_pa
             "n_trials": 8,
             "concurrency": 2,
             "seed": 2,
-            "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2},
+            "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2, "mode": mode},
         },
     )
     summary, store, study = run(spec, tmp_path, "asha")

@@ -1,0 +1,409 @@
+"""How close does a search get to the true front? Search methods replayed against a tabular benchmark.
+
+    python -m benchmarks.search_quality --table benchmarks/tables/coatnet-mnist5k.csv.gz \\
+        --seeds 20 --workers 4 --json results/search_quality.json --png results/
+
+Every configuration of the table was trained once (``benchmarks/tables/README.md``), so its true
+front is known. Each method runs the project's real searcher stack (:class:`ArchsearchSearch`:
+Optuna's samplers as ``make_sampler`` builds them, duplicate handling, the budget rules; with
+``-es`` the early-stopping rule a search uses, :class:`harness.early_stopping.RungDecider`) with a
+trainable that looks each epoch up in the table, in simulated time: ``--workers`` W workers run
+asynchronously and an epoch takes its recorded ``epoch_s``. Nothing is trained.
+
+Per method and seed the replay records the hypervolume of the completed trials' final values,
+normalised by the true front's (one reference point, the table's worst value of each objective),
+against the epochs spent. Reported per method over seeds (median, 25th and 75th percentile):
+epochs to 95% and 99% of the true front's hypervolume (``null`` where a seed never got there: the
+count is given), the normalised hypervolume at the budget, and the share of the true front's
+members found. ``oracle_epochs`` is the cost of training only the true front's members.
+
+Methods: ``random``, ``tpe``, ``nsga2``, ``default`` (what a spec without ``search.sampler`` gets),
+each also with ``-es`` (MO-ASHA, the default early stopping of a multi-objective search) and
+``-es-single`` (ASHA on top-1 alone), and ``syne-*`` (Syne Tune's own methods on the same table,
+:mod:`benchmarks.search_quality_syne`, an optional extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from ray.tune.search import Searcher
+
+from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
+from dashboards.multiobjective import hypervolume, non_dominated
+from harness.early_stopping import RungDecider, rung_epochs
+from harness.optuna_searcher import ArchsearchSearch
+from harness.result_keys import STATUS_KEY, split_tune_config
+from harness.samplers import make_sampler
+from harness.store import Store
+from search_space.sampling import Feasibility, SpaceFunction
+from search_space.spec import EarlyStopping, SearchSpec
+
+OUR_SAMPLERS = ("random", "tpe", "nsga2", "default")
+DEFAULT_METHODS = (*OUR_SAMPLERS, *(f"{s}-es" for s in OUR_SAMPLERS), "random-es-single")
+
+
+# -- the searcher against a table -------------------------------------------------------------------
+class TableSpace(SpaceFunction):
+    """The spec's define-by-run function, priced from the table instead of the cost model."""
+
+    def __init__(self, spec: SearchSpec, table: Table):
+        super().__init__(spec)
+        self.table = table
+
+    def check(self, params: dict[str, Any]) -> tuple[Feasibility, dict[str, float]]:
+        index = self.table.index_of(params)
+        if index is None:  # a combination of the domains the table does not hold
+            return Feasibility(None, [1.0], "not in the table"), {"buildable": 1.0}
+        cost = {name: float(self.table.cost[name][index]) for name in COST_OBJECTIVES}
+        return Feasibility(cost, []), {}
+
+
+class TableSearch(ArchsearchSearch):
+    """The project's searcher; a proposal's config is its parameters (a table has no models)."""
+
+    def __init__(self, spec: SearchSpec, table: Table, store_url: str, study: str):
+        super().__init__(spec, store_url, study, None, make_sampler(spec))
+        self._space = TableSpace(spec, table)
+
+    def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {"params": {name: params[name] for name in sorted(params)}}
+
+
+def table_spec(
+    table: Table, name: str, sampler: str, seed: int, workers: int, objectives: dict[str, str]
+) -> SearchSpec:
+    """A spec over the table's space: each parameter a choice of its distinct values."""
+    settings: dict[str, Any] = {"n_trials": len(table), "concurrency": workers, "seed": seed}
+    if sampler != "default":  # default: whatever SearchSettings gives a spec that names no sampler
+        settings["sampler"] = sampler
+    return SearchSpec.model_validate(
+        {
+            "name": name,
+            "family": "coatnet",  # unused: a table's configs are looked up, never built
+            "params": {param: {"choice": values} for param, values in table.domains().items()},
+            "objectives": objectives,
+            "training": {"epochs": table.epochs},
+            "search": settings,
+        }
+    )
+
+
+# -- one replay ---------------------------------------------------------------------------------------
+@dataclass
+class Replay:
+    """One method's run on one seed: the normalised hypervolume after each epoch spent."""
+
+    epochs: list[int] = field(default_factory=list)  # epochs spent when the volume changed
+    volume: list[float] = field(default_factory=list)  # normalised hypervolume from then on
+    completed: list[int] = field(default_factory=list)  # configurations that ran every epoch, in order
+    pruned: list[int] = field(default_factory=list)
+    spent: int = 0
+    simulated_s: float = 0.0
+
+    def epochs_to(self, level: float) -> int | None:
+        for epochs, volume in zip(self.epochs, self.volume, strict=True):
+            if volume >= level - 1e-12:
+                return epochs
+        return None
+
+    def volume_at(self, epochs: int) -> float:
+        at = [v for e, v in zip(self.epochs, self.volume, strict=True) if e <= epochs]
+        return at[-1] if at else 0.0
+
+
+class TrueFront:
+    """The table's true front and the normalisation of a found set's hypervolume."""
+
+    def __init__(self, table: Table, objectives: dict[str, str]):
+        self.objectives = objectives
+        self.directions = list(objectives.values())
+        self.points = np.column_stack([table.metric(name) for name in objectives])
+        finite = np.all(np.isfinite(self.points), axis=1)
+        worst = [
+            self.points[finite, k].min() if d == "max" else self.points[finite, k].max()
+            for k, d in enumerate(self.directions)
+        ]
+        self.reference = np.asarray(worst, dtype=float)
+        self.members = np.flatnonzero(finite)[non_dominated(self.points[finite], self.directions)]
+        self.volume = hypervolume(self.points[self.members], self.directions, self.reference)
+        cost = next(k for k, name in enumerate(objectives) if name != "top1")  # the first cost objective
+        sign = 1 if self.directions[cost] == "min" else -1
+        self.cheapest = int(self.members[np.argmin(sign * self.points[self.members, cost])])
+        if not self.volume > 0:
+            raise TableError(f"{table.path}: the true front has no hypervolume against the worst values")
+
+    def normalised(self, found: Sequence[int]) -> float:
+        if not found:
+            return 0.0
+        return hypervolume(self.points[list(found)], self.directions, self.reference) / self.volume
+
+
+def replay(
+    table: Table,
+    truth: TrueFront,
+    method: str,
+    seed: int,
+    workers: int,
+    budget: int,
+    store_url: str,
+) -> Replay:
+    """Run ``method`` (a sampler, ``-es``: MO-ASHA, ``-es-single``: ASHA on top-1) to ``budget`` epochs."""
+    sampler, _, stopping = method.partition("-es")
+    objectives = truth.objectives
+    spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives)
+    with Store.open(store_url) as store:
+        store.create_study(spec.name, spec.model_dump(mode="json"), dict(objectives))
+    searcher = TableSearch(spec, table, store_url, spec.name)
+    decider = None
+    if method.endswith("-es") or stopping == "-single":
+        es = EarlyStopping()  # the defaults a spec gets
+        ranked = {"top1": "max"} if stopping == "-single" else {"top1": "max", **objectives}
+        rungs = rung_epochs(es.grace_period, es.reduction_factor, table.epochs)
+        decider = RungDecider(ranked, rungs, es.reduction_factor)
+
+    run = Replay()
+    events: list[tuple[float, int, str]] = []  # (simulated time the epoch ends, tie-break, trial id)
+    running: dict[str, tuple[int, int]] = {}  # trial id -> (configuration, epoch in progress)
+    now, counter, finished = 0.0, 0, False
+    found: list[int] = []
+
+    def start_trials() -> None:
+        nonlocal counter, finished
+        while not finished and len(running) < workers:
+            trial_id = f"t{counter}"
+            counter += 1
+            config = searcher.suggest(trial_id)
+            if config is None or config == Searcher.FINISHED:
+                finished = True
+                return
+            _, _, params = split_tune_config(config)
+            index = table.index_of(params)
+            running[trial_id] = (index, 1)
+            heapq.heappush(events, (now + float(table.epoch_s[index, 0]), counter, trial_id))
+
+    start_trials()
+    while events and run.spent < budget:
+        now, _, trial_id = heapq.heappop(events)
+        index, epoch = running[trial_id]
+        run.spent += 1
+        values = {n: float(table.cost[n][index]) for n in COST_OBJECTIVES}
+        values["top1"] = float(table.top1[index, epoch - 1])
+        if epoch == table.epochs:
+            searcher.on_trial_complete(trial_id, {STATUS_KEY: "completed", **values})
+            del running[trial_id]
+            found.append(index)
+            run.completed.append(index)
+            volume = truth.normalised(found)
+            if not run.volume or volume > run.volume[-1]:
+                run.epochs.append(run.spent)
+                run.volume.append(volume)
+        elif decider is not None and not decider.observe(trial_id, epoch, values):
+            searcher.on_trial_complete(trial_id, dict(values))  # no outcome mark: pruned
+            del running[trial_id]
+            run.pruned.append(index)
+        else:
+            running[trial_id] = (index, epoch + 1)
+            heapq.heappush(events, (now + float(table.epoch_s[index, epoch]), counter, trial_id))
+            counter += 1
+        start_trials()
+    run.simulated_s = now
+    return run
+
+
+# -- over methods and seeds ------------------------------------------------------------------------
+def _quartiles(values: list[float | None]) -> dict[str, Any]:
+    reached = [v for v in values if v is not None]
+    if len(reached) < len(values):  # a seed that never got there: its value is beyond the budget
+        ordered = sorted(reached) + [math.inf] * (len(values) - len(reached))
+    else:
+        ordered = sorted(reached)
+    if not ordered:
+        return {"median": None, "q25": None, "q75": None, "reached": 0, "seeds": 0}
+    q = np.percentile(np.asarray(ordered, dtype=float), [25, 50, 75], method="lower")
+    as_value = [None if not math.isfinite(v) else float(v) for v in q]
+    return {
+        "median": as_value[1], "q25": as_value[0], "q75": as_value[2], "reached": len(reached), "seeds": len(values)
+    }  # fmt: skip
+
+
+def summarise(runs: list[Replay], truth: TrueFront, budget: int) -> dict[str, Any]:
+    members = set(int(m) for m in truth.members)
+    cheapest = truth.cheapest
+    return {
+        # the share of seeds that trained the front's cheapest member to the end: the cheap end of
+        # the front, which single-metric early stopping prunes first
+        "cheapest_found": sum(cheapest in r.completed for r in runs) / len(runs),
+        "epochs_to_95": _quartiles([r.epochs_to(0.95) for r in runs]),
+        "epochs_to_99": _quartiles([r.epochs_to(0.99) for r in runs]),
+        "hv_at_budget": _quartiles([r.volume_at(budget) for r in runs]),
+        "front_found": _quartiles([len(members & set(r.completed)) / len(members) for r in runs]),
+        "front_pruned": _quartiles([len(members & set(r.pruned)) / len(members) for r in runs]),
+        "trials_completed": _quartiles([len(r.completed) for r in runs]),
+    }
+
+
+def run_all(
+    table: Table,
+    objectives: dict[str, str],
+    methods: Sequence[str],
+    seeds: int,
+    workers: int,
+    budget: int | None,
+    progress: bool = True,
+) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
+    truth = TrueFront(table, objectives)
+    budget = budget or len(table) * table.epochs
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study created: thousands here
+    runs: dict[str, list[Replay]] = {}
+    with tempfile.TemporaryDirectory(prefix="search-quality-") as directory:
+        url = f"sqlite:///{Path(directory) / 'replay.db'}"
+        for method in methods:
+            started = time.perf_counter()
+            if method.startswith("syne-"):
+                from benchmarks import search_quality_syne  # optional: Syne Tune
+
+                runs[method] = search_quality_syne.replay_seeds(table, truth, method, seeds, workers, budget)
+            else:
+                runs[method] = [replay(table, truth, method, seed, workers, budget, url) for seed in range(seeds)]
+            if progress:
+                median = _quartiles([r.epochs_to(0.95) for r in runs[method]])["median"]
+                print(f"  {method:<18} {seeds} seeds in {time.perf_counter() - started:6.1f} s; epochs to 95%: "
+                      f"{median}", file=sys.stderr, flush=True)  # fmt: skip
+    result = {
+        "table": table.path,
+        "configurations": len(table),
+        "epochs": table.epochs,
+        "objectives": objectives,
+        "workers": workers,
+        "seeds": seeds,
+        "budget_epochs": budget,
+        "true_front": {"size": len(truth.members), "hv": truth.volume, "reference": truth.reference.tolist()},
+        "oracle_epochs": len(truth.members) * table.epochs,
+        "methods": {method: summarise(method_runs, truth, budget) for method, method_runs in runs.items()},
+    }
+    return result, runs
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """The README's table: per method, epochs to 95% and 99% (median [IQR]), ratios to random and MOASHA."""
+
+    def cell(stats: dict[str, Any]) -> str:
+        if stats["median"] is None:
+            return f"not reached ({stats['reached']}/{stats['seeds']})"
+        iqr = f"{stats['q25']:.0f}-{stats['q75']:.0f}" if stats["q75"] is not None else f"{stats['q25']:.0f}-beyond"
+        short = stats["reached"] < stats["seeds"]
+        return f"{stats['median']:.0f} [{iqr}]" + (f" ({stats['reached']}/{stats['seeds']})" if short else "")
+
+    methods = result["methods"]
+    random_95 = methods.get("random", {}).get("epochs_to_95", {}).get("median")
+    lines = [
+        "| method | epochs to 95% HV | epochs to 99% HV | HV at budget | front found | front pruned "
+        "| cheapest member found | vs random (95%) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, stats in methods.items():
+        median = stats["epochs_to_95"]["median"]
+        ratio = f"{median / random_95:.2f}x" if median and random_95 else "-"
+        lines.append(
+            f"| {name} | {cell(stats['epochs_to_95'])} | {cell(stats['epochs_to_99'])} | "
+            f"{stats['hv_at_budget']['median']:.3f} | {stats['front_found']['median']:.2f} | "
+            f"{stats['front_pruned']['median']:.2f} | {stats['cheapest_found']:.2f} | {ratio} |"
+        )
+    oracle = result["oracle_epochs"]
+    lines.append(f"| oracle (train the true front only) | {oracle} | {oracle} | 1.000 | 1.00 | 0.00 | 1.00 | - |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, list[Replay]], budget: int, directory: Path) -> Path:
+    """Normalised hypervolume against epochs spent: median and IQR over seeds, per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.linspace(0, budget, 200)
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for method, method_runs in runs.items():
+        curves = np.array([[r.volume_at(int(x)) for x in grid] for r in method_runs])
+        q25, median, q75 = np.percentile(curves, [25, 50, 75], axis=0)
+        (line,) = axes.plot(grid, median, label=method)
+        axes.fill_between(grid, q25, q75, color=line.get_color(), alpha=0.15)
+    axes.axhline(0.95, color="grey", linestyle=":", linewidth=1)
+    axes.set_xlabel("epochs spent")
+    axes.set_ylabel("hypervolume / true front's")
+    axes.set_ylim(0, 1.02)
+    axes.legend(fontsize=8, ncol=2)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "search_quality.png"
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def parse_objectives(text: str) -> dict[str, str]:
+    objectives = {}
+    for part in text.split(","):
+        name, _, direction = part.strip().partition(":")
+        if direction not in ("max", "min") or name not in ("top1", *COST_OBJECTIVES):
+            names = ", ".join(("top1", *COST_OBJECTIVES))
+            raise TableError(f"--objectives: {part!r} is not NAME:max|min with NAME one of {names}")
+        objectives[name] = direction
+    if not 2 <= len(objectives) <= 3 or "top1" not in objectives:
+        raise TableError("--objectives: top1 and one or two cost objectives (hypervolume needs 2 or 3)")
+    return objectives
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", required=True, type=Path)
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--objectives", default="top1:max,flops:min")
+    parser.add_argument("--budget", type=int, default=None, help="epochs (default: the whole table's)")
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--png", type=Path, default=None)
+    args = parser.parse_args(argv)
+    try:
+        if args.seeds < 1 or args.workers < 1 or (args.budget is not None and args.budget < 1):
+            raise TableError("--seeds, --workers and --budget must be >= 1")
+        table = load_table(args.table)
+        objectives = parse_objectives(args.objectives)
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        unknown = [m for m in methods if m.partition("-es")[0] not in OUR_SAMPLERS and not m.startswith("syne-")]
+        if unknown:
+            raise TableError(f"--methods: unknown {', '.join(unknown)}; use {', '.join(DEFAULT_METHODS)} or syne-*")
+    except TableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{table.path}: {len(table)} configurations x {table.epochs} epochs; {args.seeds} seeds, "
+          f"{args.workers} workers", file=sys.stderr)  # fmt: skip
+    result, runs = run_all(table, objectives, methods, args.seeds, args.workers, args.budget)
+    if args.png is not None:
+        result["figure"] = str(plot(runs, result["budget_epochs"], args.png))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    temporary = args.json.with_name(f".{args.json.name}.tmp")
+    temporary.write_text(json.dumps(result, indent=2))
+    temporary.replace(args.json)
+    print(f"true front: {result['true_front']['size']} configurations; oracle {result['oracle_epochs']} epochs; "
+          f"budget {result['budget_epochs']} epochs")  # fmt: skip
+    print(render_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,170 @@
+"""Early stopping that keeps the front: MO-ASHA, and the single-metric ASHA it replaces by default.
+
+Ray Tune's ``ASHAScheduler`` ranks trials on one metric. In a search for accuracy *and* cost that
+prunes the cheap end of the front first: at every rung a small model trails a large one on
+accuracy, so it is stopped although nothing dominates it (the quickstart with ``early_stopping``
+once ended ``completed 1, pruned 7``). MO-ASHA (Schmucker et al., "Multi-objective
+Asynchronous Successive Halving", 2021) keeps asynchronous successive halving and changes only
+the ranking: at each rung the trials recorded there are ordered by non-dominated sorting of the
+rung metric together with the objectives already known (here FLOPs, parameters, throughput and
+latency are measured before the first epoch: a trial's cost is exact from the start), ties
+within a front broken by an epsilon-net (greedy farthest point in normalised objective space,
+so a front's extremes and spread go first). A trial goes on past a rung iff it is in the first
+``ceil(n / reduction_factor)`` of the ``n`` trials recorded at that rung so far, as ASHA's
+percentile rule does with one metric.
+
+:class:`RungDecider` is that rule alone (no Ray): the Ray Tune scheduler :class:`ParetoASHA`
+wraps it, and ``benchmarks.search_quality`` replays it against a table in simulated time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+from search_space.spec import SearchSpec
+from trials.lazy import lazy_import
+
+moocore = lazy_import("moocore")
+
+TIME_ATTR = "training_iteration"  # a trial's epochs so far: the rungs are counted in epochs
+
+
+def rung_epochs(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
+    """The epochs at which a trial is judged: grace, grace x rf, grace x rf^2, ... below ``max_t``."""
+    rungs, epoch = [], float(grace_period)
+    while epoch < max_t:
+        rungs.append(round(epoch))
+        epoch *= reduction_factor
+    return sorted(set(rungs))
+
+
+def promotion_order(points: np.ndarray) -> np.ndarray:
+    """Indices of ``points`` (n x m, every column minimised) best first: non-dominated rank, then an
+    epsilon-net within each rank (the point best on the first column, then repeatedly the one
+    farthest from those already taken, in objective space scaled to [0, 1] per column)."""
+    points = np.asarray(points, dtype=float)
+    if len(points) == 0:
+        return np.zeros(0, dtype=int)
+    ranks = np.asarray(moocore.pareto_rank(points))
+    finite = np.isfinite(points)
+    low = np.array([col[ok].min() if ok.any() else 0.0 for col, ok in zip(points.T, finite.T, strict=True)])
+    high = np.array([col[ok].max() if ok.any() else 0.0 for col, ok in zip(points.T, finite.T, strict=True)])
+    span = np.where(high > low, high - low, 1.0)
+    scaled = np.where(finite, (np.where(finite, points, 0.0) - low) / span, 2.0)  # a missing value: beyond the worst
+    order: list[int] = []
+    for rank in np.unique(ranks):
+        order.extend(_epsilon_net(np.flatnonzero(ranks == rank), scaled))
+    return np.asarray(order, dtype=int)
+
+
+def _epsilon_net(members: np.ndarray, scaled: np.ndarray) -> list[int]:
+    first = members[np.lexsort(scaled[members].T[::-1])[0]]  # best on the first objective, then the next
+    taken = [int(first)]
+    rest = [int(m) for m in members if m != first]
+    if not rest:
+        return taken
+    distance = np.linalg.norm(scaled[rest] - scaled[first], axis=1)
+    while rest:
+        pick = int(np.argmax(distance))
+        taken.append(rest.pop(pick))
+        distance = np.delete(distance, pick)
+        if rest:
+            distance = np.minimum(distance, np.linalg.norm(scaled[rest] - scaled[taken[-1]], axis=1))
+    return taken
+
+
+class RungDecider:
+    """Asynchronous successive halving on several objectives (see the module docstring).
+
+    ``objectives``: name -> "max" | "min", the rung metric first. ``observe`` is called with a
+    trial's values after each of its epochs and says whether it goes on.
+    """
+
+    def __init__(self, objectives: Mapping[str, str], rungs: list[int], reduction_factor: float):
+        self.objectives = dict(objectives)
+        self.rungs = list(rungs)
+        self.reduction_factor = float(reduction_factor)
+        self.recorded: dict[int, dict[str, list[float]]] = {rung: {} for rung in self.rungs}
+
+    def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any]) -> bool:
+        """True: the trial goes on; False: stop it here (it trails the first 1/rf at this rung)."""
+        if epoch not in self.recorded:
+            return True
+        at_rung = self.recorded[epoch]
+        at_rung[trial_id] = [self._minimised(name, values.get(name)) for name in self.objectives]
+        ids = list(at_rung)
+        keep = math.ceil(len(ids) / self.reduction_factor)
+        position = list(promotion_order(np.array([at_rung[i] for i in ids]))).index(ids.index(trial_id))
+        return position < keep
+
+    def _minimised(self, name: str, value: Any) -> float:
+        """The value as a quantity to minimise; a missing or NaN value is the worst there is."""
+        number = float(value) if isinstance(value, (int, float)) and value == value else math.inf
+        return -number if self.objectives[name] == "max" and math.isfinite(number) else number
+
+
+class ParetoASHA(FIFOScheduler):
+    """Ray Tune scheduler: MO-ASHA's :class:`RungDecider` on each reported epoch (module docstring)."""
+
+    def __init__(self, objectives: Mapping[str, str], rungs: list[int], reduction_factor: float):
+        super().__init__()
+        self.decider = RungDecider(objectives, rungs, reduction_factor)
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        epoch = result.get(TIME_ATTR)
+        if epoch is None or self.decider.observe(trial.trial_id, int(epoch), result):
+            return TrialScheduler.CONTINUE
+        return TrialScheduler.STOP
+
+    def debug_string(self) -> str:
+        counts = ", ".join(f"{rung}: {len(v)}" for rung, v in self.decider.recorded.items())
+        return f"ParetoASHA (MO-ASHA) trials recorded per rung epoch: {counts}"
+
+
+def rung_objectives(spec: SearchSpec) -> dict[str, str]:
+    """What a rung ranks on: the early-stopping metric first, then the spec's other objectives, which
+    every epoch's report carries already (the cost is measured before training)."""
+    es = spec.search.early_stopping
+    direction = spec.objectives.get(es.metric, "min" if es.metric.endswith("loss") else "max")
+    return {es.metric: direction, **{k: v for k, v in spec.objectives.items() if k != es.metric}}
+
+
+def early_stopping_mode(spec: SearchSpec) -> str | None:
+    """``pareto`` (MO-ASHA) or ``single`` (Ray's ASHA on one metric); None without early stopping.
+    A spec that does not say gets ``pareto`` when it has several objectives."""
+    es = spec.search.early_stopping
+    if es is None:
+        return None
+    return es.mode or ("pareto" if len(spec.objectives) > 1 else "single")
+
+
+def make_scheduler(spec: SearchSpec) -> TrialScheduler | None:
+    """The Ray Tune scheduler for ``search.early_stopping`` (None without it)."""
+    es, mode = spec.search.early_stopping, early_stopping_mode(spec)
+    if es is None:
+        return None
+    max_t = int(spec.training.get("epochs", 10))
+    if mode == "pareto":
+        rungs = rung_epochs(es.grace_period, es.reduction_factor, max_t)
+        return ParetoASHA(rung_objectives(spec), rungs, es.reduction_factor)
+    if len(spec.objectives) > 1:
+        print(
+            f"[{spec.name}] warning: early_stopping mode single ranks trials on {es.metric} alone, which "
+            "prunes the cheap end of the front; mode pareto (MO-ASHA, the default) keeps it",
+            file=sys.stderr,
+            flush=True,
+        )
+    return ASHAScheduler(
+        metric=es.metric,
+        mode=rung_objectives(spec)[es.metric],
+        time_attr=TIME_ATTR,
+        max_t=max_t,
+        grace_period=es.grace_period,
+        reduction_factor=es.reduction_factor,
+    )

@@ -1,0 +1,138 @@
+"""The tabular benchmark and its replay (issue 32): the table format, the export from a study, and a
+short replay of the real searcher stack against a table the project has never seen (so it cannot rot)."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmarks import search_quality
+from benchmarks.table import TableError, load_table
+from benchmarks.table_export import main as export_main
+from harness.store import Store
+from search_space.sampling import build_trial_config, split_params
+from search_space.spec import SearchSpec
+
+EPOCHS = 4
+
+
+def _write_table(path: Path, rows: list[dict]) -> Path:
+    frame = pd.DataFrame(rows)
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt") as handle:
+            frame.to_csv(handle, index=False)
+    else:
+        frame.to_csv(path, index=False)
+    return path
+
+
+def _unseen_table(path: Path) -> Path:
+    """A space the project knows nothing of: width x kind x ratio, 18 configurations, 4 epochs.
+    FLOPs come from width and ratio; kind ``a`` is the most accurate at every cost, so the true front
+    is the six ``a`` configurations. Cheap models learn slowly at first (as small models do): ASHA on
+    top-1 alone stops them at the first rung."""
+    rows = []
+    for config_id, (width, kind, ratio) in enumerate(itertools.product([8, 16, 32], ["a", "b", "c"], [0.5, 2.0])):
+        flops = width * (4 if ratio == 2.0 else 1)
+        final = 50 + 40 * (flops / 128) ** 0.5 - 10 * ["a", "b", "c"].index(kind)
+        speed = 0.2 + 0.8 * flops / 128  # big models learn fast: small ones trail at early rungs
+        for epoch in range(1, EPOCHS + 1):
+            top1 = final * min(1.0, speed * epoch / 2 + (epoch == EPOCHS))
+            rows.append({"config_id": config_id, "epoch": epoch, "top1": round(top1, 3), "epoch_s": 1 + flops / 100,
+                         "flops": flops, "params": flops * 10, "throughput": 1000 / flops,
+                         "width": width, "kind": kind, "ratio": ratio})  # fmt: skip
+    return _write_table(path, rows)
+
+
+def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
+    table_path = _unseen_table(tmp_path / "unseen.csv.gz")
+    out = tmp_path / "quality.json"
+    methods = "random,tpe,default,random-es,random-es-single"
+    args = ["--table", str(table_path), "--methods", methods, "--seeds", "3", "--workers", "2"]
+    code = search_quality.main([*args, "--json", str(out), "--png", str(tmp_path / "png")])
+    assert code == 0
+    result = json.loads(out.read_text())
+    table = load_table(table_path)
+    assert result["configurations"] == 18 and result["epochs"] == EPOCHS and result["budget_epochs"] == 18 * EPOCHS
+    size = result["true_front"]["size"]
+    assert result["oracle_epochs"] == size * EPOCHS and result["true_front"]["hv"] > 0
+    for name in methods.split(","):
+        stats = result["methods"][name]
+        assert set(stats) >= {"epochs_to_95", "epochs_to_99", "hv_at_budget", "front_found"}
+        assert set(stats["epochs_to_95"]) >= {"median", "q25", "q75"}
+    # Without early stopping, the whole table's budget trains every configuration exactly once:
+    # duplicates take no budget, so random search ends with the true front itself.
+    random = result["methods"]["random"]
+    assert random["trials_completed"]["median"] == len(table) and random["hv_at_budget"]["median"] == 1.0
+    assert random["epochs_to_99"]["median"] <= 18 * EPOCHS
+    # ASHA on top-1 alone stops the cheap end of the front; MO-ASHA keeps it more often.
+    assert result["methods"]["random-es-single"]["cheapest_found"] < result["methods"]["random-es"]["cheapest_found"]
+    assert (tmp_path / "png" / "search_quality.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "| random |" in printed and "| oracle (train the true front only) |" in printed
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda f: f.drop(columns="epoch_s"), "missing column(s) epoch_s"),
+        (lambda f: f.drop(index=[0]), "same epochs 1..E"),
+        (lambda f: f.assign(top1=f["top1"].astype(object).where(f.index != 5, "high")), "column 'top1', row 7"),
+        (lambda f: f.assign(width=8), "has the same parameters as config_id"),
+        (lambda f: f.assign(flops=f["flops"] + f["epoch"]), "column 'flops' changes between epochs"),
+        (lambda f: f.drop(columns=["width", "kind", "ratio"]), "no parameter columns"),
+    ],
+)
+def test_a_bad_table_is_refused_naming_what_is_wrong(tmp_path, change, message, capsys):
+    good = pd.read_csv(_unseen_table(tmp_path / "good.csv"))
+    bad = _write_table(tmp_path / "bad.csv", change(good).to_dict("records"))
+    with pytest.raises(TableError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_table(bad)
+    code = search_quality.main(["--table", str(bad), "--seeds", "1", "--json", str(tmp_path / "q.json")])
+    assert code == 2 and message in capsys.readouterr().err and not (tmp_path / "q.json").exists()
+
+
+def test_a_grid_study_exports_as_a_table_that_reads_back(tmp_path, capsys):
+    """The export reads what a search stored: every epoch's top-1 and time, the measured cost, and
+    the searched parameters named as in the spec; the same study exports to the same bytes."""
+    spec = SearchSpec.model_validate(
+        {
+            "name": "grid",
+            "family": "coatnet",
+            "base_model": "coatnet_tiny32",
+            "training": {"epochs": 2},
+            "params": {"layout": {"choice": ["CCTT", "CTTT"]}, "depths[3]": {"choice": [1, 2]}, "lr": 1e-3},
+            "objectives": {"top1": "max", "flops": "min"},
+            "search": {"sampler": "grid", "n_trials": 4},
+        }
+    )
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("grid", spec.model_dump(mode="json"), dict(spec.objectives))
+        for number, (layout, depth) in enumerate(itertools.product(["CTTT", "CCTT"], [2, 1])):
+            params = {"layout": layout, "depths[3]": depth}
+            epochs = [{"epoch": e, "top1": 10.0 * e + number, "epoch_time": 1.5 + e} for e in (1, 2)]
+            status = "failed" if number == 3 else "completed"
+            cost = {"flops": 1000 + number, "params": 10 + number, "throughput": 5.5}
+            config, parameters = build_trial_config(spec, params), split_params(spec, params)
+            store.finish_trial(
+                "grid", number, status=status, config=config, parameters=parameters, epochs=epochs, measurement=cost
+            )
+    out = tmp_path / "grid.csv.gz"
+    assert export_main(["--store", url, "--study", "grid", "-o", str(out)]) == 0
+    assert "3 configurations x 2 epochs, parameters layout, depths[3]" in capsys.readouterr().out
+    table = load_table(out)
+    assert table.param_names == ["layout", "depths[3]"]  # the fixed lr is not a searched parameter
+    assert table.index_of({"layout": "CCTT", "depths[3]": 1}) is None  # trial 3 failed: not in the table
+    first = table.index_of({"layout": "CCTT", "depths[3]": 2})
+    assert first == 0 and table.config_ids[first] == 0  # config ids follow the sorted parameters
+    assert list(table.top1[first]) == [12.0, 22.0] and list(table.epoch_s[first]) == [2.5, 3.5]
+    assert table.cost["flops"][first] == 1002
+    before = out.read_bytes()
+    export_main(["--store", url, "--study", "grid", "-o", str(out)])
+    assert out.read_bytes() == before
