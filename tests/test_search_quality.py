@@ -50,9 +50,10 @@ def _unseen_table(path: Path) -> Path:
 
 
 def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
+    """Ours and Syne Tune's methods side by side on the same table and seeds."""
     table_path = _unseen_table(tmp_path / "unseen.csv.gz")
     out = tmp_path / "quality.json"
-    methods = "random,tpe,default,random-es,random-es-single"
+    methods = "random,tpe,default,random-es,random-es-single,syne-random,syne-moasha,syne-moreg"
     args = ["--table", str(table_path), "--methods", methods, "--seeds", "3", "--workers", "2"]
     code = search_quality.main([*args, "--json", str(out), "--png", str(tmp_path / "png")])
     assert code == 0
@@ -69,12 +70,15 @@ def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
     # duplicates take no budget, so random search ends with the true front itself.
     random = result["methods"]["random"]
     assert random["trials_completed"]["median"] == len(table) and random["hv_at_budget"]["median"] == 1.0
+    assert result["methods"]["syne-random"]["hv_at_budget"]["median"] > 0.5  # Syne Tune's simulator ran
     assert random["epochs_to_99"]["median"] <= 18 * EPOCHS
     # ASHA on top-1 alone stops the cheap end of the front; MO-ASHA keeps it more often.
     assert result["methods"]["random-es-single"]["cheapest_found"] < result["methods"]["random-es"]["cheapest_found"]
     assert (tmp_path / "png" / "search_quality.png").stat().st_size > 0
     printed = capsys.readouterr().out
-    assert "| random |" in printed and "| oracle (train the true front only) |" in printed
+    assert "| random |" in printed and "| syne-moasha |" in printed
+    assert "| oracle (train the true front only) |" in printed
+    assert "Happy training" not in printed
 
 
 @pytest.mark.parametrize(

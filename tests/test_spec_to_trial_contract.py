@@ -266,16 +266,29 @@ def test_a_grid_with_fixed_and_bare_values_trains_them_at_every_point(tmp_path):
 
 
 def test_duplicates_are_recorded_with_the_fixed_values(tmp_path):
-    """A space of one config: the sampler's repeats are duplicates, stored with the config that was
-    trained (fixed values applied) and the parameters apart."""
+    """A proposal of a config already trained is stored ``duplicate`` with the config that was trained
+    (fixed values applied) and its parameters apart; the searcher then asks again."""
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    spec = _spec("cait", {"depth": {"choice": [2]}, "mlp_ratio": {"fixed": 3.0}}, "random", "dups")
-    assert _run_searcher(spec, url) == 1
-    with Store.open(url) as store:
-        rows = store.trials("dups", flatten_config=False)
-    assert list(rows["status"]) == ["completed", "duplicate", "duplicate"]
-    assert all(c["model"]["mlp_ratio"] == 3.0 and c["model"]["depth"] == 2 for c in rows["config"])
-    assert all(p == {"sampled": {"depth": 2}, "fixed": {"mlp_ratio": 3.0}} for p in rows["parameters"])
+    spec = _spec("cait", {"depth": {"choice": [2, 3]}, "mlp_ratio": {"fixed": 3.0}}, "random", "dups")
+    spec = SearchSpec.model_validate({**spec.model_dump(mode="json"), "search": {"n_trials": 2, "seed": 0}})
+    store = Store.open(url)
+    store.create_study("dups", spec.model_dump(mode="json"), dict(spec.objectives))
+    searcher = ArchsearchSearch(spec, url, "dups", optuna.storages.RDBStorage(url), make_sampler(spec))
+    for _ in range(2):  # the same configuration proposed twice
+        searcher._ot_study.enqueue_trial({"depth": 2})
+    for i in range(3):
+        tune_config = searcher.suggest(f"t{i}")
+        if not isinstance(tune_config, dict):
+            break
+        result = _check_trial(spec, tune_config, store, dict(searcher._ot_trials[f"t{i}"].params))
+        searcher.on_trial_complete(f"t{i}", result)
+    rows = store.trials("dups", flatten_config=False)
+    assert list(rows["status"]) == ["completed", "duplicate", "completed"]
+    assert [c["model"]["depth"] for c in rows["config"]] == [2, 2, 3]
+    assert all(c["model"]["mlp_ratio"] == 3.0 for c in rows["config"])
+    assert [p["sampled"] for p in rows["parameters"]] == [{"depth": 2}, {"depth": 2}, {"depth": 3}]
+    assert all(p["fixed"] == {"mlp_ratio": 3.0} for p in rows["parameters"])
+    store.close()
 
 
 def _with_warm_start(spec: SearchSpec, **warm: Any) -> SearchSpec:
