@@ -43,6 +43,7 @@ from ray.tune.search import Searcher
 
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
 from dashboards.multiobjective import hypervolume, non_dominated
+from harness import optuna_fields as fields
 from harness.early_stopping import RungDecider, rung_epochs
 from harness.optuna_searcher import ArchsearchSearch
 from harness.result_keys import STATUS_KEY, split_tune_config
@@ -76,7 +77,7 @@ class TableSearch(ArchsearchSearch):
 
     def __init__(self, spec: SearchSpec, table: Table, store_url: str, study: str):
         super().__init__(spec, store_url, study, None, make_sampler(spec))
-        self._space = TableSpace(spec, table)
+        fields.set_space_function(self, TableSpace(spec, table))
 
     def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"params": {name: params[name] for name in sorted(params)}}

@@ -39,6 +39,7 @@ import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from harness import optuna_fields as fields
 from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
 from harness.samplers import TuneGridSampler
@@ -85,6 +86,7 @@ class ArchsearchSearch(OptunaSearch):
             study_name=study_name,
             storage=storage,
         )
+        fields.check_fields(self)  # a Ray or Optuna that renamed a field this searcher reads: say so now
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -144,7 +146,7 @@ class ArchsearchSearch(OptunaSearch):
             params = super().suggest(trial_id)
             if params is None:
                 return None
-            ot_trial = self._ot_trials[trial_id]
+            ot_trial = fields.asked_trial(self, trial_id)
             feasibility = self._feasibility(ot_trial)
             if feasibility.feasible:
                 config = self.trial_config(params)
@@ -153,7 +155,7 @@ class ArchsearchSearch(OptunaSearch):
                 if reused is not None and self._record_reused(ot_trial, config, params, reused):
                     self._seen[key] = ot_trial.number
                     self.dispatched += 1  # a completed trial of this study, trained by an earlier one
-                    del self._ot_trials[trial_id]
+                    fields.forget_asked(self, trial_id)
                     continue
                 original = self._seen.get(key)
                 if original is None or self._outcomes.get(original) == ("failed",):  # a failure may be retried
@@ -169,7 +171,7 @@ class ArchsearchSearch(OptunaSearch):
                 self._record_infeasible(ot_trial, params, feasibility)
                 self.__dict__.setdefault("_infeasible_keys", set()).add(config_key(params))
                 rejected = "infeasible"
-            del self._ot_trials[trial_id]
+            fields.forget_asked(self, trial_id)
         # The sampler keeps proposing what the constraints exclude (or what was trained already): end
         # the search cleanly (the driver records the outcome) instead of raising inside Tune.
         print(
@@ -182,7 +184,7 @@ class ArchsearchSearch(OptunaSearch):
     def _feasibility(self, ot_trial) -> Feasibility:
         """What the space function found of this trial: handed over in memory, or (a space function
         pickled by an older archsearch) from the trial's user attributes."""
-        checked = getattr(self._space, "checked", {}).pop(ot_trial.number, None)
+        checked = getattr(fields.space_function(self), "checked", {}).pop(ot_trial.number, None)
         if checked is not None:
             return checked
         attrs = ot_trial.user_attrs
@@ -198,17 +200,17 @@ class ArchsearchSearch(OptunaSearch):
         trials = self.store.trials(self.archsearch_study, flatten_config=False)
         if trials.empty:
             return
-        known = {ot_trial.number for ot_trial in self._ot_trials.values()}
-        storage, study_id = self._ot_study._storage, self._ot_study._study_id
+        known = fields.asked_numbers(self)
+        study = fields.study_of(self)
         lost = 0
         for row in trials.itertuples(index=False):
             number, status = int(row.number), row.status
             if number in known or status in ("infeasible", "duplicate"):
                 continue
-            frozen = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, number))
+            frozen = fields.frozen_trial(study, number)
             if status in ("running", "interrupted"):  # lost with the driver: its budget slot runs again
                 if not frozen.state.is_finished():
-                    self._ot_study.tell(number, state=optuna.trial.TrialState.FAIL)
+                    study.tell(number, state=optuna.trial.TrialState.FAIL)
                 self.store.finish_trial(
                     self.archsearch_study,
                     number,
@@ -246,7 +248,7 @@ class ArchsearchSearch(OptunaSearch):
             if not isinstance(value, (int, float)) or value != value:
                 return False
             values.append(float(value))
-        self._ot_study.tell(ot_trial, values)
+        fields.study_of(self).tell(ot_trial, values)
         self._outcomes[ot_trial.number] = ("values", tuple(values))
         self.store.finish_trial(
             self.archsearch_study,
@@ -292,27 +294,25 @@ class ArchsearchSearch(OptunaSearch):
 
     def _tell_copy(self, number: int, outcome: tuple) -> None:
         state = optuna.trial.TrialState
-        frozen = self._ot_study._storage.get_trial(
-            self._ot_study._storage.get_trial_id_from_study_id_trial_number(self._ot_study._study_id, number)
-        )
-        if frozen.state.is_finished():
+        study = fields.study_of(self)
+        if fields.frozen_trial(study, number).state.is_finished():
             return
         if outcome[0] == "values":
-            self._ot_study.tell(number, list(outcome[1]))
+            study.tell(number, list(outcome[1]))
         else:
-            self._ot_study.tell(number, state=state.FAIL if outcome[0] == "failed" else state.PRUNED)
+            study.tell(number, state=state.FAIL if outcome[0] == "failed" else state.PRUNED)
 
     def _grid_done(self) -> bool:
         """A grid search ends when every grid point has been dispatched (see harness.samplers)."""
         return (
-            isinstance(self._sampler, TuneGridSampler)
-            and self._ot_study is not None
-            and self._sampler.all_started(self._ot_study)
+            isinstance(fields.sampler_of(self), TuneGridSampler)
+            and fields.study_of(self) is not None
+            and fields.sampler_of(self).all_started(fields.study_of(self))
         )
 
     def _record_infeasible(self, ot_trial, params: dict, feasibility: Feasibility) -> None:
         self.infeasible += 1
-        self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
+        fields.study_of(self).tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         try:
             config = self.trial_config(params)
         except Exception:  # an invalid combination: keep what was sampled
@@ -336,11 +336,11 @@ class ArchsearchSearch(OptunaSearch):
         )
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+        ot_trial = fields.asked_trial(self, trial_id)
+        if fields.was_told(self, trial_id) or ot_trial is None:
             return
-        ot_trial = self._ot_trials[trial_id]
         try:
-            tell_outcome(self._ot_study, ot_trial.number, result, error, list(self.metric))
+            tell_outcome(fields.study_of(self), ot_trial.number, result, error, list(self.metric))
             outcome = outcome_of(result, error, list(self.metric))
             if hasattr(self, "_outcomes"):
                 self._outcomes[ot_trial.number] = outcome
@@ -349,7 +349,7 @@ class ArchsearchSearch(OptunaSearch):
         except store_failures() as failure:  # the database is down: stop, resumable (see harness.interrupts)
             stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
         finally:
-            self._completed_trials.add(trial_id)
+            fields.mark_told(self, trial_id)
 
     def suggest(self, trial_id: str) -> dict | None:
         try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dashboards.pareto import study_front
+from harness import optuna_fields as fields
 from harness.optuna_searcher import config_key
 from harness.store import Store, StoreError, mask_url
 from search_space.sampling import fixed_params, params_of_config
@@ -96,7 +97,7 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
             report.skipped += 1
             report.skip_reasons.append(f"trial {number}: {', '.join(outside)} outside the new space")
             continue
-        searcher._ot_study.enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
+        fields.study_of(searcher).enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
         report.enqueued += 1
     for number, record in sorted(records.items()):  # completed trials; the first of identical configs is copied
         report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})

@@ -1,0 +1,88 @@
+"""The one place that reads private fields of Ray Tune's OptunaSearch and of Optuna's Study.
+
+The searcher (:class:`harness.optuna_searcher.ArchsearchSearch`) extends Ray Tune's
+``OptunaSearch``, which keeps what it needs in private attributes: the Optuna trial asked for
+each Tune trial (``_ot_trials``), the study (``_ot_study``), the trials it was told about
+(``_completed_trials``), the define-by-run function (``_space``) and the sampler (``_sampler``).
+Telling Optuna about a trial by its number, without loading every trial of a large study, needs
+the study's storage and id (``Study._storage``, ``Study._study_id``): Optuna has no public call
+for it. A minor upgrade may rename any of these; every use goes through this module, and
+``tests/test_optuna_fields.py`` exercises each function on the installed Ray and Optuna, so such an
+upgrade fails a test instead of every search.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+# OptunaSearch attribute -> what it holds (checked by check_fields, named in its error)
+SEARCHER_FIELDS = {
+    "_ot_trials": "dict: Tune trial id -> the optuna.Trial asked for it",
+    "_ot_study": "the optuna.Study it asks and tells",
+    "_completed_trials": "set of Tune trial ids already told",
+    "_space": "the define-by-run function",
+    "_sampler": "the Optuna sampler",
+}
+STUDY_FIELDS = {"_storage": "the study's BaseStorage", "_study_id": "the study's id in that storage"}
+
+
+class UnsupportedVersion(RuntimeError):
+    """Ray Tune or Optuna changed a field archsearch reads: pin the versions the constraints name."""
+
+
+def check_fields(searcher: Any) -> None:
+    """Raise UnsupportedVersion naming the field if the installed Ray Tune or Optuna lack one."""
+    for name, meaning in SEARCHER_FIELDS.items():
+        if not hasattr(searcher, name):
+            raise UnsupportedVersion(f"ray.tune OptunaSearch has no {name} ({meaning}): unsupported Ray version")
+    study = study_of(searcher)
+    for name, meaning in STUDY_FIELDS.items():
+        if study is not None and not hasattr(study, name):
+            raise UnsupportedVersion(f"optuna.Study has no {name} ({meaning}): unsupported Optuna version")
+
+
+def study_of(searcher: Any) -> optuna.Study | None:
+    return searcher._ot_study
+
+
+def asked_trial(searcher: Any, trial_id: str) -> optuna.Trial | None:
+    """The Optuna trial asked for Tune trial ``trial_id`` (None when there is none)."""
+    return searcher._ot_trials.get(trial_id)
+
+
+def forget_asked(searcher: Any, trial_id: str) -> None:
+    """Drop a Tune trial id that will not run (an infeasible, duplicate or reused proposal)."""
+    searcher._ot_trials.pop(trial_id, None)
+
+
+def asked_numbers(searcher: Any) -> set[int]:
+    """Optuna numbers of the trials the searcher has asked for and not forgotten."""
+    return {trial.number for trial in searcher._ot_trials.values()}
+
+
+def was_told(searcher: Any, trial_id: str) -> bool:
+    return trial_id in searcher._completed_trials
+
+
+def mark_told(searcher: Any, trial_id: str) -> None:
+    searcher._completed_trials.add(trial_id)
+
+
+def space_function(searcher: Any) -> Any:
+    return searcher._space
+
+
+def set_space_function(searcher: Any, function: Any) -> None:
+    searcher._space = function
+
+
+def sampler_of(searcher: Any) -> optuna.samplers.BaseSampler:
+    return searcher._sampler
+
+
+def frozen_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    """One trial of ``study`` by number, read alone (``study.trials[number]`` would load them all)."""
+    storage = study._storage
+    return storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
