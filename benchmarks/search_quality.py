@@ -43,6 +43,7 @@ from ray.tune.search import Searcher
 
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
 from dashboards.multiobjective import hypervolume, non_dominated
+from harness import initial_design
 from harness import optuna_fields as fields
 from harness.early_stopping import RungDecider, rung_epochs
 from harness.optuna_searcher import ArchsearchSearch
@@ -53,7 +54,10 @@ from search_space.sampling import Feasibility, SpaceFunction
 from search_space.spec import EarlyStopping, SearchSpec
 
 OUR_SAMPLERS = ("random", "tpe", "nsga2", "default")
-DEFAULT_METHODS = (*OUR_SAMPLERS, *(f"{s}-es" for s in OUR_SAMPLERS), "random-es-single")
+SYNE_METHODS = ("syne-random", "syne-moasha", "syne-moreg")
+DEFAULT_METHODS = (
+    *OUR_SAMPLERS, "tpe-spread", *(f"{s}-es" for s in OUR_SAMPLERS), "tpe-spread-es", "random-es-single", *SYNE_METHODS
+)  # fmt: skip
 
 
 # -- the searcher against a table -------------------------------------------------------------------
@@ -83,11 +87,35 @@ class TableSearch(ArchsearchSearch):
         return {"params": {name: params[name] for name in sorted(params)}}
 
 
+def parse_method(method: str) -> tuple[str, str | None, int | None]:
+    """``SAMPLER[-spread][-es[-single]]`` -> (sampler, early stopping: None | "pareto" | "single",
+    initial spread: None (the spec's default) or K)."""
+    sampler, *flags = method.split("-")
+    unknown = [f for f in flags if f not in ("es", "single", "spread", "nospread")]
+    if sampler not in OUR_SAMPLERS or unknown or ("single" in flags and "es" not in flags):
+        raise TableError(f"--methods: unknown method {method!r}; use SAMPLER[-spread|-nospread][-es[-single]] "
+                         f"with SAMPLER one of {', '.join(OUR_SAMPLERS)}, or syne-random, syne-moasha, syne-moreg")
+    stopping = ("single" if "single" in flags else "pareto") if "es" in flags else None
+    spread = SPREAD if "spread" in flags else 0 if "nospread" in flags else None
+    return sampler, stopping, spread
+
+
+SPREAD = 8  # the initial spread a "-spread" method gets
+
+
 def table_spec(
-    table: Table, name: str, sampler: str, seed: int, workers: int, objectives: dict[str, str]
+    table: Table,
+    name: str,
+    sampler: str,
+    seed: int,
+    workers: int,
+    objectives: dict[str, str],
+    spread: int | None = None,
 ) -> SearchSpec:
     """A spec over the table's space: each parameter a choice of its distinct values."""
     settings: dict[str, Any] = {"n_trials": len(table), "concurrency": workers, "seed": seed}
+    if spread is not None:  # None: what a spec that does not say gets
+        settings["initial_spread"] = spread
     if sampler != "default":  # default: whatever SearchSettings gives a spec that names no sampler
         settings["sampler"] = sampler
     return SearchSpec.model_validate(
@@ -162,16 +190,18 @@ def replay(
     store_url: str,
 ) -> Replay:
     """Run ``method`` (a sampler, ``-es``: MO-ASHA, ``-es-single``: ASHA on top-1) to ``budget`` epochs."""
-    sampler, _, stopping = method.partition("-es")
+    sampler, stopping, spread = parse_method(method)
     objectives = truth.objectives
-    spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives)
+    spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives, spread)
     with Store.open(store_url) as store:
         store.create_study(spec.name, spec.model_dump(mode="json"), dict(objectives))
     searcher = TableSearch(spec, table, store_url, spec.name)
+    if spec.search.initial_spread:
+        initial_design.apply(searcher, spec, quiet=True)
     decider = None
-    if method.endswith("-es") or stopping == "-single":
+    if stopping is not None:
         es = EarlyStopping()  # the defaults a spec gets
-        ranked = {"top1": "max"} if stopping == "-single" else {"top1": "max", **objectives}
+        ranked = {"top1": "max"} if stopping == "single" else {"top1": "max", **objectives}
         rungs = rung_epochs(es.grace_period, es.reduction_factor, table.epochs)
         decider = RungDecider(ranked, rungs, es.reduction_factor)
 
@@ -385,15 +415,22 @@ def main(argv: list[str] | None = None) -> int:
         table = load_table(args.table)
         objectives = parse_objectives(args.objectives)
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-        unknown = [m for m in methods if m.partition("-es")[0] not in OUR_SAMPLERS and not m.startswith("syne-")]
-        if unknown:
-            raise TableError(f"--methods: unknown {', '.join(unknown)}; use {', '.join(DEFAULT_METHODS)} or syne-*")
+        for method in methods:
+            if method.startswith("syne-"):
+                if method not in SYNE_METHODS:
+                    raise TableError(f"--methods: unknown {method!r}; Syne Tune's are {', '.join(SYNE_METHODS)}")
+            else:
+                parse_method(method)
     except TableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"{table.path}: {len(table)} configurations x {table.epochs} epochs; {args.seeds} seeds, "
           f"{args.workers} workers", file=sys.stderr)  # fmt: skip
-    result, runs = run_all(table, objectives, methods, args.seeds, args.workers, args.budget)
+    try:
+        result, runs = run_all(table, objectives, methods, args.seeds, args.workers, args.budget)
+    except TableError as error:  # a table Syne Tune's simulator cannot replay (a combination missing)
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.png is not None:
         result["figure"] = str(plot(runs, result["budget_epochs"], args.png))
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
-from harness import interrupts, stop_rules, verify, warm_start
+from harness import initial_design, interrupts, stop_rules, verify, warm_start
 from harness.early_stopping import make_scheduler
 from harness.interrupts import InterruptCallback, SearchInterrupted
 from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
@@ -79,6 +79,8 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
     if spec.search.warm_start is not None:
         warm_start.apply(searcher, spec, store_url)
+    elif spec.search.initial_spread and spec.search.sampler != "grid":
+        initial_design.apply(searcher, spec)
     scheduler = make_scheduler(spec)  # MO-ASHA, Ray's ASHA (mode single), or None
     spec_dict = spec.model_dump(mode="json")
     callbacks = [

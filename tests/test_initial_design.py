@@ -1,0 +1,63 @@
+"""``search.initial_spread``: the first trials at evenly spaced quantiles of the cost priced before
+training (issue 32, item 5), feasible and distinct, and the first the searcher dispatches."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+
+from harness import initial_design
+from harness.optuna_searcher import ArchsearchSearch
+from harness.result_keys import split_tune_config
+from harness.samplers import make_sampler
+from harness.store import Store
+from search_space.sampling import SpaceFunction, build_trial_config, cost_violations
+from search_space.validation import load_spec
+
+SPEC = {
+    "name": "spread",
+    "family": "coatnet",
+    "base_model": "coatnet_tiny32",
+    "params": {
+        "layout": {"choice": ["CCCC", "CCTT", "CTTT"]},
+        "depths[3]": {"int": [1, 3]},
+        "dims[3]": {"choice": [64, 96, 128]},
+        "drop_path_rate": {"float": [0.0, 0.2]},
+        "mlp_ratio": 2.0,
+    },
+    "objectives": {"top1": "max", "flops": "min"},
+    "constraints": ["flops <= 1.0e7"],
+    "search": {"sampler": "tpe", "n_trials": 20, "seed": 3, "initial_spread": 5},
+}
+
+
+def test_the_spread_is_feasible_distinct_and_runs_from_the_cheapest_to_the_dearest_of_the_space():
+    spec = load_spec(SPEC)
+    chosen = initial_design.spread(spec, SpaceFunction(spec), 5)
+    assert len(chosen) == 5 and len({str(sorted(p.items())) for p in chosen}) == 5
+    costs = [cost_violations(spec, build_trial_config(spec, p)) for p in chosen]
+    flops = [cost["flops"] for cost, _ in costs]
+    assert flops == sorted(flops) and all(v <= 0 for _, violations in costs for v in violations)
+    # the ends of the sampled range: nothing in a fresh random sample of the space is cheaper
+    rng = np.random.default_rng(99)
+    sample = [initial_design.random_params(spec, rng) for _ in range(200)]
+    cheapest = min(cost_violations(spec, build_trial_config(spec, p))[0]["flops"] for p in sample)
+    assert flops[0] <= cheapest * 1.05
+    assert "mlp_ratio" not in chosen[0]  # fixed values are the spec's, not enqueued
+
+
+def test_the_searcher_dispatches_the_spread_first(tmp_path):
+    spec = load_spec(SPEC)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    Store.open(url).create_study("spread", spec.model_dump(mode="json"), dict(spec.objectives))
+    searcher = ArchsearchSearch(spec, url, "spread", optuna.storages.RDBStorage(url), make_sampler(spec))
+    expected = initial_design.spread(spec, SpaceFunction(spec), 5)
+    assert initial_design.apply(searcher, spec, quiet=True) == 5
+    for i, params in enumerate(expected):
+        _, _, dispatched = split_tune_config(searcher.suggest(f"t{i}"))
+        assert {k: dispatched[k] for k in params} == params
+
+
+def test_no_cost_objective_means_no_spread():
+    spec = load_spec({**SPEC, "objectives": {"top1": "max", "throughput": "max"}})
+    assert initial_design.cost_objective(spec) is None and initial_design.spread(spec, SpaceFunction(spec), 5) == []
