@@ -23,7 +23,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
-from harness import initial_design, interrupts, stop_rules, verify, warm_start
+from harness import experiment_guard, initial_design, interrupts, stop_rules, verify, warm_start
 from harness.early_stopping import make_scheduler
 from harness.interrupts import InterruptCallback, SearchInterrupted
 from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
@@ -222,6 +222,13 @@ def _run_search(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
                 "or --name to start a new study"
             )
+        # The experiment dir, before anything is written (a planted link would be followed by Ray).
+        if resume:
+            experiment_guard.check_experiment_for_resume(experiment)
+        else:
+            if name in store.study_names():  # an earlier attempt that ran no trial: its Ray state is stale
+                experiment_guard.remove_stale_experiment(experiment)
+            experiment_guard.check_new_experiment(experiment)
         if name in store.study_names():
             store.claim_study(name)  # one driver per study: refused while another live driver holds it
         quiet_ray(verbose)

@@ -1,0 +1,87 @@
+"""A shared results dir is hostile ground: the experiment dir is checked before Ray touches it.
+
+On a cluster's shared ``ray_results`` anyone may plant files in a study's experiment dir before
+it runs: a symbolic link named ``tuner.pkl`` or ``.validate_storage_marker`` makes Ray overwrite
+the file it points to (outside the results dir, with its owner's mode), and on ``--resume`` Ray
+unpickles whatever ``tuner.pkl`` holds. So, before anything is written (store, Ray, Optuna):
+
+- a **new** study's experiment dir must not exist, or be an empty directory of ours (not a link);
+- a **resumed** study's experiment dir, and everything under it, must be ours: no symbolic link
+  anywhere (never followed, never loaded), every entry owned by this user, nothing writable by
+  group or others (the search writes it with umask 077). Anything else is refused in one line
+  naming the path: the experiment was tampered with.
+
+Remote storage (``s3://``, ``gs://``...) is the storage provider's to protect: not checked here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from harness.ray_setup import SearchError, is_uri
+
+
+def _owned_and_private(path: Path, info: os.stat_result) -> str | None:
+    """Why ``path`` is not ours alone (None: it is)."""
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+        return f"{path} is not a regular file or directory"
+    if info.st_uid != os.getuid():
+        return f"{path} belongs to another user (uid {info.st_uid})"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def check_new_experiment(experiment: str) -> None:
+    """A new study's experiment dir: absent, or an empty directory of ours (see the module docstring)."""
+    if is_uri(experiment):
+        return
+    path = Path(experiment)
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    problem = _owned_and_private(path, info)
+    if problem is None and not stat.S_ISDIR(info.st_mode):
+        problem = f"{path} is not a directory"
+    if problem is not None:
+        raise SearchError("--results-dir", f"refusing to start: {problem}")
+    leftover = next(iter(path.iterdir()), None)
+    if leftover is not None:
+        raise SearchError(
+            "--results-dir",
+            f"{path} already holds an experiment ({leftover.name}, ...): resume it with --resume, choose another "
+            "--name, or remove the directory",
+        )
+
+
+def check_experiment_for_resume(experiment: str) -> None:
+    """A resumed study's experiment dir and everything under it: ours alone, no symbolic link."""
+    if is_uri(experiment):
+        return
+    root = Path(experiment)
+    for directory, subdirectories, files in os.walk(root, followlinks=False):
+        for name in [".", *subdirectories, *files]:
+            path = Path(directory) if name == "." else Path(directory) / name
+            problem = _owned_and_private(path, path.lstat())
+            if problem is not None:
+                raise SearchError(
+                    "--resume", f"refusing to resume: the experiment under {root} was tampered with: {problem}"
+                )
+
+
+def remove_stale_experiment(experiment: str) -> None:
+    """Remove what an earlier attempt of a study that ran no trial left, if all of it is ours alone
+    (anything else stays, and :func:`check_new_experiment` refuses it)."""
+    if is_uri(experiment) or not Path(experiment).exists():
+        return
+    try:
+        check_experiment_for_resume(experiment)
+    except SearchError:
+        return
+    shutil.rmtree(experiment)
