@@ -85,3 +85,17 @@ def remove_stale_experiment(experiment: str) -> None:
     except SearchError:
         return
     shutil.rmtree(experiment)
+
+
+def check_storage_root(storage_path: str) -> None:
+    """The results dir is a directory this user can write (created if missing), or the search is
+    refused naming it (``--results-dir /proc/x`` once failed deep inside pyarrow, the study left running)."""
+    if is_uri(storage_path):
+        return
+    root = Path(storage_path)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SearchError("--results-dir", f"{root}: cannot create it ({error.strerror or error})") from None
+    if not root.is_dir() or not os.access(root, os.W_OK | os.X_OK):
+        raise SearchError("--results-dir", f"{root}: not a directory this user can write")

@@ -9,6 +9,7 @@ The Optuna study lives in the same database as the store (Optuna's own tables be
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -222,7 +223,11 @@ def _run_search(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
                 "or --name to start a new study"
             )
-        # The experiment dir, before anything is written (a planted link would be followed by Ray).
+        # Everything checked before anything is written: the warm start's source, the results dir,
+        # the experiment dir (a planted link would be followed by Ray).
+        if not resume:
+            warm_start.check_source(spec, store_url)
+        experiment_guard.check_storage_root(storage_path)
         if resume:
             experiment_guard.check_experiment_for_resume(experiment)
         else:
@@ -238,8 +243,12 @@ def _run_search(
             check_storage(
                 chosen, storage_path
             )  # before anything is written: a request no node can meet would wait forever
+        restarting = not resume and name in store.study_names()
         store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=ray_hardware())
         store.claim_study(name)  # the creator holds the lease; a driver that lost the race to create is refused
+        if restarting:  # an earlier attempt that ran no trial: the study is this spec's from now on
+            store.restart_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=ray_hardware())
+            _forget_optuna_study(store_url, name)
     public_url, password = split_secret(store_url)  # what Ray and Optuna get: no password
     _hand_password_to_libpq(password)
     optuna_storage = optuna_storage_url(store_url)  # a restored searcher's storage is Ray's: open another
@@ -359,6 +368,13 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+def _forget_optuna_study(store_url: str, name: str) -> None:
+    """Delete an earlier attempt's Optuna study (it ran no trial; its objectives may differ)."""
+    storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
+    with contextlib.suppress(KeyError):  # KeyError: Optuna never created it
+        optuna.delete_study(study_name=name, storage=storage)
 
 
 def _has_trials(store, name: str) -> bool:

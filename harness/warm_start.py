@@ -64,6 +64,22 @@ def _decoded_spec(spec: Any) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
+def check_source(spec: SearchSpec, store_url: str) -> None:
+    """The earlier study must be there (its store opens, its schema is one this version reads, the
+    study exists): checked before the new search writes anything. Raises StoreError naming the key."""
+    warm = spec.search.warm_start
+    if warm is None:
+        return
+    source_url = warm.store or store_url
+    try:
+        with Store.open(source_url, create=False, read_only=True) as store:
+            names = store.study_names()
+    except StoreError as error:
+        raise StoreError(f"search.warm_start.store: {error}") from None
+    if warm.study not in names:
+        raise StoreError(f"search.warm_start.study: no study {warm.study!r} in {mask_url(source_url)}")
+
+
 def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
     """Enqueue the earlier study's trials in the searcher's Optuna study; return the counts."""
     warm = spec.search.warm_start

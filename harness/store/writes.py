@@ -91,6 +91,29 @@ class Writes(StoreBase):
         self._study_ids[name] = study_id
         return study_id
 
+    def restart_study(
+        self,
+        name: str,
+        spec: Mapping[str, Any],
+        objectives: Mapping[str, str],
+        *,
+        hardware: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A study whose earlier attempt ran no trial starts again: the stored spec, objectives and
+        version become this run's (the store never keeps a spec other than the one that ran)."""
+        values = {
+            "spec": dict(spec),
+            "objectives": [{"name": k, "direction": v} for k, v in objectives.items()],
+            "status": "running",
+            "status_message": None,
+            "archsearch_version": __version__,
+            "git_commit": _git_commit(),
+            "hardware": dict(hardware) if hardware else None,
+            "updated_at": _now(),
+        }
+        statement = update(Study).where(Study.id == self._study_id(name)).values(**values)
+        self._write(lambda conn: conn.execute(statement))
+
     def set_study_status(
         self, name: str, status: str, *, message: str | None = None, driver: str | None = None
     ) -> None:
