@@ -148,11 +148,12 @@ def ray_hardware() -> dict[str, Any]:
 STUDY_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 
 
-def check_study_name(name: str) -> str:
-    """A study name is also a directory name under the results dir: a safe character set, no traversal."""
+def check_study_name(name: str, option: str = "--name") -> str:
+    """A study name is also a directory name under the results dir: a safe character set, no traversal.
+    ``option``: where the name came from (``--name``, ``--resume``, the spec's ``name``), named in the error."""
     if not isinstance(name, str) or not re.fullmatch(STUDY_NAME_PATTERN, name) or ".." in name:
         raise SearchError(
-            "--name",
+            option,
             f"{str(name)[:80]!r} is not a valid study name: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit, without '..'",
         )

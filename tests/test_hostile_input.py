@@ -135,3 +135,44 @@ def test_written_files_get_the_usual_mode(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert path.read_text() == "hello" and (path.stat().st_mode & 0o777) == (0o666 & ~umask)
+
+
+# -- issue 34: names, store paths and secrets --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "shown"), [("", "''"), ("a/../b", "'a/../b'")])
+def test_a_bad_resume_name_is_blamed_on_resume_in_one_line(tmp_path, name, shown):
+    result = _invoke("search", "--resume", name, "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.exit_code == 2
+    assert _one_line(result).startswith(f"Error: --resume: {shown} is not a valid study name")
+
+
+def test_a_store_path_that_is_a_fifo_or_a_directory_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir.db").mkdir()
+    for path, said in ((tmp_path / "fifo", "is not a regular file"), (tmp_path / "dir.db", "is a directory")):
+        for command in (["studies"], ["search", "--resume", "x"]):
+            result = _invoke(*command, "--store", f"sqlite:///{path}")
+            assert result.exit_code == 2 and said in _one_line(result), result.output
+
+
+def test_a_relative_sqlite_path_says_four_slashes_when_the_absolute_one_exists(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    absolute = tmp_path / "x.db"
+    Store.open(f"sqlite:///{absolute}").close()
+    result = _invoke("studies", "--store", f"sqlite://{absolute}")  # three slashes: relative to the cwd
+    assert result.exit_code == 2 and "an absolute path takes four slashes" in _one_line(result)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:S3cret@PW5@127.0.0.1:5432/nodb",  # an unencoded '@' in the password
+        "sqlite:///{tmp}/garbage.db?password=S3cret",  # SQLite echoed the query in its error
+    ],
+)
+def test_no_part_of_a_password_reaches_a_message(tmp_path, url):
+    (tmp_path / "garbage.db").write_text("not a database")
+    result = _invoke("studies", "--store", url.format(tmp=tmp_path))
+    line = _one_line(result)
+    assert result.exit_code == 2 and "S3cret" not in line and "PW5" not in line and "***" in line

@@ -66,9 +66,15 @@ def search_command(
         raise UsageError("give a SPEC.yaml to start a search, or --resume STUDY to continue one")
     url = store_package.resolve_store_url(store_url)
     try:
+        # The study's name first, as given (an empty --resume "" is a bad name, not a missing one).
+        if resume_study is not None:
+            check_study_name(resume_study, "--resume")
+        elif study_name is not None:
+            check_study_name(study_name, "--name")
         if spec_path is not None:
             spec = load_spec(spec_path, check_paths=address is None)
-        check_study_name(resume_study or study_name or spec.name)  # before anything is written
+            if resume_study is None and study_name is None:
+                check_study_name(spec.name, "name")
         with open_store(url, create=resume_study is None) as store:  # a bad URL fails here, before Ray starts
             if spec_path is None:
                 spec = load_spec(store.study(resume_study)["spec"], check_paths=address is None)
@@ -78,7 +84,7 @@ def search_command(
         summary = search.run_search(
             spec,
             url,
-            study_name=resume_study or study_name,
+            study_name=resume_study if resume_study is not None else study_name,
             address=address,
             results_dir=results_dir,
             resume=resume_study is not None,

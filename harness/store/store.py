@@ -17,7 +17,7 @@ from .engine import Migrations, _first_line, _make_engine, schema_revisions
 from .errors import StoreError
 from .liveness import HEARTBEAT_S, HEARTBEAT_STALE_S, driver_identity
 from .queries import Queries
-from .urls import mask_url, normalize_url, resolve_store_url
+from .urls import mask_url, normalize_url, resolve_store_url, split_secret
 from .writes import Writes
 
 # Names other modules import from here, re-exported from the parts that hold them.
@@ -41,17 +41,19 @@ class Store(Migrations, Writes, Queries):
         parsed = normalize_url(raw)
         masked = mask_url(raw)
         create = create and not read_only
-        if parsed.get_backend_name() == "sqlite" and not create:
-            path = parsed.database
-            if path and path != ":memory:" and not Path(path).exists():
-                raise StoreError(f"no store at {masked}: the file does not exist (nothing has been recorded there)")
+        if parsed.get_backend_name() == "sqlite":
+            _check_sqlite_path(parsed.database, masked, create)
         engine = _make_engine(parsed, read_only)
         try:
             with engine.connect():
                 pass
         except (OperationalError, DBAPIError) as error:
             engine.dispose()
-            raise StoreError(f"cannot connect to the store at {masked}: {_first_line(error)}") from None
+            detail = _first_line(error)
+            secret = split_secret(raw)[1]
+            if secret:  # a driver may echo what it was given: never the password
+                detail = detail.replace(secret, "***")
+            raise StoreError(f"cannot connect to the store at {masked}: {detail}") from None
         store = cls(engine, raw, read_only)
         try:
             store._check_schema() if read_only else store._migrate(create)
@@ -68,3 +70,20 @@ class Store(Migrations, Writes, Queries):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_sqlite_path(path: str | None, masked: str, create: bool) -> None:
+    """A SQLite store's path names a regular file (or nothing yet, when creating): a FIFO would block
+    forever, a directory would fail as "disk I/O error"; each is refused naming the path."""
+    if not path or path == ":memory:":
+        return
+    file = Path(path)
+    if file.is_dir():
+        raise StoreError(f"no store at {masked}: {path} is a directory, not a SQLite file")
+    if file.exists() and not file.is_file():
+        raise StoreError(f"no store at {masked}: {path} is not a regular file (a FIFO, a device?)")
+    if not create and not file.exists():
+        hint = ""
+        if not file.is_absolute() and Path("/", path).exists():
+            hint = f"; {path} is relative to this directory, and /{path} exists: an absolute path takes four slashes"
+        raise StoreError(f"no store at {masked}: the file does not exist (nothing has been recorded there){hint}")

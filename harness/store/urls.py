@@ -22,6 +22,18 @@ def resolve_store_url(url: str | None = None) -> str:
 SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")
 
 
+def _parse(url: str):
+    """``make_url``, reading ``user:pass@word@host`` as browsers and libpq's URI parser do: the host
+    follows the *last* ``@`` of the authority, so a password with an unencoded ``@`` stays whole
+    (SQLAlchemy would take ``word@host`` for the host, and a masked URL would still show ``word``)."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, tail = rest.partition("/")
+    if sep and authority.count("@") > 1:
+        userinfo, _, host = authority.rpartition("@")
+        url = f"{scheme}{sep}{userinfo.replace('@', '%40')}@{host}{slash}{tail}"
+    return make_url(url)
+
+
 def mask_url(url: str) -> str:
     """The URL with its password replaced by ``***``: safe for logs, errors and reports.
 
@@ -29,7 +41,7 @@ def mask_url(url: str) -> str:
     (``?password=...``, which libpq and psycopg accept too).
     """
     try:
-        parsed = make_url(url)
+        parsed = _parse(url)
         secret = {k: "ARCHSEARCHMASKED" for k in parsed.query if k.lower() in SECRET_QUERY_KEYS}
         if secret:
             parsed = parsed.update_query_dict(secret)
@@ -50,7 +62,7 @@ def split_secret(url: str) -> tuple[str, str | None]:
     ``psql`` users do), so it never reaches a disk.
     """
     try:
-        parsed = make_url(url)
+        parsed = _parse(url)
     except (ArgumentError, ValueError):
         return url, None
     password = parsed.password
@@ -69,7 +81,7 @@ def split_secret(url: str) -> tuple[str, str | None]:
 def normalize_url(url: str):
     """A SQLAlchemy URL with our driver choices (psycopg 3 for PostgreSQL), or a StoreError."""
     try:
-        parsed = make_url(url)
+        parsed = _parse(url)
     except (ArgumentError, ValueError) as error:  # ValueError: a port that is not a number
         detail = "; the port must be a number" if "int()" in str(error) else ""
         raise StoreError(
@@ -88,7 +100,7 @@ def normalize_url(url: str):
 
 def optuna_storage_url(store_url: str) -> str:
     """The store URL as Optuna's RDBStorage takes it (psycopg 3 for PostgreSQL; the password, if any, kept)."""
-    url = make_url(store_url)
+    url = _parse(store_url)
     if url.get_backend_name() == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
