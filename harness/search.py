@@ -286,8 +286,9 @@ def _run_search(
             reconcile(store, name, optuna_storage)
         counts = store.counts(name)
         status, message, spec_problem = final_status(store, name, counts, spec)
-        if ruled and status == "completed":
-            message = f"stopped early: {ruled}"
+        if ruled:  # the user's own rule ended it, trials or not: the study is what they asked for
+            none = "" if counts.get("completed") else "; no trial completed before it"
+            status, message, spec_problem = "completed", f"stopped early: {ruled}{none}", False
         store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
     if status == "completed" and not spec.search.keep_checkpoints:

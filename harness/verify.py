@@ -23,6 +23,7 @@ from dashboards.pareto import study_front
 from dashboards.verified import compare_fronts
 from harness.store import Store, StoreError
 from search_space.sampling import data_shape
+from trials.configio import ConfigError
 from trials.lazy import lazy_import
 
 torch = lazy_import("torch")
@@ -32,6 +33,10 @@ timing = lazy_import("trials.timing")
 gpu = lazy_import("trials.gpu")
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class VerifyError(ValueError):
+    """The front cannot be verified here (the device, a member that no longer builds): one line, exit 2."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,19 @@ def verify_front(store_url: str, study: str, settings: VerifySettings = VerifySe
         records = store.trial_records(study, numbers)
     if not numbers:
         raise StoreError(f"study {study!r} has no completed trial on its front to verify")
-    device = gpu.resolve_device(settings.device)
-    members = {n: _member(records[n], device) for n in numbers}
+    try:
+        device = gpu.checked_device(settings.device)
+    except gpu.DeviceError as error:
+        raise VerifyError(f"--device {error}") from None
+    members = {}
+    for number in numbers:
+        try:
+            members[number] = _member(records[number], device)
+        except (models.ModelConfigError, ConfigError, KeyError, TypeError, ValueError) as error:
+            raise VerifyError(
+                f"trial {number}'s stored config no longer builds here ({type(error).__name__}: {error}); "
+                "it was written by another archsearch version?"
+            ) from None
     samples: dict[int, dict[str, list[float]]] = {n: {"throughput": [], "latency": []} for n in numbers}
     for round_index in range(settings.repeats):
         for number, member in members.items():  # interleaved: a drifting machine hits every member alike
@@ -125,4 +141,4 @@ def _member(record: dict[str, Any], device) -> _Member:
     return _Member(timed(batch_size), timed(1), batch_size, image_size, dtype_name)
 
 
-__all__ = ["VerifySettings", "verify_front"]
+__all__ = ["VerifyError", "VerifySettings", "verify_front"]

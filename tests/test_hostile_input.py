@@ -176,3 +176,39 @@ def test_no_part_of_a_password_reaches_a_message(tmp_path, url):
     result = _invoke("studies", "--store", url.format(tmp=tmp_path))
     line = _one_line(result)
     assert result.exit_code == 2 and "S3cret" not in line and "PW5" not in line and "***" in line
+
+
+def test_verify_refuses_a_device_it_cannot_use_and_a_member_that_no_longer_builds(tmp_path):
+    """Each was a traceback (torch's RuntimeError, ModelConfigError); now one line, exit 2."""
+    import json
+    import sqlite3
+
+    from search_space.sampling import build_trial_config
+    from search_space.spec import SearchSpec
+
+    base = {"preset": "cait_tiny32", "embed_dim": 32, "num_heads": 2}
+    spec = SearchSpec.model_validate({"name": "v", "family": "cait", "base_model": base, "objectives": OBJECTIVES})
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("v", spec.model_dump(mode="json"), OBJECTIVES)
+        config = build_trial_config(spec, {})
+        cost = {"flops": 1000, "params": 10, "image_size": 32, "batch_size": 2}
+        store.finish_trial("v", 0, status="completed", config=config, final={"top1": 50.0}, measurement=cost)
+    for device, said in (("cuda:7", "--device cuda:7: no CUDA device"), ("cpu; rm -rf /", "is not a device")):
+        result = _invoke("verify", "v", "--store", url, "--device", device, "--repeats", "1")
+        assert result.exit_code == 2 and said in _one_line(result)
+    database = sqlite3.connect(tmp_path / "store.db")
+    broken = {**config, "model": {**config["model"], "num_heads": 3}}  # 32 is not divisible by 3
+    database.execute("update archsearch_trials set config = ?", (json.dumps(broken),))
+    database.commit()
+    result = _invoke("verify", "v", "--store", url, "--device", "cpu", "--repeats", "1")
+    assert result.exit_code == 2
+    assert "trial 0's stored config no longer builds here" in _one_line(result) and "num_heads 3" in result.output
+
+
+def test_a_layer_scale_beyond_any_residual_scale_is_refused_at_validation():
+    from trials.models.build import resolve_config
+    from trials.models.config import ModelConfigError
+
+    with pytest.raises(ModelConfigError, match="is above 1000"):
+        resolve_config({"preset": "cait_tiny32", "layer_scale": 1e300})

@@ -323,6 +323,16 @@ def test_fixed_and_bare_parameters_reach_every_trial_of_a_search(local_ray, tmp_
         assert (row.flops, row.params, row.flops_source) == (priced["flops"], priced["params"], "fvcore")
 
 
+@pytest.mark.slow
+def test_a_stop_rule_that_ends_the_search_before_any_trial_completes_is_completed_and_named(local_ray, tmp_path):
+    """``max_hours: 1e-6``: the user's rule ended it, so the study is ``completed`` with the rule as its
+    message (it was ``failed: no trial ran``)."""
+    spec = tiny_spec(name="hours", search={"sampler": "random", "n_trials": 4, "seed": 0, "stop": {"max_hours": 1e-6}})
+    summary, store, _ = run(spec, tmp_path, "hours")
+    assert summary.status == "completed" and summary.message.startswith("stopped early: max_hours")
+    assert store.study("hours")["status"] == "completed"
+
+
 def store_status(url: str, name: str) -> str:
     from harness.store import Store
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import math
+import re
 import traceback
 from typing import Any
 
@@ -88,6 +89,27 @@ def memory_cap_fraction(
             "pack fewer trials per GPU"
         )
     return fraction
+
+
+DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]{1,3})?"
+
+
+class DeviceError(ValueError):
+    """A device a user named that this machine does not have, or no device at all: one line."""
+
+
+def checked_device(name: str) -> torch.device:
+    """:func:`resolve_device` for a device a user typed (``--device``): a clear error, not torch's
+    (``cuda:7`` on a machine without it, ``cpu; rm -rf /``)."""
+    if not isinstance(name, str) or not re.fullmatch(DEVICE_PATTERN, name):
+        raise DeviceError(f"{str(name)[:60]!r} is not a device: use auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceError(f"{name}: no CUDA device on this machine")
+        count = torch.cuda.device_count()
+        if ":" in name and int(name.split(":")[1]) >= count:
+            raise DeviceError(f"{name}: this machine has {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    return resolve_device(name)
 
 
 def resolve_device(name: str) -> torch.device:

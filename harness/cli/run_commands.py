@@ -231,7 +231,7 @@ def verify_command(study: str, store_url: str | None, repeats: int, device: str,
     settings = verification.VerifySettings(repeats=repeats, device=device)
     try:
         table = verification.verify_front(url, study, settings)
-    except store_package.StoreError as error:
+    except (store_package.StoreError, verification.VerifyError) as error:
         raise UsageError(str(error)) from None
     columns = ["number", *[c for c in table.columns if c not in ("number", *VERIFY_COLUMNS)]]
     columns += [c for c in VERIFY_COLUMNS if c in table.columns]

@@ -52,6 +52,9 @@ class ModelConfigError(ConfigError):
     """
 
 
+MAX_LAYER_SCALE = 1e3  # LayerScale's eps: CaiT uses 1e-6..0.1; far above 1 only amplifies the branch
+
+
 def paper_layer_scale_init(depth: int) -> float:
     """LayerScale init from the CaiT paper's schedule: 0.1 up to 18 blocks, 1e-5 at 24, 1e-6 deeper."""
     if depth <= 18:
@@ -198,6 +201,9 @@ class CaiTConfig(_ConfigBase):
             raise ModelConfigError(
                 f"{owner}.layer_scale", f"must be a positive float, 'paper', 'off' or 'rezero'; got {ls!r}"
             )
+        elif ls > MAX_LAYER_SCALE:  # 1e300 passed once and overflowed float32 at build time
+            why = f"{ls!r} is above {MAX_LAYER_SCALE:g}: eps scales a residual branch (CaiT: 1e-6..0.1)"
+            raise ModelConfigError(f"{owner}.layer_scale", why)
         _probability(owner, "drop_path_rate", self.drop_path_rate)
         _one_of(owner, "drop_path_schedule", self.drop_path_schedule, ("uniform", "linear"))
         if self.residual is not None:
