@@ -23,7 +23,10 @@ def atomic_write(path: str | Path, data: bytes | str, encoding: str = "utf-8") -
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename."""
     path = Path(path)
     payload = data.encode(encoding) if isinstance(data, str) else data
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # The temporary name must fit where the target's does (255 bytes a name): a long target name
+    # is cut, not lengthened (a legal 250-character name once failed "File name too long").
+    prefix = "." + path.name.encode()[:200].decode(errors="ignore") + "."
+    fd, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)

@@ -179,7 +179,7 @@ class HypervolumePlateau(_Strict):
     (a fraction) over the last ``window`` completed trials (see harness.stop_rules)."""
 
     window: int = Field(50, ge=1)
-    min_gain: float = Field(0.001, ge=0)
+    min_gain: float = Field(0.001, ge=0, allow_inf_nan=False)
 
 
 class StopRules(_Strict):

@@ -212,3 +212,37 @@ def test_a_layer_scale_beyond_any_residual_scale_is_refused_at_validation():
 
     with pytest.raises(ModelConfigError, match="is above 1000"):
         resolve_config({"preset": "cait_tiny32", "layer_scale": 1e300})
+
+
+def test_a_spec_that_is_a_fifo_or_a_device_is_named_as_such_not_missing(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    for path in (tmp_path / "fifo", Path("/dev/zero")):
+        result = _invoke("search", str(path), "--store", f"sqlite:///{tmp_path / 's.db'}")
+        assert result.exit_code == 2 and "is not a regular file" in _one_line(result)
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--dataset", "../../etc"], "--dataset: 'cait-depth-tiny-../../etc' is not a valid study name"),
+        (["--dataset", "imagefolder", "--data-dir", "/nonexistent"], "data.data_dir: /nonexistent is not a directory"),
+    ],
+)
+def test_a_plan_the_run_would_refuse_is_refused(args, said):
+    result = _invoke("reproduce", "cait-depth", "--plan", *args)
+    assert result.exit_code == 2 and said in _one_line(result)
+
+
+def test_a_report_with_a_long_legal_file_name_is_written(tmp_path, study_store):
+    name = "r" * 245 + ".html"  # 250 characters: legal; the temporary name must not overflow it
+    result = _invoke("report", "s", "--store", study_store, "-o", str(tmp_path / name))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / name).stat().st_size > 0
+
+
+def test_an_infinite_plateau_gain_is_refused():
+    from search_space.spec import SearchSettings
+
+    with pytest.raises(ValueError, match="finite"):
+        SearchSettings.model_validate({"stop": {"hypervolume_plateau": {"window": 5, "min_gain": float("inf")}}})

@@ -238,6 +238,10 @@ def read_yaml(path: str | Path) -> Any:
     """``yaml.safe_load`` a file, with one-line errors for a missing, oversized, binary or non-UTF-8
     file and for YAML syntax errors (line and column)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError("", f"{path} is a directory, not a YAML config file")
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+        raise ConfigError("", f"{path} is not a regular file (a FIFO, a device?); a config is a YAML text file")
     if not path.is_file():
         raise ConfigError("", f"config file not found: {path}")
     size = path.stat().st_size

@@ -193,7 +193,10 @@ def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: s
     """``--plan``: the variants (params, FLOPs, token grids), the protocol and the estimated time here."""
     try:
         runs = reproduction.plan(study, scale, seeds, protocols, dataset, data_dir)
-    except (ConfigError, ValueError) as error:
+        for planned in runs:  # the checks the run makes before it writes anything: a plan it would refuse is refused
+            check_study_name(planned.spec["name"], "--dataset")
+            load_spec(planned.spec, check_paths=True)
+    except (ConfigError, ValueError, SearchError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
     report = planning.plan_report(runs)
     if fmt == "json":
