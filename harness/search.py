@@ -218,6 +218,12 @@ def _run_search(
                 f"nothing to resume: study {name} completed {counts['completed']} trials on "
                 f"{record['updated_at']:%Y-%m-%d %H:%M} UTC"
             )
+        live = store.live_driver(name) if name in store.study_names() else None
+        if live is not None:  # said first: --resume would be refused too while it runs
+            raise StoreError(
+                f"study {name!r} is being run by another driver ({live}): wait for it to end, or stop it "
+                "(Ctrl-C there) and then resume it with --resume"
+            )
         if not resume and name in store.study_names() and _has_trials(store, name):
             raise StoreError(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "

@@ -353,3 +353,27 @@ def test_a_searcher_restored_from_an_old_snapshot_counts_the_store_and_reruns_wh
     study = optuna.load_study(study_name="lost", storage=url)
     assert study.trials[n3].state == optuna.trial.TrialState.FAIL
     store.close()
+
+
+def test_a_second_search_on_a_running_study_names_its_driver_not_resume(tmp_path):
+    """Issue 34: it said "use --resume", and --resume was then refused as another driver's."""
+    import yaml
+
+    from harness.store import Store
+    from harness.store.store import driver_identity
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    spec = _spec("busy")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Store.open(url) as store:
+            store.create_study("busy", spec, {"top1": "max", "flops": "min"})
+            store.start_trial("busy", 0, {"model": {}})
+            store.set_study_status("busy", "running", driver=driver_identity(holder.pid))
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+        for args in (["search", str(tmp_path / "spec.yaml")], ["search", "--resume", "busy"]):
+            done = subprocess.run([EXE, *args, "--store", url], capture_output=True, text=True, timeout=120)
+            assert done.returncode == 2 and f"being run by another driver (pid {holder.pid} on" in done.stderr
+            assert "use --resume" not in done.stderr
+    finally:
+        holder.kill()

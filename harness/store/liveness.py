@@ -97,6 +97,20 @@ class Liveness(StoreBase):
 
         self._write(claim)
 
+    def live_driver(self, name: str, stale_after_s: float = HEARTBEAT_STALE_S) -> str | None:
+        """``pid N on HOST`` of the live driver running the study now (None: no live driver); a read."""
+        table = Study.__table__
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(table.c.status, table.c.driver, table.c.updated_at).where(table.c.id == self._study_id(name))
+            ).one()
+        if row.status != "running" or not row.driver or row.driver == driver_identity():
+            return None
+        if _driver_gone(row.driver, row.updated_at, _now(), stale_after_s) is not None:
+            return None
+        host, pid = ([*row.driver.split(), "?", "?"])[:2]
+        return f"pid {pid} on {host}"
+
     def heartbeat(self, name: str) -> None:
         """A running study's driver says it is alive (``updated_at``); see :meth:`mark_interrupted`."""
         study_id = self._study_id(name)
