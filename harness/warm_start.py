@@ -22,7 +22,7 @@ from dashboards.pareto import study_front
 from harness import optuna_fields as fields
 from harness.optuna_searcher import config_key
 from harness.store import Store, StoreError, mask_url
-from search_space.sampling import fixed_params, params_of_config
+from search_space.sampling import build_trial_config, fixed_params, params_of_config
 from search_space.spec import SearchSpec
 from trials.configio import ConfigError
 
@@ -80,6 +80,20 @@ def check_source(spec: SearchSpec, store_url: str) -> None:
         raise StoreError(f"search.warm_start.study: no study {warm.study!r} in {mask_url(source_url)}")
 
 
+def _proposable(spec: SearchSpec, config: dict[str, Any], searched: list[str]) -> bool:
+    """Whether the new search can propose exactly this config: its searched values lie in the new
+    domains and the new spec builds the same config from them (same base, data, budget and seed).
+    Only such a config can be reused; a count of any other would promise what never happens (a new
+    seed once showed "8 reusable without training" where none could be)."""
+    try:
+        params = params_of_config(spec, config, searched)
+        if len(params) < len(searched) or not all(spec.params[n].contains(v) for n, v in params.items()):
+            return False
+        return config_key(build_trial_config(spec, params)) == config_key(config)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return False
+
+
 def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
     """Enqueue the earlier study's trials in the searcher's Optuna study; return the counts."""
     warm = spec.search.warm_start
@@ -115,8 +129,10 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
             continue
         fields.study_of(searcher).enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
         report.enqueued += 1
+    searched = [name for name in spec.params if name not in fixed]
     for number, record in sorted(records.items()):  # completed trials; the first of identical configs is copied
-        report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
+        if _proposable(spec, record["config"], searched):
+            report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
     searcher.set_reusable(report.reusable)
     print(report.line(spec.name), file=sys.stderr, flush=True)
     return report
