@@ -246,3 +246,27 @@ def test_an_infinite_plateau_gain_is_refused():
 
     with pytest.raises(ValueError, match="finite"):
         SearchSettings.model_validate({"stop": {"hypervolume_plateau": {"window": 5, "min_gain": float("inf")}}})
+
+
+def test_a_database_holding_another_applications_archsearch_studies_table_is_left_alone(store_url):
+    """Issue 34: Alembic failed with DuplicateTable (PostgreSQL) and `studies` said "no archsearch
+    tables"; now one line names the foreign table, and it is not written (SQLite and PostgreSQL)."""
+    from sqlalchemy import create_engine, text
+
+    from harness.store import StoreError
+
+    engine = create_engine(store_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE archsearch_studies (id INTEGER PRIMARY KEY, theirs TEXT)"))
+        conn.execute(text("INSERT INTO archsearch_studies VALUES (1, 'payroll')"))
+    for command in (["studies"], ["trials", "x"]):
+        result = _invoke(*command, "--store", store_url)
+        assert result.exit_code == 2 and "archsearch_studies but no archsearch_alembic_version" in _one_line(result)
+    with pytest.raises(StoreError, match="another application's"):
+        Store.open(store_url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT theirs FROM archsearch_studies")).scalar() == "payroll"
+        assert "archsearch_trials" not in {r[0] for r in conn.execute(text(
+            "SELECT table_name FROM information_schema.tables" if "postgresql" in store_url else
+            "SELECT name FROM sqlite_master WHERE type = 'table'"))}  # fmt: skip
+    engine.dispose()

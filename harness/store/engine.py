@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .base import StoreBase
 from .errors import StoreError
-from .schema import VERSION_TABLE
+from .schema import VERSION_TABLE, Base
 from .urls import SECRET_QUERY_KEYS
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
@@ -32,6 +32,18 @@ _SQLITE_BUSY_TIMEOUT_MS = 60_000
 def _first_line(error: BaseException) -> str:
     cause = getattr(error, "orig", None) or error
     return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+
+
+def _refuse_foreign_tables(conn, url: str) -> None:
+    """Tables named like ours in a database without our version table: another application's (or a
+    half-made store). Creating ours would fail on them (DuplicateTable) or, worse, write into them."""
+    ours = {table.name for table in Base.metadata.sorted_tables}
+    found = sorted(ours & set(inspect(conn).get_table_names()))
+    if found:
+        raise StoreError(
+            f"the database at {url} holds {', '.join(found)} but no {VERSION_TABLE}: tables archsearch did not "
+            "create (another application's?); use another database or schema for the store"
+        )
 
 
 def _alembic_config(connection=None):
@@ -118,6 +130,8 @@ class Migrations(StoreBase):
                 )
             if current is None and not create:
                 raise StoreError(f"no archsearch store at {self.url}: it has no archsearch tables yet")
+            if current is None:
+                _refuse_foreign_tables(conn, self.url)
             command.upgrade(_alembic_config(conn), "head")
 
     def _check_schema(self) -> None:
@@ -128,6 +142,8 @@ class Migrations(StoreBase):
         except DBAPIError as error:  # e.g. a file that is not a database at all
             raise StoreError(f"no archsearch store at {self.url}: {_first_line(error)}") from None
         if current is None:
+            with self.engine.connect() as conn:
+                _refuse_foreign_tables(conn, self.url)
             raise StoreError(f"no archsearch store at {self.url}: it has no archsearch tables")
         if current not in known:
             raise StoreError(
