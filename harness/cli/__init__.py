@@ -17,7 +17,21 @@ from harness.cli.run_commands import reproduce_command, search_command, verify_c
 from harness.cli.trial_commands import bench_command, models_command, trial_command
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group; a Ctrl-C that reaches a command (its own handlers not installed yet, or a
+    command without any: verify, report) ends it with one line and exit 130, not click's "Aborted!"
+    and exit 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            name = ctx.invoked_subcommand or "archsearch"
+            click.echo(f"\n{name} interrupted by SIGINT", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="archsearch")
 def main() -> None:
     """archsearch: search and benchmark CaiT and CoAtNet architectures."""
