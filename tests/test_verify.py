@@ -90,3 +90,27 @@ def test_pareto_shows_the_verified_values_beside_the_in_trial_ones(tmp_path):
     with Store.open(url, create=False) as store:
         html = write_report(store, ["fast"], None, tmp_path / "report.html").read_text()
     assert "re-measured alone" in html and "off the front on verified values: 1" in html
+
+
+def test_verify_says_so_when_the_study_is_still_being_searched(tmp_path):
+    """Issue 34: verify of a running study took its "alone" timings beside the search, without a word."""
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    from harness.store import Store
+    from harness.store.store import driver_identity
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("busy", {"name": "busy"}, {"top1": "max", "flops": "min"})
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Store.open(url) as store:
+            store.set_study_status("busy", "running", driver=driver_identity(holder.pid))
+        result = CliRunner().invoke(main, ["verify", "busy", "--store", url, "--repeats", "1"])
+        assert f"warning: study busy is still being searched (pid {holder.pid} on" in result.stderr
+    finally:
+        holder.kill()

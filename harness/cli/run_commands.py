@@ -233,6 +233,14 @@ def verify_command(study: str, store_url: str | None, repeats: int, device: str,
     url = store_package.resolve_store_url(store_url)
     settings = verification.VerifySettings(repeats=repeats, device=device)
     try:
+        with open_store(url, create=False, read_only=True) as store:
+            live = store.live_driver(study) if study in store.study_names() else None
+        if live is not None:  # its "alone" timings would be taken beside the search's own training
+            click.echo(
+                f"warning: study {study} is still being searched ({live}): these timings share the machine "
+                "with its trials; verify again when it has ended",
+                err=True,
+            )
         table = verification.verify_front(url, study, settings)
     except (store_package.StoreError, verification.VerifyError) as error:
         raise UsageError(str(error)) from None
