@@ -270,3 +270,19 @@ def test_a_database_holding_another_applications_archsearch_studies_table_is_lef
             "SELECT table_name FROM information_schema.tables" if "postgresql" in store_url else
             "SELECT name FROM sqlite_master WHERE type = 'table'"))}  # fmt: skip
     engine.dispose()
+
+
+def test_a_spec_or_store_name_that_is_not_utf8_is_refused_before_ray_starts(tmp_path):
+    """Issue 34: Ray's worker start failed with UnicodeEncodeError on such a command line."""
+    import subprocess
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), "archsearch")
+    spec = os.fsencode(tmp_path) + b"/\xff.yaml"
+    Path(os.fsdecode(spec)).write_text("name: x\nfamily: cait\nobjectives: {top1: max}\n")
+    for args in ([spec, b"--store", os.fsencode(f"sqlite:///{tmp_path / 's.db'}")],
+                 [b"--resume", b"x", b"--store", os.fsencode(f"sqlite:///{tmp_path}") + b"/\xfe.db"]):  # fmt: skip
+        done = subprocess.run([exe, "search", *args], capture_output=True, timeout=120)
+        err = done.stderr.decode(errors="replace")
+        assert done.returncode == 2 and "is not valid UTF-8 (Ray cannot take it)" in err and "Traceback" not in err
+        assert "\\xff" in err or "\\xfe" in err

@@ -4,6 +4,7 @@ and DataFrame rows as plain records."""
 from __future__ import annotations
 
 import math
+import sys
 
 import click
 
@@ -40,6 +41,18 @@ store_option = click.option(
     help="Store URL (sqlite:///PATH or postgresql://USER@HOST/DB); default $ARCHSEARCH_STORE, "
     "else sqlite:///archsearch.db.",
 )
+
+
+def check_utf8_arguments(arguments: list[str] | None = None) -> None:
+    """Ray takes the driver's command line as UTF-8 text: a file or store name that is not UTF-8
+    (Python keeps its bytes as surrogates) failed deep in Ray's worker start with a traceback.
+    Refused here in one line, naming the argument."""
+    for argument in sys.argv[1:] if arguments is None else arguments:
+        try:
+            argument.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = argument.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise UsageError(f"'{shown}' is not valid UTF-8 (Ray cannot take it): rename it or pass another") from None
 
 
 def open_store(url: str | None, *, create: bool, read_only: bool = False):

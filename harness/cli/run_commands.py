@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from dashboards.columns import searched_config_columns
-from harness.cli.common import UsageError, config_error, open_store, records, store_option
+from harness.cli.common import UsageError, check_utf8_arguments, config_error, open_store, records, store_option
 from harness.output import render
 from harness.ray_setup import SearchError, check_study_name
 from search_space.validation import load_spec
@@ -64,6 +64,7 @@ def search_command(
     """
     if spec_path is None and resume_study is None:
         raise UsageError("give a SPEC.yaml to start a search, or --resume STUDY to continue one")
+    check_utf8_arguments()
     url = store_package.resolve_store_url(store_url)
     try:
         # The study's name first, as given (an empty --resume "" is a bad name, not a missing one).
@@ -154,6 +155,7 @@ def reproduce_command(
     address, store_url,
 ) -> None:  # fmt: skip
     """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
+    check_utf8_arguments()
     if plan_only:
         _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt)
         return
