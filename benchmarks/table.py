@@ -19,12 +19,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from trials.errors import DataError
+
 RESERVED = ("config_id", "epoch", "top1", "epoch_s", "flops", "params", "throughput")
 PER_CONFIG = ("flops", "params", "throughput")  # known before training: constant over a configuration's epochs
 COST_OBJECTIVES = PER_CONFIG  # objectives a search knows before the first epoch
 
 
-class TableError(ValueError):
+class TableError(DataError, ValueError):
     """A table that does not follow the format; the message names the column or row."""
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trials.errors import DataError
 from trials.lazy import lazy_import
 
 moocore = lazy_import("moocore")  # compiled hypervolume code: only when a front is computed
@@ -33,7 +34,7 @@ moocore = lazy_import("moocore")  # compiled hypervolume code: only when a front
 DIRECTIONS = ("max", "min")
 
 
-class ObjectiveError(ValueError):
+class ObjectiveError(DataError, ValueError):
     """Points, directions or a reference that do not fit together: a one-line message."""
 
 

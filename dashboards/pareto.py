@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards.multiobjective import DIRECTIONS, ObjectiveError, hypervolume, hypervolume_history, non_dominated
+from trials.errors import DataError
 
 __all__ = [
     "DIRECTIONS",
@@ -38,7 +39,7 @@ __all__ = [
 FINISHED_STATUSES = ("completed", "pruned", "failed", "diverged")
 
 
-class ParetoError(ValueError):
+class ParetoError(DataError, ValueError):
     """A bad query (unknown metric, bad direction, empty study, ...): a one-line message."""
 
 

@@ -18,6 +18,7 @@ import os
 import socket
 from pathlib import Path
 
+from trials.errors import ArchsearchError
 from trials.lazy import lazy_import
 
 # Ray: only when a cluster is joined (the CLI imports this module to check its arguments).
@@ -31,8 +32,10 @@ TOKEN_PATH_VARIABLE = "RAY_AUTH_TOKEN_PATH"
 CONNECT_TIMEOUT_S = 2.0
 
 
-class ClusterError(RuntimeError):
+class ClusterError(ArchsearchError, RuntimeError):
     """The cluster cannot be joined: one line with the cause and the fix (exit code 2)."""
+
+    kind = "cluster"
 
 
 def token_source() -> str | None:

@@ -27,6 +27,7 @@ from ray.tune import Callback
 from sqlalchemy.exc import SQLAlchemyError
 
 from harness.store import StoreError
+from trials.errors import ArchsearchError
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -43,8 +44,10 @@ class StopRequest:
         return EXIT_CODES.get(self.signum, 128 + self.signum) if self.signum else 1
 
 
-class SearchInterrupted(RuntimeError):
+class SearchInterrupted(ArchsearchError, RuntimeError):
     """The search stopped before its end and can be resumed; ``str()`` is the one line to print."""
+
+    kind = "interrupted"
 
     def __init__(self, request: StopRequest, message: str):
         self.request = request

@@ -17,6 +17,8 @@ from typing import Any
 
 import optuna
 
+from trials.errors import EnvironmentProblem
+
 # OptunaSearch attribute -> what it holds (checked by check_fields, named in its error)
 SEARCHER_FIELDS = {
     "_ot_trials": "dict: Tune trial id -> the optuna.Trial asked for it",
@@ -28,7 +30,7 @@ SEARCHER_FIELDS = {
 STUDY_FIELDS = {"_storage": "the study's BaseStorage", "_study_id": "the study's id in that storage"}
 
 
-class UnsupportedVersion(RuntimeError):
+class UnsupportedVersion(EnvironmentProblem, RuntimeError):
     """Ray Tune or Optuna changed a field archsearch reads: pin the versions the constraints name."""
 
 

@@ -19,12 +19,13 @@ from typing import Any
 
 from harness.cluster import alive_nodes, join
 from search_space.spec import SearchSpec
+from trials.errors import RunError
 from trials.lazy import lazy_import
 
 ray = lazy_import("ray")  # only once a search starts: the CLI imports this module to check arguments
 
 
-class SearchError(RuntimeError):
+class SearchError(RunError, RuntimeError):
     """The search cannot start here (e.g. it asks for GPUs the cluster does not have): one line, exit 2."""
 
     def __init__(self, field: str, message: str):

@@ -49,10 +49,14 @@ from harness.study_outcome import final_status, hopeless_after, hopeless_reason,
 from harness.trainable import search_trainable
 from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
 from search_space.spec import SearchSpec
+from trials.errors import ArchsearchError
 
 
-class NothingToResume(Exception):
-    """``--resume`` of a study that already completed: nothing runs, nothing is rewritten."""
+class NothingToResume(ArchsearchError):
+    """``--resume`` of a study that already completed: nothing runs, nothing is rewritten (exit 0)."""
+
+    kind = "nothing to do"
+    exit_code = 0
 
 
 @dataclass

@@ -24,6 +24,7 @@ from dashboards.verified import compare_fronts
 from harness.store import Store, StoreError
 from search_space.sampling import data_shape
 from trials.configio import ConfigError
+from trials.errors import RunError
 from trials.lazy import lazy_import
 
 torch = lazy_import("torch")
@@ -35,7 +36,7 @@ gpu = lazy_import("trials.gpu")
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-class VerifyError(ValueError):
+class VerifyError(RunError, ValueError):
     """The front cannot be verified here (the device, a member that no longer builds): one line, exit 2."""
 
 

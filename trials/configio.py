@@ -14,11 +14,15 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from trials.errors import ArchsearchError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(ArchsearchError, ValueError):
     """Invalid configuration. ``field`` is the dotted path of the offending key."""
+
+    kind = "spec"
 
     MAX_MESSAGE = 400  # one readable line: a huge offending value is cut, never printed whole
 

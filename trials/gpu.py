@@ -27,6 +27,7 @@ import re
 import traceback
 from typing import Any
 
+from trials.errors import RunError
 from trials.lazy import lazy_import
 
 torch = lazy_import("torch")  # search_space and the harness use the formulas without torch
@@ -94,7 +95,7 @@ def memory_cap_fraction(
 DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]{1,3})?"
 
 
-class DeviceError(ValueError):
+class DeviceError(RunError, ValueError):
     """A device a user named that this machine does not have, or no device at all: one line."""
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import click
 
 from harness import __version__
+from harness.cli.common import crash_log, one_line
 from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
 from harness.cli.run_commands import reproduce_command, search_command, verify_command
 from harness.cli.trial_commands import bench_command, models_command, trial_command
+from trials.errors import ArchsearchError
 
 
 class _Commands(click.Group):
@@ -29,6 +31,19 @@ class _Commands(click.Group):
             name = ctx.invoked_subcommand or "archsearch"
             click.echo(f"\n{name} interrupted by SIGINT", err=True)
             ctx.exit(130)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except ArchsearchError as error:  # every error a user can cause or fix: one line, its exit code
+            click.echo(one_line(f"Error: {error}"), err=True)
+            ctx.exit(error.exit_code)
+        except Exception as error:  # anything else is a bug: say so, keep the traceback off the screen
+            log = crash_log(error)
+            click.echo(
+                one_line(f"archsearch: internal error (a bug, please report it): {type(error).__name__}: {error}")
+                + f"; traceback in {log}",
+                err=True,
+            )
+            ctx.exit(1)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,7 +4,11 @@ and DataFrame rows as plain records."""
 from __future__ import annotations
 
 import math
+import os
+import re
 import sys
+import tempfile
+import traceback
 
 import click
 
@@ -41,6 +45,20 @@ store_option = click.option(
     help="Store URL (sqlite:///PATH or postgresql://USER@HOST/DB); default $ARCHSEARCH_STORE, "
     "else sqlite:///archsearch.db.",
 )
+
+
+_URL_SECRET = re.compile(r"(://[^/\s:@]*:)[^@\s]*@")  # user:PASSWORD@ in any URL of a traceback
+
+
+def crash_log(error: BaseException) -> str:
+    """Write the traceback of an unexpected error to a private file (0600, passwords in URLs masked)
+    and return its path: a bug is reported in one line with where to look, never as a wall of text."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    text = _URL_SECRET.sub(r"\1***@", text)
+    fd, path = tempfile.mkstemp(prefix="archsearch-crash-", suffix=".log")
+    with os.fdopen(fd, "w") as handle:  # mkstemp: 0600, this user's
+        handle.write(text)
+    return path
 
 
 def check_utf8_arguments(arguments: list[str] | None = None) -> None:

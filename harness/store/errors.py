@@ -1,5 +1,10 @@
 """The store's one error type: a one-line message for the user, never a credential."""
 
 
-class StoreError(RuntimeError):
+from trials.errors import ArchsearchError
+
+
+class StoreError(ArchsearchError, RuntimeError):
     """Opening or querying the store failed in a way the user can fix (bad URL, unknown study...)."""
+
+    kind = "store"

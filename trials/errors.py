@@ -1,0 +1,40 @@
+"""archsearch's one error taxonomy: every error a user can cause or fix derives from ArchsearchError.
+
+Each kind carries its exit code, so the command line catches the root once and prints one line
+(:class:`harness.cli._Commands`); anything that is not an ArchsearchError is a bug and is reported
+as one, with the path of its traceback. Lives in the lowest layer (``trials``, standard library
+only) so that every package can raise its kind without importing upwards. The kinds:
+
+=============  =====  ==========================================================================
+kind           exit   raised for
+=============  =====  ==========================================================================
+spec           2      a spec, trial config or model config that does not validate (ConfigError)
+store          2      a store that cannot be opened or read, an unknown study (StoreError)
+run            2      where or how a search cannot run here: names, results dir, resources, device
+cluster        2      a Ray cluster that cannot be joined (ClusterError)
+data           2      data or files a command reads that are unusable (a table, a front query)
+environment    2      installed versions archsearch cannot work with
+interrupted    130    a stop on request (SIGINT 130, SIGTERM 143; a failing store stops with 1)
+=============  =====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+
+class ArchsearchError(Exception):
+    """The root: a one-line message for the user, ``kind`` and the ``exit_code`` the CLI exits with."""
+
+    kind = "usage"
+    exit_code = 2
+
+
+class RunError(ArchsearchError):
+    kind = "run"
+
+
+class DataError(ArchsearchError):
+    kind = "data"
+
+
+class EnvironmentProblem(ArchsearchError):
+    kind = "environment"
