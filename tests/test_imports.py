@@ -90,3 +90,88 @@ def test_models_cost_model_and_pareto_maths_import_without_the_heavy_packages():
 def test_the_command_line_starts_without_torch_ray_or_a_database_driver():
     """``archsearch --help`` and argument errors stay instant: the commands bind their heavy modules lazily."""
     assert _heavy_after("import harness.cli") == []
+
+
+LAYERS = ("trials", "search_space", "dashboards", "harness")  # each imports only those before it
+
+
+def _project_imports(path: Path) -> set[str]:
+    """Modules of the project a file imports: import statements and ``lazy_import("...")`` calls."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the file's package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.add(module)
+            found |= {f"{module}.{alias.name}" for alias in node.names}
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "lazy_import"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+    return {m for m in found if m.split(".")[0] in LAYERS}
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for layer in LAYERS:
+        for path in (ROOT / layer).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def test_no_package_imports_a_layer_above_it():
+    """ARCHITECTURE.md's layer rule, checked on every module (it was a script in a note)."""
+    upward = []
+    for name, path in _modules().items():
+        own = LAYERS.index(name.split(".")[0])
+        for imported in _project_imports(path):
+            if LAYERS.index(imported.split(".")[0]) > own:
+                upward.append(f"{name} -> {imported}")
+    assert upward == []
+
+
+def test_the_project_modules_import_one_another_without_a_cycle():
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _project_imports(path):
+            while imported and imported not in modules:  # `from package import name`: the module that holds it
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    # Packages import their submodules in __init__ and submodules import siblings through the
+    # package: an edge to a package's own __init__ from inside it is not a cycle of behaviour.
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for target in graph.get(node, ()):
+            if target.startswith(node + ".") or node.startswith(target + "."):
+                continue
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(target):], target]))
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
