@@ -9,6 +9,9 @@ message naming the offending value.
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import click
 
 from harness import __version__
@@ -19,18 +22,38 @@ from harness.cli.trial_commands import bench_command, models_command, trial_comm
 from trials.errors import ArchsearchError
 
 
+class _Terminated(BaseException):
+    """SIGTERM reached a command that has no handler of its own (a search installs its own)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise _Terminated()
+
+
+def _catch_sigterm():
+    """SIGTERM -> :class:`_Terminated` while a command runs (main thread only); the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
 class _Commands(click.Group):
     """The command group; a Ctrl-C that reaches a command (its own handlers not installed yet, or a
     command without any: verify, report) ends it with one line and exit 130, not click's "Aborted!"
     and exit 1."""
 
     def invoke(self, ctx: click.Context):
+        previous = _catch_sigterm()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             name = ctx.invoked_subcommand or "archsearch"
             click.echo(f"\n{name} interrupted by SIGINT", err=True)
             ctx.exit(130)
+        except _Terminated:
+            name = ctx.invoked_subcommand or "archsearch"
+            click.echo(f"\n{name} terminated by SIGTERM", err=True)
+            ctx.exit(143)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except ArchsearchError as error:  # every error a user can cause or fix: one line, its exit code
@@ -44,6 +67,9 @@ class _Commands(click.Group):
                 err=True,
             )
             ctx.exit(1)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
