@@ -345,15 +345,35 @@ def test_a_sticky_cuda_error_marks_the_worker_unusable_and_an_oom_does_not():
     assert not run_trial(tiny(), callback=lambda m, t: (_ for _ in ()).throw(oom)).worker_unusable
 
 
-def test_the_trainable_ends_a_worker_whose_cuda_context_is_broken():
-    """Ray never reuses the actor of a trial that raised; the trainable raises for exactly this case."""
-    import inspect
-
+def test_the_trainable_ends_a_worker_whose_cuda_context_is_broken(monkeypatch):
+    """Ray never reuses the actor of a trial that raised; the trainable raises for exactly this case
+    (run for real on a stubbed Ray: a grep of its source let a mutant that returned first survive)."""
     from harness import trainable
+    from harness.result_keys import NUMBER_KEY
+    from search_space.spec import SearchSpec
+    from trials.runner import TrialResult
 
-    source = inspect.getsource(trainable.search_trainable)
-    assert "if result.worker_unusable:" in source and "raise WorkerUnusable" in source
-    assert issubclass(trainable.WorkerUnusable, RuntimeError)
+    reports = []
+    context = SimpleNamespace(get_assigned_resources=lambda: {"CPU": 1.0}, get_node_id=lambda: "node")
+    monkeypatch.setattr(trainable, "ray", SimpleNamespace(get_runtime_context=lambda: context, get_gpu_ids=lambda: [0]))
+    monkeypatch.setattr(trainable, "tune", SimpleNamespace(get_checkpoint=lambda: None, report=reports.append))
+    base = {"preset": "cait_tiny32", "embed_dim": 32, "num_heads": 2}
+    spec = SearchSpec.model_validate({"name": "w", "family": "cait", "base_model": base, "objectives": {"top1": "max"}})
+
+    def outcome(unusable: bool):
+        def run_trial(config, **kwargs):
+            error = "AcceleratorError: illegal memory access"
+            return TrialResult(status="failed", config=config, error=error, worker_unusable=unusable)
+
+        return run_trial
+
+    monkeypatch.setattr(trainable.runner, "run_trial", outcome(True))
+    with pytest.raises(trainable.WorkerUnusable, match="CUDA context is broken"):
+        trainable.search_trainable({NUMBER_KEY: 0}, spec.model_dump(mode="json"))
+    assert reports == []  # nothing reported: the trial fails by raising, and Ray ends the actor
+    monkeypatch.setattr(trainable.runner, "run_trial", outcome(False))
+    trainable.search_trainable({NUMBER_KEY: 1}, spec.model_dump(mode="json"))  # an ordinary failure: reported
+    assert reports[-1]["archsearch_status"] == "failed"
 
 
 # -- data path -------------------------------------------------------------------------------------
