@@ -51,7 +51,7 @@ from harness.result_keys import STATUS_KEY, split_tune_config
 from harness.samplers import make_sampler
 from harness.store import Store
 from search_space.sampling import Feasibility, SpaceFunction
-from search_space.spec import EarlyStopping, SearchSpec
+from search_space.spec import EarlyStopping, SearchSettings, SearchSpec
 
 OUR_SAMPLERS = ("random", "tpe", "nsga2", "default")
 SYNE_METHODS = ("syne-random", "syne-moasha", "syne-moreg")
@@ -101,6 +101,15 @@ def parse_method(method: str) -> tuple[str, str | None, int | None]:
 
 
 SPREAD = 8  # the initial spread a "-spread" method gets
+
+
+def resolved(method: str) -> tuple:
+    """What a method runs: the sampler a spec gets (``default`` resolved), early stopping, spread."""
+    sampler, stopping, spread = parse_method(method)
+    settings = SearchSettings()
+    if sampler == "default":
+        sampler = settings.sampler
+    return sampler, stopping, settings.initial_spread if spread is None else spread
 
 
 def table_spec(
@@ -308,7 +317,12 @@ def run_all(
 
                 runs[method] = search_quality_syne.replay_seeds(table, truth, method, seeds, workers, budget)
             else:
-                runs[method] = [replay(table, truth, method, seed, workers, budget, url) for seed in range(seeds)]
+                key = resolved(method)
+                same = next((m for m in runs if not m.startswith("syne-") and resolved(m) == key), None)
+                if same is not None:  # e.g. default = tpe: the same searcher, the same seeds, the same runs
+                    runs[method] = runs[same]
+                else:
+                    runs[method] = [replay(table, truth, method, seed, workers, budget, url) for seed in range(seeds)]
             if progress:
                 median = _quartiles([r.epochs_to(0.95) for r in runs[method]])["median"]
                 print(f"  {method:<18} {seeds} seeds in {time.perf_counter() - started:6.1f} s; epochs to 95%: "
