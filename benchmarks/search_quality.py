@@ -29,10 +29,12 @@ import argparse
 import heapq
 import json
 import math
+import multiprocessing
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,13 +305,23 @@ def run_all(
     workers: int,
     budget: int | None,
     progress: bool = True,
+    jobs: int = 1,
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
     truth = TrueFront(table, objectives)
     budget = budget or len(table) * table.epochs
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study created: thousands here
     runs: dict[str, list[Replay]] = {}
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) if jobs > 1 else None
     with tempfile.TemporaryDirectory(prefix="search-quality-") as directory:
         url = f"sqlite:///{Path(directory) / 'replay.db'}"
+
+        def seeds_of(method: str) -> list[Replay]:
+            if pool is None:
+                return [replay(table, truth, method, seed, workers, budget, url) for seed in range(seeds)]
+            urls = [f"sqlite:///{Path(directory) / f'replay-{method}-{seed}.db'}" for seed in range(seeds)]
+            return list(pool.map(replay, *zip(*[(table, truth, method, s, workers, budget, u)
+                                                 for s, u in enumerate(urls)], strict=True)))  # fmt: skip
+
         for method in methods:
             started = time.perf_counter()
             if method.startswith("syne-"):
@@ -322,11 +334,13 @@ def run_all(
                 if same is not None:  # e.g. default = tpe: the same searcher, the same seeds, the same runs
                     runs[method] = runs[same]
                 else:
-                    runs[method] = [replay(table, truth, method, seed, workers, budget, url) for seed in range(seeds)]
+                    runs[method] = seeds_of(method)
             if progress:
                 median = _quartiles([r.epochs_to(0.95) for r in runs[method]])["median"]
                 print(f"  {method:<18} {seeds} seeds in {time.perf_counter() - started:6.1f} s; epochs to 95%: "
                       f"{median}", file=sys.stderr, flush=True)  # fmt: skip
+    if pool is not None:
+        pool.shutdown()
     result = {
         "table": table.path,
         "configurations": len(table),
@@ -422,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="epochs (default: the whole table's)")
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--png", type=Path, default=None)
+    parser.add_argument("--jobs", type=int, default=1, help="processes replaying seeds side by side")
     args = parser.parse_args(argv)
     try:
         if args.seeds < 1 or args.workers < 1 or (args.budget is not None and args.budget < 1):
@@ -441,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{table.path}: {len(table)} configurations x {table.epochs} epochs; {args.seeds} seeds, "
           f"{args.workers} workers", file=sys.stderr)  # fmt: skip
     try:
-        result, runs = run_all(table, objectives, methods, args.seeds, args.workers, args.budget)
+        result, runs = run_all(table, objectives, methods, args.seeds, args.workers, args.budget, jobs=args.jobs)
     except TableError as error:  # a table Syne Tune's simulator cannot replay (a combination missing)
         print(f"error: {error}", file=sys.stderr)
         return 2

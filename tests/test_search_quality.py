@@ -140,3 +140,13 @@ def test_a_grid_study_exports_as_a_table_that_reads_back(tmp_path, capsys):
     before = out.read_bytes()
     export_main(["--store", url, "--study", "grid", "-o", str(out)])
     assert out.read_bytes() == before
+
+
+def test_replaying_seeds_side_by_side_gives_the_same_runs(tmp_path):
+    """``--jobs``: seeds replayed in parallel processes give exactly the runs of one process."""
+    table = load_table(_unseen_table(tmp_path / "unseen.csv"))
+    objectives = {"top1": "max", "flops": "min"}
+    one, runs_one = search_quality.run_all(table, objectives, ["tpe", "random-es"], 2, 2, None, progress=False)
+    two, runs_two = search_quality.run_all(table, objectives, ["tpe", "random-es"], 2, 2, None, progress=False, jobs=2)
+    assert one["methods"] == two["methods"]
+    assert [r.completed for r in runs_one["tpe"]] == [r.completed for r in runs_two["tpe"]]
