@@ -286,3 +286,20 @@ def test_a_spec_or_store_name_that_is_not_utf8_is_refused_before_ray_starts(tmp_
         err = done.stderr.decode(errors="replace")
         assert done.returncode == 2 and "is not valid UTF-8 (Ray cannot take it)" in err and "Traceback" not in err
         assert "\\xff" in err or "\\xfe" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("name: a\nname: b\nfamily: cait\nobjectives: {top1: max}\n", "duplicate key 'name' (lines 1 and 2)"),
+        ("name: a\nfamily: cait\nobjectives: {top1: max}\nparams:\n  depth: {choice: [1]}\n  depth: {choice: [3]}\n",
+         "duplicate key 'depth' under 'params' (lines 5 and 6)"),
+    ],
+)  # fmt: skip
+def test_a_key_written_twice_is_refused_not_silently_overwritten(tmp_path, text, said):
+    """A fresh adversarial case (issue 34): YAML keeps the last of two equal keys, and a search ran
+    under the second name as if the first were not there."""
+    (tmp_path / "spec.yaml").write_text(text)
+    result = _invoke("search", str(tmp_path / "spec.yaml"), "--store", f"sqlite:///{tmp_path / 's.db'}")
+    assert result.exit_code == 2 and said in _one_line(result)
+    assert not (tmp_path / "s.db").exists()

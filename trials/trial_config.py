@@ -18,7 +18,7 @@ from .configio import ConfigError, check_fields, from_mapping, is_int, is_number
 from .data_config import DataConfig
 from .models.build import resolve_config
 from .models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
-from .yaml_bounds import YamlTooLarge, safe_load_bounded
+from .yaml_bounds import YamlDuplicateKey, YamlTooLarge, safe_load_bounded
 
 Precision = Literal["auto", "fp32", "bf16"]
 
@@ -260,7 +260,7 @@ def read_yaml(path: str | Path) -> Any:
         ) from None
     try:
         return safe_load_bounded(text)
-    except YamlTooLarge as error:
+    except (YamlTooLarge, YamlDuplicateKey) as error:
         raise ConfigError(error.key, f"{path}: {error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)

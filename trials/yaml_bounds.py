@@ -86,8 +86,41 @@ def expanded_size(root) -> tuple[int, str]:
     return sizes[id(root)], key
 
 
+class YamlDuplicateKey(ValueError):
+    """A mapping names the same key twice: YAML keeps the last silently, the user meant one of them."""
+
+    def __init__(self, key: str, name: str, first: int, second: int):
+        self.key = key
+        where = f"under {key!r} " if key else ""
+        super().__init__(f"duplicate key {name!r} {where}(lines {first} and {second}): keep one")
+
+
+def duplicate_key(root) -> YamlDuplicateKey | None:
+    """The first mapping (depth first, aliases visited once) that names a key twice, or None."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key, _value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    if key.value in lines:
+                        return YamlDuplicateKey(path, key.value, lines[key.value], line)
+                    lines[key.value] = line
+        for label, child in _children(node):
+            if label is not None or isinstance(node, yaml.SequenceNode):
+                stack.append((child, f"{path}.{label}".lstrip(".").replace(".[", "[") if label else path))
+    return None
+
+
 def safe_load_bounded(text: str) -> Any:
-    """``yaml.safe_load`` of ``text``, refusing a document that expands past the bound (YamlTooLarge)."""
+    """``yaml.safe_load`` of ``text``, refusing a document that expands past the bound (YamlTooLarge)
+    or that names a key twice in one mapping (YamlDuplicateKey: YAML would keep the last silently)."""
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
@@ -96,6 +129,9 @@ def safe_load_bounded(text: str) -> Any:
         size, key = expanded_size(root)
         if size > MAX_EXPANDED_NODES:
             raise YamlTooLarge(key, size)
+        duplicate = duplicate_key(root)
+        if duplicate is not None:
+            raise duplicate
         return loader.construct_document(root)
     finally:
         loader.dispose()
