@@ -303,3 +303,19 @@ def test_a_key_written_twice_is_refused_not_silently_overwritten(tmp_path, text,
     result = _invoke("search", str(tmp_path / "spec.yaml"), "--store", f"sqlite:///{tmp_path / 's.db'}")
     assert result.exit_code == 2 and said in _one_line(result)
     assert not (tmp_path / "s.db").exists()
+
+
+def test_a_trial_on_a_device_this_machine_lacks_is_refused_before_it_runs(tmp_path):
+    """Fresh adversarial case: `device: cuda` on a CPU machine ran and failed deep in torch."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    (tmp_path / "t.yaml").write_text("name: t\nmodel: cait_tiny32\ndevice: cuda\ntraining: {epochs: 1}\n")
+    result = _invoke("trial", str(tmp_path / "t.yaml"))
+    assert result.exit_code == 2 and _one_line(result) == "Error: device: cuda: no CUDA device on this machine"
+
+
+def test_a_png_folder_that_cannot_be_made_is_named_not_the_report(tmp_path, study_store):
+    result = _invoke("report", "s", "--store", study_store, "-o", str(tmp_path / "r.html"), "--png", "/proc/x")
+    assert result.exit_code == 2 and ": /proc/x: " in _one_line(result)

@@ -241,5 +241,6 @@ def report_command(
             reason = f"a file is in the way of its folder {Path(output).parent}"
         else:
             reason = error.strerror or str(error)
-        raise UsageError(f"cannot write the report to {output}: {reason}") from None
+        target = error.filename if isinstance(error.filename, str) and error.filename else output
+        raise UsageError(f"cannot write the report to {output}: {target}: {reason}") from None
     click.echo(f"report written to {Path(path).resolve()}")

@@ -18,6 +18,7 @@ models_package = lazy_import("trials.models")
 measure = lazy_import("trials.measure")
 runner = lazy_import("trials.runner")
 train = lazy_import("trials.train")
+gpu = lazy_import("trials.gpu")  # the device a config names, checked before anything runs
 
 
 @click.command("models")
@@ -83,8 +84,11 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
         if device is not None and isinstance(raw, dict):
             raw["device"] = device
         config = load_trial_config(raw)
+        gpu.checked_device(config.device)  # a device this machine lacks: one line now, not a failed trial
     except ConfigError as error:
         raise config_error(error) from None
+    except gpu.DeviceError as error:
+        raise UsageError(f"device: {error}") from None
     result = runner.run_trial(config, progress=progress)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
