@@ -78,3 +78,18 @@ def add_small_study(store, name: str = "s") -> None:
             final={"top1": 50.0 + number},
             epochs=[{"epoch": 1, "top1": 50.0 + number, "train_loss": 1.0}],
         )
+
+
+def tiny_search_spec(name: str = "tiny", n_trials: int = 1) -> dict:
+    """A search spec that trains in seconds (a 1-block CaiT, 64 synthetic images, one epoch), as a dict."""
+    return {
+        "name": name,
+        "family": "cait",
+        "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
+        "data": {"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
+        "training": {"epochs": 1, "lr": 1e-3},
+        "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
+        "params": {"depth": {"choice": [1, 2]}},
+        "objectives": {"top1": "max", "flops": "min"},
+        "search": {"sampler": "random", "n_trials": n_trials, "seed": 0},
+    }

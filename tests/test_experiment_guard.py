@@ -11,23 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import tiny_search_spec
 
 from harness.experiment_guard import check_experiment_for_resume, check_new_experiment, remove_stale_experiment
 from harness.ray_setup import SearchError
 from harness.store import Store
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
-SPEC = {
-    "name": "tiny",
-    "family": "cait",
-    "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
-    "data": {"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
-    "training": {"epochs": 1, "lr": 1e-3},
-    "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
-    "params": {"depth": {"choice": [1, 2]}},
-    "objectives": {"top1": "max", "flops": "min"},
-    "search": {"sampler": "random", "n_trials": 1, "seed": 0},
-}
+SPEC = tiny_search_spec("tiny", n_trials=1)
 
 
 @pytest.mark.parametrize("planted", ["tuner.pkl", ".validate_storage_marker"])

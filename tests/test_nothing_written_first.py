@@ -10,21 +10,12 @@ import sys
 import optuna
 import pytest
 import yaml
+from conftest import tiny_search_spec
 
 from harness.store import Store
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
-SPEC = {
-    "name": "w",
-    "family": "cait",
-    "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
-    "data": {"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
-    "training": {"epochs": 1, "lr": 1e-3},
-    "measure": {"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
-    "params": {"depth": {"choice": [1, 2]}},
-    "objectives": {"top1": "max", "flops": "min"},
-    "search": {"sampler": "random", "n_trials": 2, "seed": 0},
-}
+SPEC = tiny_search_spec("w", n_trials=2)
 
 
 def _search(tmp_path, spec: dict, *args: str) -> subprocess.CompletedProcess:
