@@ -150,3 +150,19 @@ def test_replaying_seeds_side_by_side_gives_the_same_runs(tmp_path):
     two, runs_two = search_quality.run_all(table, objectives, ["tpe", "random-es"], 2, 2, None, progress=False, jobs=2)
     assert one["methods"] == two["methods"]
     assert [r.completed for r in runs_one["tpe"]] == [r.completed for r in runs_two["tpe"]]
+
+
+def test_the_committed_table_is_whole_and_its_front_is_the_one_its_readme_states():
+    """benchmarks/tables/coatnet-mnist5k.csv.gz: 256 configurations x 8 epochs, the grid of its preset,
+    a true front of 9 (what benchmarks/tables/README.md says)."""
+    from search_space.sampling import grid_space
+    from search_space.validation import load_spec
+
+    root = Path(__file__).parents[1]
+    table = load_table(root / "benchmarks" / "tables" / "coatnet-mnist5k.csv.gz")
+    assert (len(table), table.epochs) == (256, 8)
+    spec = load_spec(root / "search_space" / "presets" / "coatnet-mnist5k-table.yaml", check_paths=False)
+    assert table.domains() == {name: sorted(values) for name, values in grid_space(spec).items()}  # the whole grid
+    truth = search_quality.TrueFront(table, {"top1": "max", "flops": "min"})
+    assert len(truth.members) == 9 and round(truth.volume / 1e8, 3) == 1.558
+    assert {table.params[i]["lr"] for i in truth.members} == {0.003}
