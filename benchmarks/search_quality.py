@@ -53,7 +53,7 @@ from harness.result_keys import STATUS_KEY, split_tune_config
 from harness.samplers import make_sampler
 from harness.store import Store
 from search_space.sampling import Feasibility, SpaceFunction
-from search_space.spec import EarlyStopping, SearchSettings, SearchSpec
+from search_space.spec import EarlyStopping, SearchSpec
 
 OUR_SAMPLERS = ("random", "tpe", "nsga2", "default")
 SYNE_METHODS = ("syne-random", "syne-moasha", "syne-moreg")
@@ -105,13 +105,11 @@ def parse_method(method: str) -> tuple[str, str | None, int | None]:
 SPREAD = 8  # the initial spread a "-spread" method gets
 
 
-def resolved(method: str) -> tuple:
-    """What a method runs: the sampler a spec gets (``default`` resolved), early stopping, spread."""
+def resolved(method: str, table: Table, objectives: dict[str, str], workers: int) -> tuple:
+    """What a method runs on a table: the sampler and spread a spec gets (``default`` resolved), early stopping."""
     sampler, stopping, spread = parse_method(method)
-    settings = SearchSettings()
-    if sampler == "default":
-        sampler = settings.sampler
-    return sampler, stopping, settings.initial_spread if spread is None else spread
+    spec = table_spec(table, "resolved", sampler, 0, workers, objectives, spread)
+    return spec.search.sampler, stopping, initial_design.planned_spread(spec)
 
 
 def table_spec(
@@ -207,7 +205,7 @@ def replay(
     with Store.open(store_url) as store:
         store.create_study(spec.name, spec.model_dump(mode="json"), dict(objectives))
     searcher = TableSearch(spec, table, store_url, spec.name)
-    if spec.search.initial_spread:
+    if initial_design.planned_spread(spec):
         initial_design.apply(searcher, spec, quiet=True)
     decider = None
     if stopping is not None:
@@ -329,8 +327,11 @@ def run_all(
 
                 runs[method] = search_quality_syne.replay_seeds(table, truth, method, seeds, workers, budget)
             else:
-                key = resolved(method)
-                same = next((m for m in runs if not m.startswith("syne-") and resolved(m) == key), None)
+                key = resolved(method, table, objectives, workers)
+                same = next(
+                    (m for m in runs if not m.startswith("syne-") and resolved(m, table, objectives, workers) == key),
+                    None,
+                )
                 if same is not None:  # e.g. default = tpe: the same searcher, the same seeds, the same runs
                     runs[method] = runs[same]
                 else:

