@@ -380,23 +380,27 @@ def test_a_second_search_on_a_running_study_names_its_driver_not_resume(tmp_path
 
 
 @pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
-@pytest.mark.parametrize("delay", [0.3, 1.0])
-def test_ctrl_c_before_the_search_installs_its_handlers_exits_130_in_one_line(tmp_path, delay, signum, code):
-    """Issue 34: a SIGINT while the command still imports or starts Ray printed click's "Aborted!" and
-    exited 1; whenever it lands, the command says it was stopped and exits 130 (SIGTERM: 143)."""
+@pytest.mark.parametrize("swallowed", [False, True])
+def test_a_signal_reaching_a_command_before_its_own_handlers_exits_in_one_line(monkeypatch, signum, code, swallowed):
+    """Issue 34: a SIGINT while a command still imports or starts Ray printed click's "Aborted!" and
+    exited 1, or (an import cut short, the KeyboardInterrupt swallowed) failed later with another error.
+    The signal is sent to this process from inside a command, so the test does not race a clock."""
     import signal
-    import time
 
-    import yaml
+    from click.testing import CliRunner
 
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(_spec("early")))
-    args = [EXE, "search", str(tmp_path / "spec.yaml"), "--store", f"sqlite:///{tmp_path / 's.db'}",
-            "--results-dir", str(tmp_path / "rr")]  # fmt: skip
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
-    process.send_signal(getattr(signal, signum))
-    out, err = process.communicate(timeout=180)
-    assert process.returncode == code, (out + err)[-2000:]
-    assert "Aborted!" not in out + err and "Traceback" not in err
-    last = [line for line in (out + err).splitlines() if line.strip()][-1]
-    assert "interrupted" in last or "terminated" in last, last
+    from harness.cli import main, read_commands
+
+    def command(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), getattr(signal, signum))
+        except BaseException:
+            if not swallowed:
+                raise
+        raise AttributeError("partially initialized module 'ray' has no attribute '_private'")
+
+    monkeypatch.setattr(read_commands.studies_command, "callback", command)
+    result = CliRunner().invoke(main, ["studies"])
+    assert result.exit_code == code, result.output
+    assert "Aborted!" not in result.output and "internal error" not in result.stderr
+    assert result.stderr.strip() in (f"studies interrupted by {signum}", f"studies terminated by {signum}")

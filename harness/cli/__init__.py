@@ -26,15 +26,27 @@ class _Terminated(BaseException):
     """SIGTERM reached a command that has no handler of its own (a search installs its own)."""
 
 
+_RECEIVED: list[int] = []  # signals that reached a command: an error after one is the stop, not a bug
+
+
 def _raise_terminated(signum, frame) -> None:
+    _RECEIVED.append(signum)
     raise _Terminated()
 
 
-def _catch_sigterm():
-    """SIGTERM -> :class:`_Terminated` while a command runs (main thread only); the previous handler."""
+def _raise_interrupt(signum, frame) -> None:
+    _RECEIVED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _catch_signals():
+    """SIGTERM -> :class:`_Terminated`, SIGINT -> KeyboardInterrupt, each remembered (an import that a
+    Ctrl-C cut short may swallow the KeyboardInterrupt and fail later with another error); main thread
+    only. Returns the previous handlers."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, _raise_terminated)
+    _RECEIVED.clear()
+    return signal.signal(signal.SIGTERM, _raise_terminated), signal.signal(signal.SIGINT, _raise_interrupt)
 
 
 class _Commands(click.Group):
@@ -43,7 +55,7 @@ class _Commands(click.Group):
     and exit 1."""
 
     def invoke(self, ctx: click.Context):
-        previous = _catch_sigterm()
+        previous = _catch_signals()
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
@@ -60,6 +72,11 @@ class _Commands(click.Group):
             click.echo(one_line(f"Error: {error}"), err=True)
             ctx.exit(error.exit_code)
         except Exception as error:  # anything else is a bug: say so, keep the traceback off the screen
+            if _RECEIVED:  # a stop that surfaced as another error (an import cut short by Ctrl-C)
+                name = ctx.invoked_subcommand or "archsearch"
+                received = _RECEIVED[-1]
+                click.echo(f"\n{name} interrupted by {signal.Signals(received).name}", err=True)
+                ctx.exit(128 + received)
             log = crash_log(error)
             click.echo(
                 one_line(f"archsearch: internal error (a bug, please report it): {type(error).__name__}: {error}")
@@ -69,7 +86,8 @@ class _Commands(click.Group):
             ctx.exit(1)
         finally:
             if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+                signal.signal(signal.SIGTERM, previous[0])
+                signal.signal(signal.SIGINT, previous[1])
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
