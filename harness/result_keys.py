@@ -14,7 +14,6 @@ STATUS_KEY = "archsearch_status"  # set on the final report of a trial that ran 
 # The closed-form cost ({"flops": ..., "params": ...}) the searcher priced the config at before
 # dispatch (the constraints were checked on it); the worker checks the model it builds costs the same.
 PRICED_KEY = "archsearch_priced"
-SEARCHER_KEYS = (NUMBER_KEY, PRICED_KEY)
 
 
 def split_tune_config(config: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None, dict[str, Any]]:
