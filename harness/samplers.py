@@ -19,13 +19,12 @@ experiments pickled it under that name: :data:`harness.optuna_searcher.LEGACY_MO
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
 
-from search_space.sampling import constraints_from_trial, grid_space
+from search_space.sampling import constraints_from_trial, grid_points, grid_space
 from search_space.spec import SearchSpec
 
 
@@ -46,15 +45,29 @@ def make_sampler(spec: SearchSpec) -> optuna.samplers.BaseSampler:
         return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
     if s.sampler == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
-    return TuneGridSampler(grid_space(spec), seed=s.seed)
+    points = grid_points(spec) if s.grid is not None else None
+    return TuneGridSampler(grid_space(spec), seed=s.seed, points=points)
 
 
 class TuneGridSampler(optuna.samplers.GridSampler):
     """GridSampler whose end of grid is decided by the searcher, not by ``study.stop()``."""
 
-    def __init__(self, search_space: Mapping[str, Sequence[Any]], seed: int | None = None):
+    def __init__(
+        self,
+        search_space: Mapping[str, Sequence[Any]],
+        seed: int | None = None,
+        points: Sequence[Mapping[str, Any]] | None = None,
+    ):
+        """``points``: visit only these points of the product (``search.grid``'s union of
+        sub-grids), each once, in the sampler's shuffled order."""
         super().__init__(dict(search_space), seed=seed)
-        self.size = math.prod(len(values) for values in search_space.values())
+        if points is not None:
+            # GridSampler numbers its points by position in ``_all_grids`` and visits every position
+            # below ``_n_min_trials``; keeping only the chosen tuples makes it visit just those.
+            keep = {tuple(repr(point[name]) for name in self._param_names) for point in points}
+            self._all_grids = [g for g in self._all_grids if tuple(map(repr, g)) in keep]
+            self._n_min_trials = len(self._all_grids)
+        self.size = len(self._all_grids)
 
     def after_trial(self, study, trial, state, values) -> None:
         """No ``study.stop()``: the searcher stops suggesting (see :meth:`all_started`)."""

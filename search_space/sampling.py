@@ -6,6 +6,7 @@ searcher holds :class:`SpaceFunction`.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,7 +263,10 @@ def constraints_from_trial(frozen_trial) -> list[float]:
 
 
 def discrete_space_size(spec: SearchSpec) -> int | None:
-    """How many parameter combinations the space has (None when a float range makes it continuous)."""
+    """How many parameter combinations the space has (None when a float range makes it continuous);
+    with ``search.grid``, how many distinct points its sub-grids hold together."""
+    if spec.search.grid is not None:
+        return len(grid_points(spec))
     size = 1
     for domain in spec.params.values():
         if isinstance(domain, FloatDomain):
@@ -287,3 +291,29 @@ def grid_space(spec: SearchSpec) -> dict[str, list[Any]]:
         else:
             raise ConfigError(f"params.{name}", "a grid search needs choices or int ranges, not a float range")
     return grid
+
+
+def grid_points(spec: SearchSpec) -> list[dict[str, Any]]:
+    """Every point a grid search visits, each once: the product of :func:`grid_space`, or with
+    ``search.grid`` the union of its sub-grids (each one's values checked against the domain: a
+    ConfigError naming ``search.grid[i].NAME`` otherwise)."""
+    space = grid_space(spec)
+    names = sorted(space)
+    subgrids = spec.search.grid if spec.search.grid is not None else [{}]
+    points: dict[tuple, dict[str, Any]] = {}
+    for index, subgrid in enumerate(subgrids):
+        for unknown in sorted(set(subgrid) - set(names)):
+            raise ConfigError(f"search.grid[{index}].{unknown}", "is not a searched parameter under params:")
+        values = {}
+        for name in names:
+            chosen = subgrid.get(name, space[name])
+            where = f"search.grid[{index}].{name}"
+            if not isinstance(chosen, list) or not chosen:
+                raise ConfigError(where, "needs a non-empty list of values")
+            for value in chosen:
+                if not any(_same_value(value, allowed) for allowed in space[name]):
+                    raise ConfigError(where, f"{value!r} is not in params.{name}'s domain")
+            values[name] = chosen
+        for combination in itertools.product(*(values[name] for name in names)):
+            points.setdefault(tuple(map(repr, combination)), dict(zip(names, combination, strict=True)))
+    return list(points.values())

@@ -213,6 +213,10 @@ class SearchSettings(_Strict):
     # None: 8 where it pays (a priced objective, 32 trials or more, no grid or warm start), else none
     initial_spread: int | None = Field(None, ge=0)
     verify_front: bool = False  # re-measure the front alone at the end (archsearch verify)
+    # sampler grid only: the union of these sub-grids (param -> values) is searched instead of the
+    # whole product of params, e.g. more seeds for two variants than for the rest; a param a
+    # sub-grid leaves out takes every value of its domain there
+    grid: list[dict[str, list[Any]]] | None = Field(None, min_length=1)
     keep_checkpoints: bool = False  # keep trial checkpoints after the study completed (default: removed)
 
 

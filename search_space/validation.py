@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from trials.configio import ConfigError
 from trials.trial_config import load_trial_config, read_yaml
 
-from .sampling import build_trial_config, cost_violations
+from .sampling import build_trial_config, cost_violations, grid_points
 from .spec import (
     _INDEXED,
     ChoiceDomain,
@@ -51,6 +51,7 @@ def check_spec(spec: SearchSpec, *, check_paths: bool = True) -> None:
     check_early_stopping(spec)
     check_stop_rules(spec)
     check_warm_start(spec)
+    check_grid(spec)
     check_constraints_leave_something(spec)
 
 
@@ -168,6 +169,16 @@ def check_stop_rules(spec: SearchSpec) -> None:
             "search.stop.hypervolume_plateau.window",
             f"{plateau.window} is not below n_trials {spec.search.n_trials}: the plateau could never be seen",
         )
+
+
+def check_grid(spec: SearchSpec) -> None:
+    """``search.grid`` (a union of sub-grids) is the grid sampler's, and names only searched
+    parameters and values inside their domains."""
+    if spec.search.grid is None:
+        return
+    if spec.search.sampler != "grid":
+        raise ConfigError("search.grid", f"lists grid points, but search.sampler is {spec.search.sampler!r}: use grid")
+    grid_points(spec)
 
 
 def check_warm_start(spec: SearchSpec) -> None:

@@ -129,9 +129,11 @@ def search_command(
     type=click.Choice(["tiny", "cpu", "small", "paper"]),
     default="tiny",
     show_default=True,
-    help="tiny: a smoke run; cpu: conclusive on a 2-core CPU; small: one GPU; paper: the papers' budgets.",
+    help="tiny: a smoke run (decides nothing); cpu: the committed studies' budget on a 2-core CPU (decides "
+    "some claims, not all: see docs/reproductions); small: one GPU; paper: the papers' budgets.",
 )
-@click.option("--seeds", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--seeds", type=click.IntRange(1, 100), default=None,
+              help="Seeds per variant (default: the scale's, 7 at cpu; some variants may run more).")  # fmt: skip
 @click.option(
     "--protocol", "protocols", multiple=True, type=click.Choice(["generalisation", "capacity"]), help="Default: both."
 )
@@ -156,6 +158,7 @@ def reproduce_command(
 ) -> None:  # fmt: skip
     """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
     check_utf8_arguments()
+    seeds = seeds if seeds is not None else reproduction.default_seeds(scale)
     if plan_only:
         _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt)
         return

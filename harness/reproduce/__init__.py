@@ -30,6 +30,7 @@ from harness.reproduce.studies import (
     cait_class_attention_spec,
     cait_depth_spec,
     coatnet_layouts_spec,
+    default_seeds,
     plan,
 )
 from harness.reproduce.summary import markdown_summary
@@ -48,6 +49,7 @@ __all__ = [
     "cait_class_attention_spec",
     "cait_depth_spec",
     "coatnet_layouts_spec",
+    "default_seeds",
     "markdown_summary",
     "plan",
     "reproduce",

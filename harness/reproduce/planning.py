@@ -86,7 +86,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
             evaluated = val_size + (2 * train_size if training.get("recalibrate_batchnorm") else 0)
             epoch = step * (steps + EVAL_COST * math.ceil(evaluated / batch))
             entry["estimated_run_s"] = round(RUN_OVERHEAD_S + training["epochs"] * epoch, 1)
-            seconds += entry["estimated_run_s"] * run.protocol.seeds
+            seconds += entry["estimated_run_s"] * run.protocol.seeds_of(name)
         variants.append(entry)
     return {
         "study": run.protocol.study,

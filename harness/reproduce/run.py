@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from harness.reproduce.analysis import StudyNumbers, summarize
 from harness.reproduce.studies import DEFAULT_DATASET, plan
 from harness.reproduce.summary import markdown_summary, study_figures
 from harness.search import run_search
-from harness.store import Store
+from harness.store import Store, StoreError
 from search_space.validation import load_spec
 
 
@@ -43,7 +44,7 @@ def reproduce(
         protocol = planned.protocol
         spec = load_spec(planned.spec, check_paths=address is None)
         if run:
-            run_search(spec, store_url, address=address, results_dir=results_dir)
+            _run_or_resume(spec, store_url, address, results_dir)
         with Store.open(store_url, create=False) as store:
             store.study(spec.name)  # with run=False: a one-line error if the study was never run
             numbers = StudyNumbers()
@@ -69,6 +70,29 @@ def reproduce(
             )
         written += [summary, report, *(path for _, path in figures)]
     return written
+
+
+def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path | None) -> None:
+    """Run the study's grid; a study already in the store is resumed where it stopped (its finished
+    runs kept) or, when complete, not run again. A stored study planned otherwise (other seeds,
+    another budget) is refused: its runs would be mixed with this plan's."""
+    with Store.open(store_url) as store:
+        stored = store.study(spec.name) if spec.name in store.study_names() else None
+        started = stored is not None and any(n for k, n in store.counts(spec.name).items() if k != "epochs")
+    if stored is not None and started:
+        planned = spec.model_dump(mode="json")
+        if _decoded(stored["spec"]) != planned:
+            raise StoreError(
+                f"study {spec.name!r} in this store was planned otherwise (another number of seeds, budget or "
+                "version of the protocol): write this plan to another --store, or --report-only to summarise it"
+            )
+        if stored["status"] == "completed":
+            return
+    run_search(spec, store_url, address=address, results_dir=results_dir, resume=started)
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def reproduce_coatnet_layouts(store_url: str, **kwargs: Any) -> list[Path]:
