@@ -1,8 +1,10 @@
-"""Verdicts on the papers' claims that a referee accepts: paired seeds, one-sided tests, margins, Holm.
+"""Verdicts on the papers' claims that a referee accepts: paired seeds, two-sided 5% tests, margins, Holm.
 
-Every verdict is a one-sided test at the 5% level (scipy.stats) on the difference A - B of a metric
-over seeds, oriented so that positive means "A is better"; each relation has a "holds" and a
-"does not hold" direction, symmetric to each other:
+Every claim is decided by a two-sided test at the 5% level on the difference A - B of a metric
+over seeds, oriented so that positive means "A is better": each relation has a "holds" and a
+"does not hold" direction, symmetric to each other, and each direction is a one-sided t-test at
+2.5% (``ALPHA / 2``), so that the claim as a whole errs at most 5% of the time whichever way the
+truth lies:
 
 * ``A > B``   holds if A - B > 0 is significant; does not hold if A - B < 0 is.
 * ``A >= B``  non-inferiority with ``margin``: holds if A - B > -margin is significant; does not
@@ -15,15 +17,18 @@ Anything else is inconclusive: absence of evidence is never agreement; with fewe
 ``min_seeds`` seeds per variant every verdict is "inconclusive (fewer than 3 seeds)". **Paired
 design**: when both samples are keyed by seed (a seed gives every variant the same data order and
 split), differences are per seed (paired t); otherwise the samples are independent (Welch). The
-interval reported is the **90%** two-sided t-interval, the one that matches one-sided 5% tests and
-TOST (a decision at 5% is exactly "the 90% interval clears the threshold"). For fewer than
-:data:`EXACT_BELOW` paired seeds, the exact sign-flip permutation p-value of the same one-sided
-hypothesis is reported beside the t-test's. **Power** is stated as the design's: the smallest true
-difference these seeds detect with 80% power at the spread seen, never "the seeds that would decide
-it" (a post-hoc figure that only restates the p-value). **Multiplicity**: :func:`holm` adjusts a
-study's family of claims (Holm's step-down); a decision whose adjusted p-value reaches 5% becomes
-inconclusive. :func:`failure_rates` compares how often two variants fail to learn (Fisher's exact
-test), for runs that must be counted, never averaged away.
+interval reported is the **95%** two-sided t-interval, the one that matches one-sided 2.5% tests
+and TOST (a decision is exactly "the 95% interval clears the threshold"). Beside the t-test, the
+**sign-flip** p-value of the same one-sided hypothesis, which assumes no normality: exact (all 2^n
+sign patterns) up to :data:`EXACT_UP_TO` paired seeds, else from :data:`SIGN_FLIP_DRAWS` random
+patterns with a fixed generator seed (so it recomputes to the same digits). With n seeds it cannot
+go below 1/2^n. **Power** is stated as the design's: the smallest true difference these seeds
+detect with 80% power at the spread seen, never "the seeds that would decide it" (a post-hoc
+figure that only restates the p-value). **Multiplicity**: :func:`holm` adjusts a study's family of
+claims (Holm's step-down on each claim's two-sided p-value, twice the deciding one-sided one); a
+decision whose adjusted p-value reaches 5% becomes inconclusive. :func:`failure_rates` compares
+how often two variants fail to learn (Fisher's exact test), for runs that must be counted, never
+averaged away.
 """
 
 from __future__ import annotations
@@ -36,10 +41,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy import stats
 
-ALPHA = 0.05  # one-sided tests at the 5% level
-CONFIDENCE = 1 - 2 * ALPHA  # 0.90: the two-sided interval that matches one-sided 5% tests and TOST
+ALPHA = 0.05  # each claim a two-sided test at 5%: each of its two directions one-sided at ALPHA / 2
+SIDE_ALPHA = ALPHA / 2
+CONFIDENCE = 1 - 2 * SIDE_ALPHA  # 0.95: the two-sided interval that matches one-sided 2.5% tests and TOST
 POWER = 0.8  # for the "smallest difference these seeds detect" statement
-EXACT_BELOW = 10  # paired seeds: below this, the exact sign-flip p-value is reported beside the t-test's
+EXACT_UP_TO = 16  # paired seeds: up to this, the sign-flip p-value enumerates every pattern
+SIGN_FLIP_DRAWS = 1 << 18  # beyond it, this many random patterns (generator seed SIGN_FLIP_SEED)
+SIGN_FLIP_SEED = 0
 MIN_SEEDS = 3
 RELATIONS = (">", "~", ">=", ">>")
 
@@ -107,21 +115,34 @@ class Difference:
         return _p_greater(threshold - self.estimate, self.se, self.df)
 
     def exact_p(self, threshold: float, above: bool) -> float | None:
-        """Exact sign-flip permutation p-value of H1: A - B > threshold (``above``) or < threshold.
+        """Sign-flip permutation p-value of H1: A - B > threshold (``above``) or < threshold.
 
         Under H0 each per-seed difference from the threshold is as likely negative as positive, so
         all 2^n sign patterns are equally likely; the p-value is the share whose mean is at least
-        as extreme as the observed one. Only for paired designs with fewer than EXACT_BELOW seeds.
+        as extreme as the observed one: every pattern up to EXACT_UP_TO seeds, else SIGN_FLIP_DRAWS
+        random ones (the observed pattern counted among them, so it is never 0). Paired designs only.
         """
-        if not self.paired or not self.per_seed or len(self.per_seed) >= EXACT_BELOW:
+        if not self.paired or not self.per_seed:
             return None
-        centred = np.asarray(self.per_seed, dtype=float) - threshold
-        if not above:
-            centred = -centred
-        observed = centred.mean()
+        return sign_flip_p(np.asarray(self.per_seed, dtype=float) - threshold, above)
+
+
+def sign_flip_p(centred: np.ndarray, above: bool = True) -> float:
+    """The sign-flip p-value of "the per-seed values ``centred`` have a mean above 0" (``above``) or below."""
+    centred = centred if above else -centred
+    observed = centred.mean()
+    magnitude = np.abs(centred)
+    if len(centred) <= EXACT_UP_TO:
         signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(centred))))
-        means = (signs * np.abs(centred)).mean(axis=1)
-        return float(np.mean(means >= observed - 1e-12))
+        return float(np.mean((signs * magnitude).mean(axis=1) >= observed - 1e-12))
+    rng = np.random.default_rng(SIGN_FLIP_SEED)
+    hits, done = 0, 0
+    while done < SIGN_FLIP_DRAWS:
+        chunk = min(1 << 14, SIGN_FLIP_DRAWS - done)
+        signs = rng.integers(0, 2, size=(chunk, len(centred))) * 2.0 - 1.0
+        hits += int(np.sum((signs * magnitude).mean(axis=1) >= observed - 1e-12))
+        done += chunk
+    return (hits + 1) / (done + 1)
 
 
 def _p_greater(excess: float, se: float, df: float) -> float:
@@ -180,13 +201,20 @@ class Verdict:
     claim: str
     result: str  # starts with "holds", "does not hold" or "inconclusive"
     difference: Difference
-    interval: Interval  # 90% two-sided interval of A - B ("better" oriented): matches the 5% one-sided tests
+    interval: Interval  # 95% two-sided interval of A - B ("better" oriented): matches the 2.5% one-sided tests
     margin: float | None  # the margin the relation uses (~ and >=: margin, >>: large margin), None for >
-    p_value: float  # the t-test's p-value that decided it (or the smallest candidate when inconclusive)
+    p_value: float  # the one-sided t-test p-value that decided it (the smaller direction's when inconclusive)
     power: str  # plain words: the smallest difference these seeds detect with 80% power
-    p_exact: float | None = None  # the exact sign-flip p-value of the same hypothesis (paired, < 10 seeds)
-    p_adjusted: float | None = None  # after Holm over the study's family of claims (see holm)
+    p_exact: float | None = None  # the sign-flip p-value of the same one-sided hypothesis (paired designs)
+    p_adjusted: float | None = None  # after Holm over the study's family of claims (see holm), two-sided
     unadjusted: str | None = None  # the result before Holm, where Holm changed it
+    p_claim: float | None = None  # one-sided t-test p of the claim's own direction ("holds"); TOST's for ~
+    p_claim_exact: float | None = None  # the sign-flip p-value of that direction
+
+    @property
+    def p_two_sided(self) -> float:
+        """The claim's two-sided p-value: twice the deciding one-sided one (what Holm adjusts)."""
+        return min(1.0, 2 * self.p_value)
 
     @property
     def decided(self) -> bool:
@@ -197,12 +225,13 @@ class Verdict:
 
 
 def _resolvable(spread: float, n: int, paired: bool) -> float:
-    """The smallest true difference a one-sided 5% test detects with 80% power at this spread and n."""
+    """The smallest true difference a one-sided 2.5% test (one direction of a two-sided 5% claim)
+    detects with 80% power at this spread and n."""
     if n < 2 or not math.isfinite(spread):
         return math.inf
     df = n - 1 if paired else 2 * n - 2
     se = spread / math.sqrt(n)
-    return float((stats.t.ppf(1 - ALPHA, df) + stats.t.ppf(POWER, df)) * se)
+    return float((stats.t.ppf(1 - SIDE_ALPHA, df) + stats.t.ppf(POWER, df)) * se)
 
 
 def _power_words(diff: Difference) -> str:
@@ -235,9 +264,20 @@ def assess(
     claim = claim or f"A {relation} B"
     power = _power_words(diff)
 
+    if relation == "~":
+        p_claim = max(diff.p_above(-margin), diff.p_below(margin))  # TOST
+        exact_low, exact_high = diff.exact_p(-margin, True), diff.exact_p(margin, False)
+        p_claim_exact = None if exact_low is None or exact_high is None else max(exact_low, exact_high)
+    else:
+        claim_threshold = {">": 0.0, ">=": -margin, ">>": large_margin}[relation]
+        p_claim, p_claim_exact = diff.p_above(claim_threshold), diff.exact_p(claim_threshold, True)
+
     def done(result: str, p: float, threshold: float | None = None, above: bool = True) -> Verdict:
         exact = None if threshold is None else diff.exact_p(threshold, above)
-        return Verdict(claim, result, diff, interval, used_margin, p, power, exact)
+        return Verdict(
+            claim, result, diff, interval, used_margin, p, power, exact,
+            p_claim=p_claim, p_claim_exact=p_claim_exact,
+        )  # fmt: skip
 
     if min(diff.n_a, diff.n_b) < min_seeds:
         return done(f"inconclusive (fewer than {min_seeds} seeds)", 1.0)
@@ -245,19 +285,19 @@ def assess(
         p_low, p_high = diff.p_above(-margin), diff.p_below(margin)
         p_equivalent = max(p_low, p_high)  # TOST
         p_above, p_below = diff.p_above(margin), diff.p_below(-margin)
-        if p_equivalent < ALPHA:
+        if p_equivalent < SIDE_ALPHA:
             weaker = (-margin, True) if p_low >= p_high else (margin, False)
             return done(f"holds (equivalent within +-{margin:g})", p_equivalent, *weaker)
-        if min(p_above, p_below) < ALPHA:
+        if min(p_above, p_below) < SIDE_ALPHA:
             side = (margin, True) if p_above <= p_below else (-margin, False)
             return done(f"does not hold (they differ by more than {margin:g})", min(p_above, p_below), *side)
         return done("inconclusive", min(p_equivalent, p_above, p_below))
     threshold = {">": 0.0, ">=": -margin, ">>": large_margin}[relation]
     p_holds, p_fails = diff.p_above(threshold), diff.p_below(threshold)
-    if p_holds < ALPHA:
+    if p_holds < SIDE_ALPHA:
         why = {">": "", ">=": f" (not worse by {margin:g} or more)", ">>": f" (better by more than {large_margin:g})"}
         return done("holds" + why[relation], p_holds, threshold, True)
-    if p_fails < ALPHA:
+    if p_fails < SIDE_ALPHA:
         why = {
             ">": " (B is better)",
             ">=": f" (A is worse by more than {margin:g})",
@@ -270,18 +310,19 @@ def assess(
 def holm(verdicts: Sequence[Verdict], alpha: float = ALPHA) -> list[Verdict]:
     """Holm's step-down adjustment over a family of claims (one study's), in the given order.
 
-    Each verdict's deciding p-value is adjusted: sorted ascending, the i-th smallest of m is
-    multiplied by (m - i + 1), made monotone, capped at 1. A decision ("holds" or "does not hold")
-    whose adjusted p-value is not below ``alpha`` becomes "inconclusive after Holm"; the result
-    before the adjustment is kept in ``unadjusted``. Claims that could not be tested (fewer seeds)
-    stay in the family, with p = 1, so that dropping them cannot make the others easier to pass.
+    Each verdict's two-sided p-value (:attr:`Verdict.p_two_sided`) is adjusted: sorted ascending,
+    the i-th smallest of m is multiplied by (m - i + 1), made monotone, capped at 1. A decision
+    ("holds" or "does not hold") whose adjusted p-value is not below ``alpha`` becomes
+    "inconclusive after Holm"; the result before the adjustment is kept in ``unadjusted``. Claims
+    that could not be tested (fewer seeds) stay in the family, with p = 1, so that dropping them
+    cannot make the others easier to pass.
     """
     m = len(verdicts)
-    order = sorted(range(m), key=lambda i: verdicts[i].p_value)
+    order = sorted(range(m), key=lambda i: verdicts[i].p_two_sided)
     adjusted = [1.0] * m
     running = 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * verdicts[i].p_value))
+        running = max(running, min(1.0, (m - rank) * verdicts[i].p_two_sided))
         adjusted[i] = running
     out = []
     for v, p in zip(verdicts, adjusted, strict=True):

@@ -45,16 +45,16 @@ def test_mean_ci_known_values():
 
 
 def test_welch_and_paired_intervals_equal_scipy():
-    """The default interval is the 90% one (it matches the one-sided 5% tests)."""
+    """The default interval is the 95% one (it matches the one-sided 2.5% tests of a two-sided 5% claim)."""
     from scipy import stats
 
     a, b = [20.0, 22.0, 24.0, 21.0], [10.0, 11.0, 12.0, 14.5]
     welch = difference(a, b)
-    expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.90)
+    expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert welch.test.startswith("Welch") and not welch.paired
     assert (welch.interval().low, welch.interval().high) == pytest.approx((expected.low, expected.high), rel=1e-12)
     paired = difference(dict(enumerate(a)), dict(enumerate(b)))
-    expected = stats.ttest_rel(a, b).confidence_interval(0.90)
+    expected = stats.ttest_rel(a, b).confidence_interval(0.95)
     assert paired.test == "paired t (4 seeds)" and paired.paired
     assert (paired.interval().low, paired.interval().high) == pytest.approx((expected.low, expected.high), rel=1e-12)
     # One-sided p-values are scipy's too.
@@ -112,17 +112,25 @@ def test_verdicts_say_how_they_were_reached_and_what_the_design_detects():
     assert assess(a, b, "~", margin=3.0).margin == 3.0
 
 
-def test_the_interval_is_the_90_percent_one_that_matches_one_sided_5_percent_tests():
+def test_each_claim_is_a_two_sided_5_percent_test_and_its_interval_the_95_percent_one():
     from scipy import stats
 
     a = {s: 71.0 + (s % 3) + 0.1 * s for s in range(6)}
     b = {s: 70.0 + ((s + 1) % 3) for s in range(6)}
     v = assess(a, b, ">")
     d = [a[s] - b[s] for s in range(6)]
-    low, high = stats.t.interval(0.90, 5, loc=sum(d) / 6, scale=stats.sem(d))
+    low, high = stats.t.interval(0.95, 5, loc=sum(d) / 6, scale=stats.sem(d))
     assert (v.interval.low, v.interval.high) == pytest.approx((low, high), rel=1e-12)
-    # the decision at 5% one-sided is exactly "the 90% interval clears 0"
+    # the decision is exactly "the 95% interval clears 0": each direction one-sided at 2.5%
     assert (v.result == "holds") == (v.interval.low > 0)
+    # a difference significant at 5% one-sided but not at 2.5% is inconclusive
+    base = {s: 70.0 + s % 3 for s in range(8)}
+    between = {s: base[s] + x for s, x in zip(range(8), (0.9, -0.6, 1.4, 0.1, 1.2, -0.3, 0.8, 0.4), strict=True)}
+    one_sided = stats.ttest_rel(list(between.values()), list(base.values()), alternative="greater").pvalue
+    assert 0.025 < one_sided < 0.05
+    check = assess(between, base, ">")
+    assert check.result == "inconclusive" and check.p_claim == pytest.approx(one_sided, rel=1e-12)
+    assert check.p_two_sided == pytest.approx(2 * one_sided, rel=1e-12)
 
 
 def test_non_inferiority_is_symmetric_to_greater_with_the_margin_as_threshold():
@@ -140,9 +148,30 @@ def test_exact_sign_flip_p_values_beside_the_t_test():
     b = {s: 9.0 + s - 0.5 * (s % 2) for s in range(5)}  # every paired difference positive
     v = assess(a, b, ">")
     assert v.result == "holds" and v.p_exact == pytest.approx(1 / 32)  # only the all-positive pattern
-    many = {s: 10.0 + s for s in range(12)}
-    assert assess(many, {s: x - 1 + 0.1 * (s % 3) for s, x in many.items()}, ">").p_exact is None  # >= 10 seeds
+    assert v.p_claim_exact == pytest.approx(1 / 32)
     assert assess([1.0, 2.0, 3.0], [0.0, 1.0, 1.5], ">").p_exact is None  # unpaired: no sign-flip test
+
+
+def test_the_sign_flip_test_is_exact_up_to_16_seeds_and_a_seeded_draw_beyond():
+    """Beyond 16 seeds (2^16 patterns) the sign-flip p-value is estimated from 2^18 random patterns
+    with a fixed generator seed: the same digits on every machine, close to the exact value."""
+    import numpy as np
+
+    from dashboards.stats import sign_flip_p
+
+    rng = np.random.default_rng(3)
+    values = rng.normal(0.4, 1.0, size=16)
+    exact = sign_flip_p(values)
+    assert 0.0 < exact < 1.0
+    many = rng.normal(0.5, 1.36, size=30)
+    first, again = sign_flip_p(many), sign_flip_p(many)
+    assert first == again  # recomputes to the same digits
+    # against a large independent draw: the estimate's standard error is about sqrt(p(1-p)/2^18)
+    signs = np.random.default_rng(99).integers(0, 2, size=(400_000, 30)) * 2.0 - 1.0
+    reference = float(np.mean((signs * np.abs(many)).mean(axis=1) >= many.mean() - 1e-12))
+    assert abs(first - reference) < 5 * math.sqrt(reference * (1 - reference) / (1 << 18)) + 1e-4
+    all_positive = np.abs(many) + 0.1
+    assert sign_flip_p(all_positive) == pytest.approx(1 / ((1 << 18) + 1))  # never 0: the observed one counts
 
 
 def test_holm_adjusts_a_family_and_undoes_decisions_it_cannot_support():
@@ -151,7 +180,8 @@ def test_holm_adjusts_a_family_and_undoes_decisions_it_cannot_support():
     from dashboards.stats import holm
 
     template = assess({s: 90.0 + s % 2 for s in range(5)}, {s: 80.0 + s % 2 for s in range(5)}, ">")
-    family = [replace(template, claim=c, p_value=p) for c, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))]
+    # one-sided deciding p-values: Holm adjusts the two-sided ones (twice these)
+    family = [replace(template, claim=c, p_value=p) for c, p in (("a", 0.005), ("b", 0.02), ("c", 0.015))]
     adjusted = holm(family)
     assert [v.p_adjusted for v in adjusted] == pytest.approx([0.03, 0.06, 0.06])
     assert adjusted[0].result == "holds"

@@ -84,7 +84,7 @@ def test_summary_states_the_test_margin_and_power(tmp_path):
     rows = [VariantSummary("A", 1e6, 1e9, "top1", 99.0, 97.0, 100.0, 5, clipped=True)]
     claims = [
         {"claim": "A > B", "verdict": "holds", "difference": 2.5, "low": 1.0, "high": 4.0, "margin": None,
-         "test": "paired t (5 seeds)", "p": 0.003, "power": "5 seeds resolve differences of 1.2 or more"},
+         "test": "paired t (5 seeds)", "p": 0.003, "p_t": 0.003, "power": "5 seeds resolve differences of 1.2 or more"},
         {"claim": "A ~ B", "verdict": "inconclusive (a variant did not complete)"},
     ]  # fmt: skip
     text = markdown_summary("s", "generalisation", rows, claims, "archsearch reproduce coatnet-layouts --output out")
@@ -111,23 +111,28 @@ def test_cait_study_plans():
     (split,) = plan("cait-class-attention", "tiny", 1, (), "synthetic", None)
     spec = load_spec(split.spec)
     assert {(v["depth"], v["ca_depth"]) for v in spec.variants.values()} >= {(4, 0), (2, 2), (3, 1), (4, 1), (4, 2)}
-    assert any(v["ca_depth"] == 0 and v["cls_insert_layer"] == 2 for v in spec.variants.values())  # late insertion
+    # late insertion: the last self-attention block of 4, as CaiT's 10-11 of 12
+    assert any(v["ca_depth"] == 0 and v["cls_insert_layer"] == 3 for v in spec.variants.values())
 
 
 def test_residual_schemes_study_plans_table_1_on_the_deit_baseline():
     from harness.reproduce import plan
-    from harness.reproduce.studies import TABLE_1_SCHEMES
+    from harness.reproduce.studies import RENORMALISED_SCHEMES, TABLE_1_SCHEMES
 
     (run,) = plan("cait-residual-schemes", "cpu", 5, (), "mnist5k", None)
     spec = load_spec(run.spec)
     assert (spec.base_model["ca_depth"], spec.base_model["cls_insert_layer"], spec.base_model["talking_heads"]) == (
         0, 0, False,
     )  # fmt: skip
-    assert sorted(v["residual"] for v in spec.variants.values()) == sorted(TABLE_1_SCHEMES)
+    versions = sorted((v["residual"], v.get("keep_norm", False)) for v in spec.variants.values())
+    # every scheme; the three whose papers drop LayerNorm also as CaiT ran them, with it (Table A.1)
+    assert versions == sorted([*((s, False) for s in TABLE_1_SCHEMES), *((s, True) for s in RENORMALISED_SCHEMES)])
+    assert set(RENORMALISED_SCHEMES) == {"rezero", "fixup", "t-fixup"}
     assert {v["depth"] for v in spec.variants.values()} == {12}
-    assert spec.search.n_trials == len(TABLE_1_SCHEMES) * 5
+    assert spec.search.n_trials == len(spec.variants) * 5
     assert run.protocol.claims[0] == ("d12-layerscale", ">", "d12-prenorm")
-    assert {c[2] for c in run.protocol.claims[1:]} == {"d12-fixup", "d12-t-fixup", "d12-rezero", "d12-scalar"}
+    # the claims are on CaiT's versions; the originals are reported beside them
+    assert {c[2] for c in run.protocol.claims[1:]} == {"d12-fixup+ln", "d12-t-fixup+ln", "d12-rezero+ln", "d12-scalar"}
     assert run.protocol.failure_rule and "Fisher" in "\n".join(run.protocol.markdown())
 
 
@@ -141,8 +146,15 @@ def test_residual_schemes_plan_lists_the_schemes_on_the_command_line():
     args = ["reproduce", "cait-residual-schemes", "--scale", "cpu", "--plan", "--format", "json"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    names = [v["name"] for v in json.loads(result.output)["variants"]]
-    assert names == [f"d12-{s}" for s in ("prenorm", "rezero", "fixup", "t-fixup", "scalar", "layerscale")]
+    plan = json.loads(result.output)
+    names = [v["name"] for v in plan["variants"]]
+    schemes = ("prenorm", "rezero", "rezero+ln", "fixup", "fixup+ln", "t-fixup", "t-fixup+ln", "scalar", "layerscale")
+    assert names == [f"d12-{s}" for s in schemes]
+    # the whole recipe as the runs resolve it (defaults included), not a restatement
+    recipe = plan["protocol"]["recipe"]
+    assert recipe["warmup_epochs"] == 1.0 and recipe["weight_decay"] == 0.05 and recipe["label_smoothing"] == 0.1
+    assert (recipe["lr"], recipe["epochs"], recipe["batch_size"], recipe["image_size"]) == (1e-3, 20, 64, 32)
+    assert recipe["augmentation"] == "none" and recipe["train_images"] == 1000 and recipe["grad_clip"] is None
 
 
 @pytest.mark.slow

@@ -72,10 +72,17 @@ def test_fixup_branches_output_zero_and_the_inner_layers_are_scaled_by_L_to_the_
     assert torch.equal(model.head.weight, torch.zeros_like(model.head.weight))  # Fixup rule 1
     scale = fixup_branch_scale(model.config)
     assert scale == pytest.approx(model.config.num_residual_branches**-0.5)
-    # Same seed, same draws: the non-final layers are the plain model's times L^(-1/2).
+    # Same seed, same draws: the layers in series on each branch (values, first FFN layer) are the
+    # plain model's times L^(-1/2); queries and keys only set the attention weights and are not
+    # scaled (both scaled would divide every attention logit by L).
+    dim = model.config.embed_dim
     for mine, theirs in zip(model.blocks, plain.blocks, strict=True):
-        torch.testing.assert_close(mine.attn.qkv.weight, theirs.attn.qkv.weight * scale)
+        torch.testing.assert_close(mine.attn.qkv.weight[2 * dim :], theirs.attn.qkv.weight[2 * dim :] * scale)
+        torch.testing.assert_close(mine.attn.qkv.weight[: 2 * dim], theirs.attn.qkv.weight[: 2 * dim])
         torch.testing.assert_close(mine.mlp.fc1.weight, theirs.mlp.fc1.weight * scale)
+    for mine, theirs in zip(model.ca_blocks, plain.ca_blocks, strict=True):
+        torch.testing.assert_close(mine.attn.q.weight, theirs.attn.q.weight)
+        torch.testing.assert_close(mine.attn.kv.weight[dim:], theirs.attn.kv.weight[dim:] * scale)
 
 
 def test_t_fixup_removes_layernorm_and_scales_values_outputs_and_ffn_by_0_67_N_to_the_minus_quarter():
@@ -89,14 +96,37 @@ def test_t_fixup_removes_layernorm_and_scales_values_outputs_and_ffn_by_0_67_N_t
     def xavier_std(weight: torch.Tensor) -> float:
         return math.sqrt(2.0 / sum(weight.shape))
 
+    square = math.sqrt(1.0 / dim)  # Xavier of one d x d projection, as the paper's separate Q, K, V are
     for block in model.blocks:
         qkv = block.attn.qkv.weight
         q_std, v_std = qkv[:dim].std().item(), qkv[2 * dim :].std().item()
-        assert q_std == pytest.approx(xavier_std(qkv), rel=0.05)  # queries and keys: Xavier
-        assert v_std == pytest.approx(scale * xavier_std(qkv), rel=0.05)  # values: scaled
+        assert q_std == pytest.approx(square, rel=0.05)  # not the fused 3d x d matrix's (2/(4d))^1/2
+        assert v_std == pytest.approx(scale * square, rel=0.05)  # values: scaled
         for linear in (block.attn.proj, block.mlp.fc1, block.mlp.fc2):
             assert linear.weight.std().item() == pytest.approx(scale * xavier_std(linear.weight), rel=0.05)
     assert model.pos_embed.std().item() == pytest.approx(dim**-0.5 * (9 * n) ** -0.25, rel=0.1)
+    # The classification head is not the paper's: it keeps the baseline's initialisation.
+    plain = _model("prenorm", base)
+    torch.testing.assert_close(model.head.weight, plain.head.weight)
+
+
+@pytest.mark.parametrize("scheme", ["rezero", "skipinit", "fixup", "t-fixup"])
+def test_keep_norm_gives_the_schemes_that_drop_layernorm_caits_version_with_it(scheme):
+    """CaiT's Table 1 ran ReZero, Fixup and T-Fixup with LayerNorm kept (section 3, Table A.1)."""
+    from search_space.cost_model import estimate_params
+
+    kept, original = _model(scheme, keep_norm=True), _model(scheme)
+    assert len(_branch_norms(kept)) == kept.config.num_residual_branches and _branch_norms(original) == []
+    assert [g.gamma.item() for g in _gains(kept)] == [g.gamma.item() for g in _gains(original)]  # same gains
+    assert estimate_params(kept.config) == sum(p.numel() for p in kept.parameters())
+    if scheme in ("rezero", "skipinit"):
+        assert _blocks_are_identities(kept)  # alpha = 0: still the identity at step 0
+
+
+def test_keep_norm_on_a_scheme_that_keeps_layernorm_is_a_one_line_error():
+    with pytest.raises(ModelConfigError, match="keeps its LayerNorm already") as error:
+        CaiTConfig(residual="layerscale", keep_norm=True)
+    assert error.value.field == "CaiTConfig.keep_norm"
 
 
 @pytest.mark.parametrize(("scheme", "per_channel"), [("layerscale", True), ("scalar", False)])

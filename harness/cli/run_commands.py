@@ -12,6 +12,7 @@ from dashboards.columns import searched_config_columns
 from harness.cli.common import UsageError, check_utf8_arguments, config_error, open_store, records, store_option
 from harness.output import render
 from harness.ray_setup import SearchError, check_study_name
+from harness.reproduce import registry as reproduce_registry
 from search_space.validation import load_spec
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
@@ -121,12 +122,10 @@ def search_command(
 
 
 @click.command("reproduce")
-@click.argument(
-    "study", type=click.Choice(["coatnet-layouts", "cait-depth", "cait-class-attention", "cait-residual-schemes"])
-)
+@click.argument("study", type=click.Choice(list(reproduce_registry.STUDIES)))
 @click.option(
     "--scale",
-    type=click.Choice(["tiny", "cpu", "small", "paper"]),
+    type=click.Choice(list(reproduce_registry.SCALE_NAMES)),
     default="tiny",
     show_default=True,
     help="tiny: a smoke run (decides nothing); cpu: the committed studies' budget on a 2-core CPU (decides "
@@ -135,7 +134,8 @@ def search_command(
 @click.option("--seeds", type=click.IntRange(1, 100), default=None,
               help="Seeds per variant (default: the scale's, 7 at cpu; some variants may run more).")  # fmt: skip
 @click.option(
-    "--protocol", "protocols", multiple=True, type=click.Choice(["generalisation", "capacity"]), help="Default: both."
+    "--protocol", "protocols", multiple=True, type=click.Choice(list(reproduce_registry.PROTOCOL_NAMES)),
+    help="Default: every protocol of the study."
 )
 @click.option("--dataset", default="mnist5k", show_default=True, help="mnist5k, synthetic, digits, cifar10, ...")
 @click.option("--data-dir", default=None)
@@ -164,10 +164,10 @@ def reproduce_command(
         return
     url = store_package.resolve_store_url(store_url)
     open_store(url, create=not report_only).close()
-    protocols = tuple(protocols) or ("generalisation", "capacity")
+    protocols = tuple(protocols) or reproduce_registry.STUDIES[study].protocols
     # The command as a reader can re-run it from where it ran: the output folder relative to there.
     shown = ["archsearch reproduce", study, f"--scale {scale}", f"--seeds {seeds}"]
-    shown += [f"--protocol {p}" for p in protocols] if study == "coatnet-layouts" else []
+    shown += [f"--protocol {p}" for p in protocols]
     shown += [f"--dataset {dataset}"] + ([f"--data-dir {data_dir}"] if data_dir else [])
     shown += [f"--output {os.path.relpath(output)}"]
     shown += [f"--margin {margin:g}"] if margin is not None else []
@@ -199,8 +199,9 @@ def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: s
     try:
         runs = reproduction.plan(study, scale, seeds, protocols, dataset, data_dir)
         for planned in runs:  # the checks the run makes before it writes anything: a plan it would refuse is refused
-            check_study_name(planned.spec["name"], "--dataset")
-            load_spec(planned.spec, check_paths=True)
+            for spec in {planned.spec["name"]: planned.spec, **{p["name"]: p for p in planned.run_specs}}.values():
+                check_study_name(spec["name"], "--dataset")
+                load_spec(spec, check_paths=True)
     except (ConfigError, ValueError, SearchError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
     report = planning.plan_report(runs)
@@ -218,6 +219,8 @@ def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: s
         ]  # fmt: skip
         click.echo(render(rows, "table", ["variant", "params", "gflops", "grids", "run_s"]))
         click.echo("claims: " + "; ".join(protocol["claims"]))
+        for part in entry["parts"]:
+            click.echo(f"part {part['study']}: {part['runs']} runs (its own grid study; the summary pools the parts)")
         minutes = entry["estimated_wall_time_s"]
         click.echo(f"estimated wall time here: {minutes / 60:.0f} min\n" if minutes else "")
 

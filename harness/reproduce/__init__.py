@@ -12,47 +12,47 @@ split) run the same way. Each study's protocol is pre-registered (:class:`Protoc
 first in its summary; verdicts are one-sided tests on per-seed differences, Holm-corrected over the
 study's claims (never hard-coded).
 
-Parts: :mod:`.studies` (protocols, claims, scales, the grid specs), :mod:`.analysis` (metric,
-failures, verdicts), :mod:`.summary` (Markdown and figures), :mod:`.planning` (``--plan``),
-:mod:`.run` (run, then write).
+Parts: :mod:`.studies` (protocols, claims, scales, the grid specs), :mod:`.registry` (the one
+list of studies: name -> builder, scales, protocols; the recipe as it runs), :mod:`.analysis`
+(runs table, metric, failures, verdicts), :mod:`.records` (the per-seed runs file and the verdicts
+file beside each summary, and the verdicts recomputed from them), :mod:`.summary` (Markdown and
+figures), :mod:`.planning` (``--plan``), :mod:`.run` (run or resume, then write).
 """
 
-from harness.reproduce.analysis import StudyNumbers, VariantSummary, accuracy_at_level, summarize
-from harness.reproduce.run import reproduce, reproduce_coatnet_layouts
-from harness.reproduce.studies import (
-    CAIT_SCALES,
-    LAYOUTS,
-    PAPER_CLAIMS,
-    PAPER_RANKING,
-    SCALES,
-    Protocol,
-    Run,
-    cait_class_attention_spec,
-    cait_depth_spec,
-    coatnet_layouts_spec,
-    default_seeds,
-    plan,
-)
-from harness.reproduce.summary import markdown_summary
+import importlib
+from typing import Any
 
-__all__ = [
-    "CAIT_SCALES",
-    "LAYOUTS",
-    "PAPER_CLAIMS",
-    "PAPER_RANKING",
-    "SCALES",
-    "Protocol",
-    "Run",
-    "StudyNumbers",
-    "VariantSummary",
-    "accuracy_at_level",
-    "cait_class_attention_spec",
-    "cait_depth_spec",
-    "coatnet_layouts_spec",
-    "default_seeds",
-    "markdown_summary",
-    "plan",
-    "reproduce",
-    "reproduce_coatnet_layouts",
-    "summarize",
-]
+# Names re-exported here, each from its module, loaded on first use (PEP 562): the CLI reads the
+# registry at start-up without importing pandas, scipy, matplotlib or torch.
+_EXPORTS = {
+    "StudyNumbers": "analysis",
+    "VariantSummary": "analysis",
+    "accuracy_at_level": "analysis",
+    "summarize": "analysis",
+    "summarize_runs": "analysis",
+    "run_table": "analysis",
+    "STUDIES": "registry",
+    "plan": "registry",
+    "recompute": "records",
+    "reproduce": "run",
+    "reproduce_coatnet_layouts": "run",
+    "CAIT_SCALES": "studies",
+    "LAYOUTS": "studies",
+    "PAPER_CLAIMS": "studies",
+    "PAPER_RANKING": "studies",
+    "SCALES": "studies",
+    "Protocol": "studies",
+    "Run": "studies",
+    "cait_class_attention_spec": "studies",
+    "cait_depth_spec": "studies",
+    "coatnet_layouts_spec": "studies",
+    "default_seeds": "studies",
+    "markdown_summary": "summary",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -114,6 +114,89 @@ def _ceiling(claim: tuple[str, str, str], means: dict[str, float], margin: float
     return None
 
 
+def _floor(claim: tuple[str, str, str], means: dict[str, float], margin: float) -> str | None:
+    """Why a verdict on a loss is decided by its floor (0), not the models (None: it is not): the
+    lower of the two losses is within the margin of 0, so the difference left between them is
+    below what the protocol calls a difference."""
+    a, _, b = claim
+    if a not in means or b not in means:
+        return None
+    lowest = min(means[a], means[b])
+    if lowest <= margin:
+        return f"floor: {a if means[a] <= means[b] else b} at {lowest:.3g}, within the {margin:g} margin of 0"
+    return None
+
+
+# A run's other numbers, kept beside its value in the runs file (whichever the store has).
+RUN_METRICS = ("top1", "test_top1", "eval_loss", "train_loss", "train_eval_loss", "params", "flops", "epochs")
+NEVER_REACHED = "never reached the level"
+FAILED_TO_LEARN = "failed to learn"
+
+
+def run_table(
+    store, study: str | list[str], protocol: str | Protocol
+) -> tuple[pd.DataFrame, str, float | None]:
+    """(runs, metric in words, level): one row per run of the study, the number its verdicts compare.
+
+    Columns: ``variant``, ``seed``, ``status`` (the store's: completed, diverged, failed, ...),
+    ``value`` (the protocol's metric; empty where the run has none), ``left_out`` (why a completed
+    run is not counted: it never reached the comparison level, or it failed to learn), then the
+    run's other metrics (:data:`RUN_METRICS`), its ``study`` and trial ``number``. Everything a
+    verdict needs is here: :func:`summarize_runs` decides from this table alone. ``study``: one
+    grid study, or the parts of one (pooled; parts not in the store are skipped).
+    """
+    names = [study] if isinstance(study, str) else [n for n in study if n in store.study_names()]
+    if not names:
+        raise ValueError(f"none of {', '.join(study)} is in the store")
+    tables = [_study_runs(store, name, protocol) for name in names]
+    runs = pd.concat([t[0] for t in tables], ignore_index=True)
+    runs = runs.sort_values(["variant", "seed", "study", "number"]).reset_index(drop=True)
+    return runs, tables[0][1], tables[0][2]
+
+
+def _study_runs(store, study: str, protocol: str | Protocol) -> tuple[pd.DataFrame, str, float | None]:
+    pre = protocol if isinstance(protocol, Protocol) else None
+    kind = pre.kind if pre else protocol
+    trials = store.trials(study)
+    completed = trials["status"] == "completed"
+    left_out = pd.Series("", index=trials.index, dtype=object)
+    level = None
+    if kind == "generalisation":
+        level, values, missed = accuracy_at_level(
+            store.learning_curves(study), trials[completed], pre.level if pre else None
+        )
+        value = trials["number"].map(values)
+        left_out[trials["number"].isin(missed)] = NEVER_REACHED
+        metric = f"validation top-1 at train loss {level:.3g}"
+    elif kind == "capacity":
+        column = "train_eval_loss" if "train_eval_loss" in trials and trials["train_eval_loss"].notna().any() else None
+        value = trials[column or "train_loss"]
+        metric = "final train loss" + (" (eval mode)" if column else "")
+    else:
+        has_test = "test_top1" in trials and trials[completed]["test_top1"].notna().any()
+        value = trials["test_top1"] if has_test else trials["top1"]
+        metric = "final test top-1" if has_test else "final validation top-1"
+        if pre is not None and pre.failure_rule and completed.any():
+            failed = failed_to_learn(trials[completed], NUM_CLASSES.get(pre.dataset, 10))
+            left_out[failed[failed].index] = FAILED_TO_LEARN
+    value = value.where(completed & (left_out == ""))
+    runs = pd.DataFrame(
+        {
+            "variant": trials["config.name"].astype(str),
+            "seed": trials["config.seed"].astype(int) if "config.seed" in trials else range(len(trials)),
+            "status": trials["status"].astype(str),
+            "value": value.astype(float),
+            "left_out": left_out,
+        }
+    )
+    for column in RUN_METRICS:
+        if column in trials:
+            runs[column] = trials[column].astype(float)
+    runs["study"] = study
+    runs["number"] = trials["number"].astype(int)
+    return runs, metric, level
+
+
 def summarize(
     store,
     study: str,
@@ -128,47 +211,53 @@ def summarize(
 
     ``protocol``: a :class:`Protocol`, or its kind as a word: ``generalisation`` (validation top-1
     at a training loss), ``capacity`` (final training loss, lower is better) or ``accuracy`` (final
-    test top-1, else validation). Diverged trials and runs that failed to learn (with a failure rule)
-    or never reached the level are counted per variant, not averaged in. Samples are keyed by seed,
-    so claims are tested on per-seed differences; Holm runs over the claims. ``numbers``, if given,
-    receives the level, the runs that missed it, the failure counts and Fisher's tests.
+    test top-1, else validation). Reads the store into :func:`run_table`, then decides from that
+    table alone (:func:`summarize_runs`), as a reader of the committed runs file can.
+    """
+    runs, metric, level = run_table(store, study, protocol)
+    numbers = numbers if numbers is not None else StudyNumbers()
+    numbers.level = level
+    return summarize_runs(
+        runs, protocol, claims, metric=metric, margin=margin, large_margin=large_margin, numbers=numbers
+    )
+
+
+def summarize_runs(
+    runs: pd.DataFrame,
+    protocol: str | Protocol,
+    claims: list[tuple[str, str, str]] | None = None,
+    *,
+    metric: str,
+    margin: float = 1.0,
+    large_margin: float = 5.0,
+    numbers: StudyNumbers | None = None,
+) -> tuple[list[VariantSummary], list[dict[str, Any]], str]:
+    """Rows, verdicts and the metric's words from a runs table (:func:`run_table`, or a committed
+    ``.runs.csv``): diverged and failed runs, runs that failed to learn or never reached the level
+    are counted per variant, not averaged in. Samples are keyed by seed, so claims are tested on
+    per-seed differences; Holm runs over the claims; a decision at the metric's ceiling (accuracy)
+    or floor (a loss) is inconclusive. ``numbers``, if given, receives the runs that missed the
+    level, the failure counts and Fisher's tests.
     """
     pre = protocol if isinstance(protocol, Protocol) else None
     kind = pre.kind if pre else protocol
     if pre is not None:
         claims = list(pre.claims) if claims is None else claims
     numbers = numbers if numbers is not None else StudyNumbers()
-    trials = store.trials(study)
-    trials = trials[trials["status"] == "completed"]
+    higher = kind != "capacity"
     metric_range = _metric_range(kind)
-    if kind == "generalisation":
-        level, values, missed = accuracy_at_level(store.learning_curves(study), trials, pre.level if pre else None)
-        trials = trials.assign(metric=trials["number"].map(values))
-        numbers.level = level
-        name_of = dict(zip(trials["number"], trials["config.name"], strict=True))
-        for number in missed:
-            numbers.missed_level[str(name_of[number])] = numbers.missed_level.get(str(name_of[number]), 0) + 1
-        metric, higher = f"validation top-1 at train loss {level:.3g}", True
-    elif kind == "capacity":
-        column = "train_eval_loss" if "train_eval_loss" in trials and trials["train_eval_loss"].notna().any() else None
-        trials = trials.assign(metric=trials[column or "train_loss"])
-        metric, higher = "final train loss" + (" (eval mode)" if column else ""), False
-    else:
-        has_test = "test_top1" in trials and trials["test_top1"].notna().any()
-        trials = trials.assign(metric=trials["test_top1"] if has_test else trials["top1"])
-        metric, higher = ("final test top-1" if has_test else "final validation top-1"), True
-        if pre is not None and pre.failure_rule:
-            failed = failed_to_learn(trials, NUM_CLASSES.get(pre.dataset, 10))
-            for variant, group in trials.groupby("config.name"):
-                numbers.failures[str(variant)] = (int(failed[group.index].sum()), len(group))
-            trials = trials[~failed]
-    seed_column = "config.seed" if "config.seed" in trials else None
+    completed = runs[runs["status"] == "completed"]
+    for variant, group in completed.groupby("variant"):
+        missed = int((group["left_out"] == NEVER_REACHED).sum())
+        if missed:
+            numbers.missed_level[str(variant)] = missed
+        if pre is not None and pre.failure_rule and kind == "accuracy":
+            numbers.failures[str(variant)] = (int((group["left_out"] == FAILED_TO_LEARN).sum()), len(group))
     samples: dict[str, dict[int, float]] = {}
     rows = []
-    for variant, group in trials.groupby("config.name"):
-        usable = group[group["metric"].notna()]
-        seeds = usable[seed_column].astype(int) if seed_column else range(len(usable))
-        samples[str(variant)] = {int(seed): float(v) for seed, v in zip(seeds, usable["metric"], strict=True)}
+    for variant, group in completed.groupby("variant"):
+        usable = group[group["value"].notna()]
+        samples[str(variant)] = {int(seed): float(v) for seed, v in zip(usable["seed"], usable["value"], strict=True)}
         if not samples[str(variant)]:
             continue
         ci = mean_ci(list(samples[str(variant)].values()))
@@ -179,8 +268,7 @@ def summarize(
             VariantSummary(
                 str(variant), float(group["params"].mean()), float(group["flops"].mean()), metric, ci.mean,
                 shown.low, shown.high, ci.n, clipped=(shown.low, shown.high) != (ci.low, ci.high),
-                excluded=len(group) - len(usable) + numbers.failures.get(str(variant), (0, 0))[0],
-                test_top1=None if test is None else float(test),
+                excluded=len(group) - len(usable), test_top1=None if test is None else float(test),
             )
         )  # fmt: skip
     rows.sort(key=lambda r: -r.mean if higher else r.mean)
@@ -192,33 +280,48 @@ def summarize(
         if sample_a and sample_b:
             options = {"margin": margin, "large_margin": large_margin, "claim": claim}
             verdict = assess(sample_a, sample_b, relation, higher, **options)
-            ceiling = _ceiling((a, relation, b), means, margin, large_margin) if higher else None
-            tested.append((verdict, ceiling))
+            bound = (
+                _ceiling((a, relation, b), means, margin, large_margin)
+                if higher
+                else _floor((a, relation, b), means, margin)
+            )
+            tested.append((verdict, bound, (a, relation, b)))
         else:
-            missing.append(claim)
+            missing.append((a, relation, b))
     # Holm over the study's family: every claim, untestable ones counting as p = 1.
-    adjusted = holm([v for v, _ in tested] + [assess([], [], ">", claim=claim) for claim in missing])
+    untestable = [assess([], [], ">", claim=" ".join(claim)) for claim in missing]
+    adjusted = holm([v for v, _, _ in tested] + untestable)
     verdicts: list[dict[str, Any]] = []
-    for v, (_, ceiling) in zip(adjusted, tested, strict=False):
+    for v, (_, bound, (a, relation, b)) in zip(adjusted, tested, strict=False):
         result = v.result
-        if ceiling and v.decided:
-            result = f"inconclusive ({ceiling}; unadjusted: {v.result})"
+        if bound and v.decided:
+            result = f"inconclusive ({bound}; unadjusted: {v.result})"
         verdicts.append(
             {
                 "claim": v.claim,
+                "a": a,
+                "b": b,
+                "kind": relation,
                 "verdict": result,
+                "n": min(v.difference.n_a, v.difference.n_b),
                 "difference": v.difference.estimate,
                 "low": v.interval.low,
                 "high": v.interval.high,
                 "margin": v.margin,
                 "test": v.difference.test,
                 "p": v.p_value,
+                "p_t": v.p_claim,
                 "p_exact": v.p_exact,
+                "p_claim_exact": v.p_claim_exact,
                 "p_holm": v.p_adjusted,
                 "power": v.power,
             }
         )
-    verdicts += [{"claim": claim, "verdict": "inconclusive (a variant did not complete)"} for claim in missing]
+    verdicts += [
+        {"claim": " ".join(claim), "a": claim[0], "b": claim[2], "kind": claim[1],
+         "verdict": "inconclusive (a variant did not complete)"}
+        for claim in missing
+    ]  # fmt: skip
     if numbers.failures:
         numbers.fisher = _fisher_pairs(claims or [], numbers.failures)
     return rows, verdicts, metric

@@ -90,6 +90,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         variants.append(entry)
     return {
         "study": run.protocol.study,
+        "parts": [{"study": part["name"], "runs": part["search"]["n_trials"]} for part in run.parts],
         "variants": variants,
         "protocol": run.protocol.to_dict(),
         "estimated_wall_time_s": round(seconds / concurrency, 0) if seconds else None,

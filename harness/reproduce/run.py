@@ -8,8 +8,10 @@ from typing import Any
 
 from dashboards.files import atomic_write
 from dashboards.report import write_report
-from harness.reproduce.analysis import StudyNumbers, summarize
-from harness.reproduce.studies import DEFAULT_DATASET, plan
+from harness.reproduce.analysis import StudyNumbers, run_table, summarize_runs
+from harness.reproduce.records import write_records
+from harness.reproduce.registry import plan
+from harness.reproduce.studies import DEFAULT_DATASET
 from harness.reproduce.summary import markdown_summary, study_figures
 from harness.search import run_search
 from harness.store import Store, StoreError
@@ -43,32 +45,45 @@ def reproduce(
     for planned in plan(study, scale, seeds, protocols, dataset, data_dir):
         protocol = planned.protocol
         spec = load_spec(planned.spec, check_paths=address is None)
+        parts = [load_spec(part, check_paths=address is None) for part in planned.run_specs]
         if run:
-            _run_or_resume(spec, store_url, address, results_dir)
+            for part in parts:
+                _run_or_resume(part, store_url, address, results_dir)
         with Store.open(store_url, create=False) as store:
-            store.study(spec.name)  # with run=False: a one-line error if the study was never run
+            present = [part.name for part in parts if part.name in store.study_names()]
+            if not present:  # with run=False: a one-line error if the study was never run
+                store.study(parts[0].name)
+            missing = [part.name for part in parts if part.name not in present]
             numbers = StudyNumbers()
-            options = {
+            used = {
                 "margin": protocol.margin if margin is None else margin,
                 "large_margin": protocol.large_margin if large_margin is None else large_margin,
-                "numbers": numbers,
             }
-            rows, verdicts, _ = summarize(store, spec.name, protocol, **options)
-            trials = store.trials(spec.name)
+            runs, metric, numbers.level = run_table(store, present, protocol)
+            rows, verdicts, _ = summarize_runs(runs, protocol, metric=metric, numbers=numbers, **used)
             outcomes = {
-                str(variant): group["status"].value_counts().to_dict()
-                for variant, group in trials.groupby("config.name")
+                str(variant): group["status"].value_counts().to_dict() for variant, group in runs.groupby("variant")
             }
-            figures = study_figures(store, spec.name, rows, output, numbers.level)
+            figures = study_figures(store, present, rows, output, numbers.level, name=spec.name)
             summary = output / f"{spec.name}.md"
-            text = markdown_summary(spec.name, protocol, rows, verdicts, command, None, outcomes, numbers)
+            deviations = [
+                f"{what.replace('_', ' ')} {value:g} instead of the pre-registered {getattr(protocol, what):g} "
+                "(verdicts and the verdicts file use it; rerun without it for the registered ones)"
+                for what, value in used.items()
+                if value != getattr(protocol, what)
+            ]
+            deviations += [
+                f"part {name} has not run yet: this summary pools {', '.join(present)} only" for name in missing
+            ]
+            text = markdown_summary(
+                spec.name, protocol, rows, verdicts, command, None, outcomes, numbers, deviations=deviations
+            )
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
             atomic_write(summary, text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"
-            report = write_report(
-                store, [spec.name], dict(spec.objectives), output / f"{spec.name}.html", color_by=color
-            )
-        written += [summary, report, *(path for _, path in figures)]
+            report = write_report(store, present, dict(spec.objectives), output / f"{spec.name}.html", color_by=color)
+            records = write_records(output, spec.name, runs, verdicts, metric)
+        written += [summary, *records, report, *(path for _, path in figures)]
     return written
 
 

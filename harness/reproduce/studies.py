@@ -73,6 +73,13 @@ SCALES: dict[str, dict[str, Any]] = {
         "batch_size": 64,
         # The users' named comparison, C-C-T-T vs C-T-T-T, on more seeds than the rest (generalisation).
         "focus_seeds": {"CCTT": 30, "CTTT": 30},
+        # ... run in three parts of about 90 minutes here (each its own grid study, so a part that
+        # completed is kept across sittings): the named pair first, the other layouts last.
+        "parts": (
+            (("CCTT", "CTTT"), range(0, 15)),
+            (("CCTT", "CTTT"), range(15, 30)),
+            (("VIT-REL", "CCCC", "CCCT"), range(0, 7)),
+        ),
         "focus_power": (
             "Seeds (fixed before the 30-seed run, from the committed 5-seed run's spread): C-C-T-T - C-T-T-T "
             "was +0.74 points with a per-seed standard deviation of 1.36 (back-solved from its 90% interval "
@@ -133,6 +140,10 @@ ADJUSTED_DROP_PATH = {12: 0.05, 18: 0.10, 24: 0.20, 36: 0.25}
 # The residual-schemes study's schemes: Table 1's columns. SkipInit is left out: at alpha = 0 it is
 # ReZero's network, so under the same seed its runs would be ReZero's, bit for bit.
 TABLE_1_SCHEMES = ("prenorm", "rezero", "fixup", "t-fixup", "scalar", "layerscale")
+# The schemes whose original papers drop LayerNorm: CaiT ran them with it (section 3, Table A.1:
+# "modified version of Rezero with LayerNorm and warmup"), so the study runs both versions and its
+# claims are on CaiT's (``+ln``); the originals are reported beside them.
+RENORMALISED_SCHEMES = ("rezero", "fixup", "t-fixup")
 
 # What makes a run a failure to learn (the CaiT depth study counts these, never averages them away).
 FAILED_LOSS_FRACTION = 0.05  # final training loss within 5% of ln(classes): no better than guessing
@@ -192,6 +203,9 @@ class Protocol:
             "seed.",
             f"- Metric: {self.metric}.",
         ]
+        if self.recipe:
+            shown = ", ".join(f"{key} {value}" for key, value in self.recipe.items() if value is not None)
+            lines.append(f"- Recipe (every value as the runs resolve it, defaults included): {shown}.")
         if self.level is not None:
             lines.append(
                 f"- Comparison level: training loss {self.level:g}, measured in eval mode on the un-augmented "
@@ -212,11 +226,22 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Run:
-    """One grid study a reproduction needs: its spec and its protocol."""
+    """One grid study a reproduction needs: its spec and its protocol.
+
+    ``parts``: the specs actually run, when the grid is split into parts that each fit one sitting
+    (each part its own grid study, named ``<name>-partK``, resumed or skipped on its own); empty:
+    the spec itself is run. The summary pools every part's runs (paired by seed).
+    """
 
     spec: dict[str, Any]
     protocol: Protocol
     variant_models: dict[str, Any] = field(default_factory=dict)  # variant -> resolved model config
+    parts: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def run_specs(self) -> tuple[dict[str, Any], ...]:
+        """The grid studies to run, in order: the parts, or the whole spec."""
+        return self.parts or (self.spec,)
 
 
 def default_seeds(scale: str) -> int:
@@ -245,6 +270,24 @@ def _data_section(
         data["batch_size"] = 32  # 1,437 training images
     data["augment"] = {"random_crop": False, "hflip": False}  # digits are not mirror-symmetric; no regularisation
     return data
+
+
+def _parts(
+    whole: dict[str, Any], parts: tuple[tuple[tuple[str, ...], range], ...], expected: set[tuple[str, int]]
+) -> tuple[dict[str, Any], ...]:
+    """The whole grid's parts, each a plain grid study of some variants x some seeds; together they
+    must be exactly the whole grid's points (checked: a part may not add or drop a run)."""
+    specs, covered = [], []
+    for index, (variants, seeds) in enumerate(parts, start=1):
+        spec = {**whole, "name": f"{whole['name']}-part{index}"}
+        spec["params"] = {"variant": {"choice": list(variants)}, "seed": {"choice": list(seeds)}}
+        spec["search"] = {k: v for k, v in whole["search"].items() if k != "grid"}
+        spec["search"]["n_trials"] = len(variants) * len(seeds)
+        specs.append(spec)
+        covered += [(v, s) for v in variants for s in seeds]
+    if len(covered) != len(set(covered)) or set(covered) != expected:
+        raise ValueError(f"the parts of {whole['name']} do not cover its grid exactly once")
+    return tuple(specs)
 
 
 def _grid_spec(
@@ -391,7 +434,11 @@ def coatnet_layouts_run(
         gpus=settings.get("gpus", 0.0),
         more_seeds={v: n for v, n in more_seeds.items() if n > seeds},
     )
-    return Run(spec, frozen, dict(matched))
+    parts = ()
+    if generalisation and "parts" in settings and seeds == DEFAULT_SEEDS[scale]:  # the registered design
+        points = {(v, s) for v in variants for s in range(frozen.seeds_of(v))}
+        parts = _parts(spec, settings["parts"], points)
+    return Run(spec, frozen, dict(matched), parts)
 
 
 def coatnet_layouts_spec(
@@ -528,15 +575,16 @@ def cait_class_attention_run(
     """SA+CA splits at a fixed total, and late class-token insertion for the CA-free baseline."""
     settings = _cait_settings(scale)
     d = settings["split_depth"]
+    late = d - 1  # CaiT inserts the class token at layer 10 or 11 of 12 (Table 3): here the last block's
     variants = {
         f"{d}+0": {"depth": d, "ca_depth": 0, "cls_insert_layer": 0},
-        f"{d}+0 cls@{d // 2}": {"depth": d, "ca_depth": 0, "cls_insert_layer": d // 2},
+        f"{d}+0 cls@{late}": {"depth": d, "ca_depth": 0, "cls_insert_layer": late},
         f"{d - 2}+2": {"depth": d - 2, "ca_depth": 2, "cls_insert_layer": None},
         f"{d - 1}+1": {"depth": d - 1, "ca_depth": 1, "cls_insert_layer": None},
         f"{d}+1": {"depth": d, "ca_depth": 1, "cls_insert_layer": None},
         f"{d}+2": {"depth": d, "ca_depth": 2, "cls_insert_layer": None},
     }
-    claims = ((f"{d}+2", ">", f"{d}+0"), (f"{d}+2", ">=", f"{d}+1"), (f"{d}+0 cls@{d // 2}", ">=", f"{d}+0"))
+    claims = ((f"{d}+2", ">", f"{d}+0"), (f"{d}+2", ">=", f"{d}+1"), (f"{d}+0 cls@{late}", ">=", f"{d}+0"))
     name = _study_name("cait-class-attention", scale, dataset)
     data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
     spec = _grid_spec(
@@ -557,7 +605,12 @@ def cait_class_attention_run(
         seeds,
         claims,
         ranking=f"{d}+2 best; class attention beats the CA-free baseline; late insertion helps it (CaiT Table 3)",
-        notes=(f"CaiT blocks (talking heads, LayerScale), {d} self-attention blocks in all; cait-depth's budget.",),
+        notes=(
+            f"CaiT blocks (talking heads, LayerScale), {d} self-attention blocks in all; cait-depth's budget.",
+            f"Late insertion: the class token joins at block {late} of {d} (0-based), the place CaiT's Table 3 "
+            "reports a gain at relative to its depth (layer 10 or 11 of 12); earlier insertion (CaiT: layer 0 "
+            "to 8) is not claimed to help and is not tested.",
+        ),
     )
     return Run(spec, protocol)
 
@@ -574,13 +627,14 @@ def cait_residual_schemes_run(
     settings = _cait_settings(scale)
     base = {**_cait_base(settings, scale), "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False}
     eps = {"scalar": {"layer_scale": "paper"}, "layerscale": {"layer_scale": "paper"}}
-    variants = {
-        f"d{depth}-{scheme}": {"depth": depth, "residual": scheme, **eps.get(scheme, {})}
-        for depth in settings["scheme_depths"]
-        for scheme in TABLE_1_SCHEMES
-    }
+    variants = {}
+    for depth in settings["scheme_depths"]:
+        for scheme in TABLE_1_SCHEMES:
+            variants[f"d{depth}-{scheme}"] = {"depth": depth, "residual": scheme, **eps.get(scheme, {})}
+            if scheme in RENORMALISED_SCHEMES:
+                variants[f"d{depth}-{scheme}+ln"] = {"depth": depth, "residual": scheme, "keep_norm": True}
     deep = max(settings["scheme_depths"])
-    others = ("fixup", "t-fixup", "rezero", "scalar")
+    others = ("fixup+ln", "t-fixup+ln", "rezero+ln", "scalar")
     claims = (
         (f"d{deep}-layerscale", ">", f"d{deep}-prenorm"),
         *((f"d{deep}-layerscale", ">=", f"d{deep}-{other}") for other in others),
@@ -615,6 +669,12 @@ def cait_residual_schemes_run(
             f"Schemes: {', '.join(TABLE_1_SCHEMES)} (`archsearch models --residual-schemes`); scalar and "
             "LayerScale at the paper's eps for the depth. SkipInit is not a separate variant: at alpha = 0 it "
             "is ReZero's network, and its runs would be ReZero's bit for bit.",
+            f"Two versions of {', '.join(RENORMALISED_SCHEMES)}: the original (no LayerNorm, as its paper) and "
+            "CaiT's (`+ln`: the branch LayerNorm kept, `keep_norm`), which CaiT's Table 1 reports (section 3, "
+            "Table A.1); the claims are on CaiT's versions, the originals are shown beside them. Initialisation "
+            "as each paper says: T-Fixup's Xavier on each d x d projection (not the fused qkv matrix) and on the "
+            "encoder only, the classification head as every other scheme's; Fixup's L^-1/2 on the value and "
+            "first FFN layers (the layers in series on each branch), not on queries and keys.",
             f"Budget ({epochs} epochs, lr {settings['lr']:g}, no gradient clipping, no drop-path): the same "
             "recipe for every scheme, set before the runs from the time this machine allows (`--plan`).",
             "Table 1's drop-path 'adjusted per depth' baseline is the prenorm scheme with "
@@ -635,18 +695,3 @@ def cait_class_attention_spec(scale: str, seeds: int, dataset: str = DEFAULT_DAT
     """(spec, claims, paper ranking) of the SA/CA split study (see :func:`cait_class_attention_run`)."""
     run = cait_class_attention_run(scale, seeds, dataset, data_dir)
     return run.spec, list(run.protocol.claims), run.protocol.ranking
-
-
-def plan(
-    study: str, scale: str, seeds: int, protocols: tuple[str, ...], dataset: str, data_dir: str | None
-) -> list[Run]:
-    """Every grid study a reproduction needs, with its pre-registered protocol."""
-    if study == "coatnet-layouts":
-        return [coatnet_layouts_run(scale, p, seeds, dataset, data_dir) for p in protocols or tuple(PAPER_CLAIMS)]
-    if study == "cait-depth":
-        return [cait_depth_run(scale, seeds, dataset, data_dir)]
-    if study == "cait-class-attention":
-        return [cait_class_attention_run(scale, seeds, dataset, data_dir)]
-    if study == "cait-residual-schemes":
-        return [cait_residual_schemes_run(scale, seeds, dataset, data_dir)]
-    raise ValueError(f"unknown study {study!r}")

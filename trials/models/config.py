@@ -165,6 +165,10 @@ class CaiTConfig(_ConfigBase):
     drop_path_schedule: DropPathSchedule = "uniform"
     cls_insert_layer: int | None = None
     residual: ResidualScheme | None = None
+    # Keep the pre-LayerNorm on each branch for a scheme that drops it (rezero, skipinit, fixup,
+    # t-fixup): CaiT's own versions of these (section 3, Table A.1: "Rezero with LayerNorm and
+    # warmup"), which it re-normalised because the originals trained unstably at depth.
+    keep_norm: bool = False
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -217,6 +221,14 @@ class CaiTConfig(_ConfigBase):
                 raise ModelConfigError(
                     f"{owner}.layer_scale", "residual 'scalar' needs its eps (a float, 'paper' or 'rezero'); got 'off'"
                 )
+        if not isinstance(self.keep_norm, bool):
+            raise ModelConfigError(f"{owner}.keep_norm", f"must be true or false, got {self.keep_norm!r}")
+        if self.keep_norm and self.residual_scheme in NORMALISED_SCHEMES:
+            raise ModelConfigError(
+                f"{owner}.keep_norm",
+                f"residual {self.residual_scheme!r} keeps its LayerNorm already; keep_norm is for the schemes "
+                f"that drop it ({', '.join(s for s in RESIDUAL_SCHEMES if s not in NORMALISED_SCHEMES)})",
+            )
         if self.cls_insert_layer is not None:
             _non_negative_int(owner, "cls_insert_layer", self.cls_insert_layer)
             if self.cls_insert_layer > self.depth:
@@ -290,8 +302,9 @@ class CaiTConfig(_ConfigBase):
 
     @property
     def branch_norm(self) -> bool:
-        """Whether each residual branch starts with a LayerNorm (pre-norm, DeiT and CaiT)."""
-        return self.residual_scheme in NORMALISED_SCHEMES
+        """Whether each residual branch starts with a LayerNorm (pre-norm, DeiT and CaiT; CaiT's own
+        versions of the schemes that drop it, with ``keep_norm``)."""
+        return self.residual_scheme in NORMALISED_SCHEMES or self.keep_norm
 
     @property
     def num_residual_branches(self) -> int:

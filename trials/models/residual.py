@@ -19,9 +19,17 @@ G (FFN):
   layer and the last layer of each residual branch initialised to 0; the other layers inside
   the branches scaled by L^(-1/(2m-2)) (L residual branches, m = 2 weight layers per branch here,
   so L^(-1/2)); a scalar multiplier (init 1) per branch and a scalar bias (init 0) before each
-  linear layer and activation. Every branch outputs 0 at step 0.
+  linear layer and activation. Every branch outputs 0 at step 0. Fixup's rule is about the
+  weight layers the signal passes through in series on a branch (its m): in attention those are
+  the value and output projections; the query and key projections only set the mixing weights
+  (the softmax), so they are not scaled (scaling both by L^-1/2 would divide every attention
+  logit by L, 24 at depth 12, and flatten attention to a uniform average).
 * ``t-fixup`` (Huang et al. 2020, section 3.3, encoder rules): no LayerNorm (and no warm-up
-  needed: set ``warmup_epochs: 0`` in training); Xavier initialisation of every weight matrix;
+  needed: set ``warmup_epochs: 0`` in training); Xavier initialisation of every weight matrix of
+  the encoder, each of the query, key and value projections as its own d x d matrix (as the paper's
+  separate projections are, not the fused 3d x d one, whose fan-out would shrink V's std from
+  d^-1/2 to (2d)^-1/2); the classification head is not the paper's (a translation model has
+  none) and keeps the baseline's initialisation, as in every other scheme;
   the input embeddings drawn from N(0, d^-1/2) and scaled by (9N)^(-1/4); in each of the N
   encoder blocks the attention's value and output projections and both FFN matrices scaled by
   0.67 N^(-1/4). Here the embeddings are the positional embedding and the class token (the
@@ -70,14 +78,26 @@ def _blocks(model: nn.Module) -> list[nn.Module]:
     return [*model.blocks, *model.ca_blocks]
 
 
+def _value_rows(attention: nn.Module, dim: int) -> torch.Tensor:
+    """The value projection's weight: rows [2d, 3d) of the fused qkv, rows [d, 2d) of class attention's kv."""
+    if hasattr(attention, "qkv"):
+        return attention.qkv.weight[2 * dim :]
+    return attention.kv.weight[dim:]
+
+
+def _projections(attention: nn.Module, dim: int) -> list[torch.Tensor]:
+    """Each d x d projection (query, key, value) of an attention layer, as views of its fused weights."""
+    if hasattr(attention, "qkv"):
+        return [attention.qkv.weight[i * dim : (i + 1) * dim] for i in range(3)]
+    return [attention.q.weight, attention.kv.weight[:dim], attention.kv.weight[dim:]]
+
+
 @torch.no_grad()
 def _fixup(model: nn.Module, config: CaiTConfig) -> None:
     scale = fixup_branch_scale(config)
     for block in _blocks(model):
         attention = block.attn
-        for first in (getattr(attention, "qkv", None), getattr(attention, "q", None), getattr(attention, "kv", None)):
-            if first is not None:
-                first.weight.mul_(scale)
+        _value_rows(attention, config.embed_dim).mul_(scale)  # the attention branch's first layer in series
         block.mlp.fc1.weight.mul_(scale)
         for last in (attention.proj, block.mlp.fc2):  # each branch's last layer: 0
             nn.init.zeros_(last.weight)
@@ -91,19 +111,20 @@ def _t_fixup(model: nn.Module, config: CaiTConfig) -> None:
     blocks = _blocks(model)
     n = len(blocks)
     dim = config.embed_dim
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
+    for block in blocks:
+        fused = {id(getattr(block.attn, name, None)) for name in ("qkv", "kv")}
+        for module in block.modules():
+            if isinstance(module, nn.Linear) and id(module) not in fused:
+                nn.init.xavier_uniform_(module.weight)
+        for projection in _projections(block.attn, dim):  # each d x d projection on its own fans
+            nn.init.xavier_uniform_(projection)
     for embedding in (model.pos_embed, model.cls_token):
         nn.init.normal_(embedding, std=dim**-0.5)
         embedding.mul_((9 * n) ** -0.25)
     scale = t_fixup_scale(config)
     for block in blocks:
         attention = block.attn
-        if hasattr(attention, "qkv"):  # rows [2d, 3d) of the fused projection are the values
-            attention.qkv.weight[2 * dim :].mul_(scale)
-        else:  # class attention: rows [d, 2d) of kv are the values
-            attention.kv.weight[dim:].mul_(scale)
+        _value_rows(attention, dim).mul_(scale)
         attention.proj.weight.mul_(scale)
         block.mlp.fc1.weight.mul_(scale)
         block.mlp.fc2.weight.mul_(scale)

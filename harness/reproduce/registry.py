@@ -1,0 +1,115 @@
+"""The one registry of reproductions: study name -> its builder, scales and protocols.
+
+The CLI's choices, ``--plan``, the runs and the tests all read :data:`STUDIES`, so a study is added
+in one place. :func:`plan` builds a study's grid studies and fills each protocol's ``recipe`` from
+the spec as it will run (the trial config's resolved training and data settings, defaults
+included), so the recipe a summary prints is the one the runs used, never a restatement of it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.reproduce.studies import Run
+
+SCALES = ("tiny", "cpu", "small", "paper")  # every study has each (a test builds every one)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A reproduction: how to build one of its grid studies, at which scales, under which protocols.
+
+    ``builder`` names a function of :mod:`harness.reproduce.studies`, imported when a study is
+    built (the registry itself is read by the CLI at start-up, before torch is loaded).
+    """
+
+    name: str
+    builder: str  # (scale, [protocol,] seeds, dataset, data_dir) -> Run
+    protocols: tuple[str, ...] = ()  # several protocols (coatnet-layouts): one grid study each
+    about: str = ""
+    scales: tuple[str, ...] = SCALES
+
+    def build(self, *args: Any) -> Run:
+        return getattr(importlib.import_module("harness.reproduce.studies"), self.builder)(*args)
+
+    def runs(self, scale: str, seeds: int, protocols: tuple[str, ...], dataset: str, data_dir: str | None):
+        if scale not in self.scales:
+            raise ValueError(f"unknown scale {scale!r} for {self.name}; use one of {', '.join(self.scales)}")
+        if not self.protocols:
+            return [self.build(scale, seeds, dataset, data_dir)]
+        for protocol in protocols:
+            if protocol not in self.protocols:
+                raise ValueError(f"unknown protocol {protocol!r}; use {' or '.join(self.protocols)}")
+        return [self.build(scale, p, seeds, dataset, data_dir) for p in protocols or self.protocols]
+
+
+STUDIES: dict[str, Study] = {
+    study.name: study
+    for study in (
+        Study(
+            "coatnet-layouts",
+            "coatnet_layouts_run",
+            ("generalisation", "capacity"),
+            "CoAtNet Fig. 1: VIT-REL, C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T matched in size",
+        ),
+        Study("cait-depth", "cait_depth_run", (), "CaiT Table 1's question: depth x residual scheme"),
+        Study("cait-class-attention", "cait_class_attention_run", (), "CaiT Table 3: the SA/CA split"),
+        Study("cait-residual-schemes", "cait_residual_schemes_run", (), "CaiT Table 1's columns at depth"),
+    )
+}
+SCALE_NAMES = tuple(dict.fromkeys(scale for study in STUDIES.values() for scale in study.scales))
+PROTOCOL_NAMES = tuple(dict.fromkeys(p for study in STUDIES.values() for p in study.protocols))
+
+
+def plan(
+    study: str, scale: str, seeds: int, protocols: tuple[str, ...], dataset: str, data_dir: str | None
+) -> list[Run]:
+    """Every grid study a reproduction needs, with its pre-registered protocol and its recipe."""
+    if study not in STUDIES:
+        raise ValueError(f"unknown study {study!r}; use one of {', '.join(STUDIES)}")
+    runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir)
+    return [replace(run, protocol=replace(run.protocol, recipe=recipe(run.spec))) for run in runs]
+
+
+def recipe(spec: dict[str, Any]) -> dict[str, Any]:
+    """The training recipe the study's trials run with: every value resolved as a trial resolves
+    it (defaults included), from the spec's first grid point."""
+    from search_space.sampling import build_trial_config, grid_points
+    from search_space.validation import load_spec
+    from trials.trial_config import load_trial_config
+
+    parsed = load_spec(spec, check_paths=False)
+    config = load_trial_config(build_trial_config(parsed, grid_points(parsed)[0]))
+    training, data = config.training, config.data
+    augment = data.augment
+    on = [
+        name
+        for name, active in (
+            ("random crop", augment.random_crop),
+            ("horizontal flip", augment.hflip),
+            (f"RandAugment {augment.randaugment}", augment.randaugment is not None),
+            (f"MixUp {augment.mixup_alpha:g}", augment.mixup_alpha > 0),
+            (f"CutMix {augment.cutmix_alpha:g}", augment.cutmix_alpha > 0),
+        )
+        if active
+    ]
+    train_images = data.train_size if data.name in ("synthetic", "mnist5k") else None
+    return {
+        "lr": training.lr,
+        "min_lr": training.min_lr,
+        "schedule": "AdamW, linear warm-up then cosine decay to min_lr",
+        "warmup_epochs": training.warmup_epochs if training.warmup_steps is None else None,
+        "warmup_steps": training.warmup_steps,
+        "weight_decay": training.weight_decay,
+        "label_smoothing": training.label_smoothing,
+        "grad_clip": training.grad_clip,
+        "epochs": training.epochs,
+        "batch_size": data.batch_size,
+        "augmentation": ", ".join(on) or "none",
+        "train_images": train_images,
+        "image_size": data.resolved_image_size,
+        "drop_path_rate": getattr(config.model, "drop_path_rate", None),
+    }
