@@ -1,47 +1,116 @@
 """The runs committed in docs/reproductions are there, complete, and match the study they claim to be.
 
-Every study `archsearch reproduce` offers has its `cpu`-scale run on `mnist5k` committed (summary,
-report and both figures), each summary's command line is the one that writes it there, its
-protocol section is the protocol the code pre-registers today (a study whose definition changed
-after its run would otherwise sit beside a stale result), and the README's table links each.
+Every study `archsearch reproduce` offers (the registry) has its `cpu`-scale run on `mnist5k`
+committed (summary, report and both figures) and linked from the README. A run under today's
+protocol has its per-seed runs file and verdicts file beside it: its summary's protocol section is
+the protocol the code pre-registers today, and every committed verdict is decided again from the
+runs file alone (an edited number fails here). A run that predates today's protocol says so at its
+top, with the command that re-runs it, and the README lists it as awaiting a re-run.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from pathlib import Path
 
 import pytest
 
-from harness.cli.run_commands import reproduce_command
-from harness.reproduce.studies import plan
+from harness.reproduce.records import RUNS_SUFFIX, VERDICTS_SUFFIX, recompute
+from harness.reproduce.registry import STUDIES, plan
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reproductions"
-STUDIES = reproduce_command.params[0].type.choices  # the click.Choice of `archsearch reproduce STUDY`
+SUPERSEDED = "> **Run under an earlier protocol; awaiting a re-run.**"
 
 
 def _committed_runs() -> list[tuple[str, str | None]]:
-    runs = []
-    for study in STUDIES:
-        protocols = ("generalisation", "capacity") if study == "coatnet-layouts" else (None,)
-        runs.extend((study, protocol) for protocol in protocols)
-    return runs
+    return [(s.name, p) for s in STUDIES.values() for p in (s.protocols or (None,))]
+
+
+def _run(study, protocol):
+    (run,) = plan(study, "cpu", 7, (protocol,) if protocol else (), "mnist5k", None)
+    return run
 
 
 @pytest.mark.parametrize(("study", "protocol"), _committed_runs())
-def test_every_study_has_its_cpu_run_committed_with_its_command_and_current_protocol(study, protocol):
-    (run,) = plan(study, "cpu", 5, (protocol,) if protocol else (), "mnist5k", None)
+def test_every_study_has_its_cpu_run_committed_with_its_command_and_protocol(study, protocol):
+    run = _run(study, protocol)
     name = run.spec["name"]
     for suffix in (".md", ".html", "-variants.png", "-loss-vs-accuracy.png"):
         assert (DOCS / f"{name}{suffix}").is_file(), f"{name}{suffix} is not committed"
     summary = (DOCS / f"{name}.md").read_text()
     command = re.search(r"^Command: `(.*)`$", summary, re.MULTILINE).group(1)
-    assert command.startswith(f"archsearch reproduce {study} --scale cpu --seeds 5")
+    assert command.startswith(f"archsearch reproduce {study} --scale cpu --seeds ")
     assert command.endswith("--output docs/reproductions") and "--dataset mnist5k" in command
     if protocol:
         assert f"--protocol {protocol}" in command
-    assert "\n".join(run.protocol.markdown()) in summary, f"{name}.md was run under another protocol"
-    assert f"[md]({name}.md)" in (DOCS / "README.md").read_text()
+    readme = (DOCS / "README.md").read_text()
+    assert f"[md]({name}.md)" in readme
+    if (DOCS / f"{name}{RUNS_SUFFIX}").is_file():  # under today's protocol: all of it, recomputable
+        assert "\n".join(run.protocol.markdown()) in summary, f"{name}.md was run under another protocol"
+        assert (DOCS / f"{name}{VERDICTS_SUFFIX}").is_file()
+        assert SUPERSEDED not in summary
+    else:  # an earlier protocol's run: marked, with the command that re-runs it, and listed as such
+        assert summary.startswith(f"# {name}\n\n{SUPERSEDED}"), f"{name}.md predates the protocol unmarked"
+        assert f"archsearch reproduce {study} --scale cpu" in summary.split("\n\n")[1]
+        assert re.search(rf"awaiting a re-run[^\n]*{re.escape(name)}|{re.escape(name)}[^\n]*awaiting a re-run", readme)
+
+
+def _committed_verdicts() -> list[Path]:
+    return sorted(DOCS.glob(f"*{VERDICTS_SUFFIX}"))
+
+
+def _protocol_of(summary_name: str):
+    for study, protocol in _committed_runs():
+        run = _run(study, protocol)
+        if run.spec["name"] == summary_name:
+            return run.protocol
+    raise AssertionError(f"{summary_name}: no study of the registry writes this summary")
+
+
+def _same(recomputed, committed, where: str = "") -> None:
+    if isinstance(committed, float) or isinstance(recomputed, float):
+        assert committed is not None and recomputed is not None, where
+        assert math.isclose(recomputed, committed, rel_tol=1e-9, abs_tol=1e-12), f"{where}: {recomputed} != {committed}"
+    elif isinstance(committed, list):
+        assert isinstance(recomputed, list) and len(recomputed) == len(committed), where
+        for index, (r, c) in enumerate(zip(recomputed, committed, strict=True)):
+            _same(r, c, f"{where}[{index}]")
+    elif isinstance(committed, dict):
+        assert isinstance(recomputed, dict) and set(recomputed) == set(committed), where
+        for key in committed:
+            _same(recomputed[key], committed[key], f"{where}.{key}")
+    else:
+        assert recomputed == committed, f"{where}: {recomputed!r} != {committed!r}"
+
+
+@pytest.mark.parametrize("path", _committed_verdicts(), ids=lambda p: p.name)
+def test_every_committed_verdict_recomputes_from_its_runs_file(path):
+    name = path.name[: -len(VERDICTS_SUFFIX)]
+    protocol = _protocol_of(name)
+    committed = json.loads(path.read_text())
+    assert [c["claim"] for c in committed] == [" ".join(c) for c in protocol.claims]
+    assert all(c["margin"] in (None, protocol.margin, protocol.large_margin) for c in committed)  # no deviation
+    _same(recompute(DOCS / f"{name}{RUNS_SUFFIX}", protocol), committed, name)
+
+
+def test_the_recomputation_catches_an_edited_committed_number(tmp_path):
+    """The check above is not vacuous: one value of one committed runs file, edited, changes a verdict file."""
+    (path, *_) = _committed_verdicts() or [None]
+    if path is None:
+        pytest.skip("no verdicts file is committed yet")
+    name = path.name[: -len(VERDICTS_SUFFIX)]
+    lines = (DOCS / f"{name}{RUNS_SUFFIX}").read_text().splitlines()
+    header = lines[1].split(",")
+    column = header.index("value")
+    edited = next(k for k, line in enumerate(lines[2:], start=2) if line.split(",")[column])
+    row = lines[edited].split(",")
+    row[column] = repr(float(row[column]) + 2.5)
+    lines[edited] = ",".join(row)
+    (tmp_path / f"{name}{RUNS_SUFFIX}").write_text("\n".join(lines) + "\n")
+    with pytest.raises(AssertionError):
+        _same(recompute(tmp_path / f"{name}{RUNS_SUFFIX}", _protocol_of(name)), json.loads(path.read_text()))
 
 
 PRESETS = Path(__file__).resolve().parent.parent / "search_space" / "presets"
@@ -56,7 +125,7 @@ def test_no_committed_run_was_affected_by_dropped_fixed_parameters(study, protoc
     from search_space.sampling import build_trial_config, fixed_params
     from search_space.spec import ChoiceDomain, SearchSpec
 
-    (run,) = plan(study, "cpu", 5, (protocol,) if protocol else (), "mnist5k", None)
+    run = _run(study, protocol)
     spec = SearchSpec.model_validate(run.spec)
     assert fixed_params(spec) == {}
     assert set(spec.params) == {"variant", "seed"}

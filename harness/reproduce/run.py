@@ -95,8 +95,8 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
         stored = store.study(spec.name) if spec.name in store.study_names() else None
         started = stored is not None and any(n for k, n in store.counts(spec.name).items() if k != "epochs")
     if stored is not None and started:
-        planned = spec.model_dump(mode="json")
-        if _decoded(stored["spec"]) != planned:
+        planned, kept = spec.model_dump(mode="json"), _decoded(stored["spec"]) or {}
+        if any(kept.get(key) != planned.get(key) for key in PLAN_KEYS) or _grid(kept) != _grid(planned):
             raise StoreError(
                 f"study {spec.name!r} in this store was planned otherwise (another number of seeds, budget or "
                 "version of the protocol): write this plan to another --store, or --report-only to summarise it"
@@ -104,6 +104,16 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
         if stored["status"] == "completed":
             return
     run_search(spec, store_url, address=address, results_dir=results_dir, resume=started)
+
+
+# What makes a stored grid study the same plan: the runs it holds (settings that do not change a
+# run, or fields a later archsearch added to the spec, may differ).
+PLAN_KEYS = ("family", "base_model", "data", "training", "measure", "params", "variants", "objectives")
+
+
+def _grid(spec: dict[str, Any]) -> tuple[Any, Any]:
+    search = spec.get("search") or {}
+    return search.get("n_trials"), search.get("grid")
 
 
 def _decoded(value: Any) -> Any:
