@@ -207,16 +207,22 @@ print(json.dumps({"status": result.status, "seconds": time.perf_counter() - t, "
 """
 
 
+def packed_trial_config(config: dict[str, Any], device: torch.device, n: int) -> dict[str, Any]:
+    """One of ``n`` trials packed on ``device``: on CUDA with n > 1 it gets the share a search gives a
+    packed trial (``resources.gpus: 1/n``), which run_trial turns into the allocator cap with the one
+    formula (trials.gpu.memory_cap_fraction); alone or on a CPU, the config as it was."""
+    if device.type == "cuda" and n > 1:
+        return {**config, "gpu_memory_fraction": 1 / n}
+    return dict(config)
+
+
 def part_c(args, device: torch.device) -> list[dict[str, Any]]:
     """Trials per hour with N packed 32x32 trials on one device (separate processes)."""
     rows = []
     base = None
     for n in args.packing:
         config = _small_trial_config("coatnet_tiny32", str(device), False, args.small_train_size, args.small_epochs)
-        if device.type == "cuda" and n > 1:
-            # The share a search gives a packed trial (resources.gpus: 1/n); run_trial turns it into
-            # the allocator cap with the one formula (trials.gpu.memory_cap_fraction).
-            config["gpu_memory_fraction"] = 1 / n
+        config = packed_trial_config(config, device, n)
         started = time.perf_counter()
         children = [
             subprocess.Popen(

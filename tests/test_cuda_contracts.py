@@ -15,6 +15,7 @@ matters is what the trainer does with each kind of failure.
 from __future__ import annotations
 
 import gc
+import json
 import sys
 import weakref
 from types import SimpleNamespace
@@ -138,13 +139,37 @@ def test_a_share_too_small_for_one_process_is_a_config_error_naming_the_key(stub
     assert stubbed_cuda == []  # nothing set, nothing allocated
 
 
-def test_the_benchmark_packs_trials_through_the_same_share():
-    """benchmarks/gpu.py hands each packed child its share; run_trial applies the one formula."""
-    from pathlib import Path
+def test_the_benchmark_packs_trials_through_the_same_share(stubbed_cuda, monkeypatch):
+    """benchmarks/gpu.py hands each packed child the share a search gives it; run_trial applies the
+    one formula to it (the cap a packed trial of the benchmark and of a search get is the same)."""
+    from benchmarks.gpu import packed_trial_config
 
-    source = (Path(__file__).parents[1] / "benchmarks" / "gpu.py").read_text()
-    assert 'config["gpu_memory_fraction"] = 1 / n' in source
-    assert "configure_backends" in source
+    base = tiny(device="cuda")
+    for n in (2, 4, 8):
+        packed = packed_trial_config(base, torch.device("cuda"), n)
+        assert packed["gpu_memory_fraction"] == 1 / n and "gpu_memory_fraction" not in base
+    assert "gpu_memory_fraction" not in packed_trial_config(base, torch.device("cuda"), 1)
+    assert "gpu_memory_fraction" not in packed_trial_config(base, torch.device("cpu"), 4)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(total_memory=8 * GIB))
+    run_trial(packed_trial_config(base, torch.device("cuda"), 4))
+    assert stubbed_cuda[0] == ("memory_fraction", gpu.memory_cap_fraction(0.25, 8 * GIB), 0)
+
+
+def test_the_benchmark_configures_the_backends_as_a_trial_does(tmp_path, monkeypatch):
+    """The benchmark's header reports the backend settings a trial runs with, set by the same call."""
+    import benchmarks.gpu as bench
+
+    calls = []
+
+    def recording(device):
+        calls.append(device)
+        return {"cudnn.benchmark": "recorded"}
+
+    monkeypatch.setattr(bench, "configure_backends", recording)
+    out = tmp_path / "gpu.json"
+    bench.main(["--device", "cpu", "--quick", "--parts", "", "--json", str(out)])
+    assert calls == [torch.device("cpu")]
+    assert json.loads(out.read_text())["header"]["cudnn.benchmark"] == "recorded"
 
 
 # -- compilation -----------------------------------------------------------------------------------

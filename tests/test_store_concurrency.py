@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy import Engine, create_engine, event, func, select, text
 
 from harness.store import Store, StoreError
 from harness.store.schema import EpochRecord, Measurement, Study, Trial
@@ -348,14 +348,24 @@ def test_create_study_without_exist_ok_refuses_a_study_created_concurrently(stor
                     archsearch_version="0",
                 )
             )
+            began = threading.Event()
+
+            def _mark_begin(_conn, _cursor, statement, *_args) -> None:
+                if statement.startswith("BEGIN") and threading.current_thread() is thread:
+                    began.set()
+
             thread = threading.Thread(target=loser)
+            event.listen(store.engine, "before_cursor_execute", _mark_begin)
             thread.start()
             if conn.dialect.name == "postgresql":
                 # Commit only once the store's INSERT is blocked on our uncommitted row.
                 _wait_for(lambda: _pg_waiting_on_a_lock(store_url), 30, "create_study blocks on the row")
             else:
-                time.sleep(0.5)  # SQLite: the store waits at BEGIN IMMEDIATE whenever it got there
+                # SQLite: commit once the store's write transaction has started (its BEGIN IMMEDIATE
+                # then waits for our lock); whichever comes first, its INSERT meets the committed row.
+                assert began.wait(30), "create_study never began its write transaction"
             transaction.commit()
+            event.remove(store.engine, "before_cursor_execute", _mark_begin)
             thread.join(timeout=90)
         assert "already exists" in outcome.get("error", ""), outcome
 
@@ -414,7 +424,6 @@ def test_a_writer_killed_inside_a_final_record_leaves_nothing_of_it(store_url):
                 60,
                 "trial B's uncommitted pages spill into the WAL",
             )
-        time.sleep(0.3)
         assert proc.is_alive(), f"the writer ended before the kill: {results.get(timeout=5)}"
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(timeout=30)
