@@ -9,12 +9,16 @@ and :mod:`.queries` reads everything back as pandas DataFrames. This module only
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from .engine import Migrations, _first_line, _make_engine, schema_revisions
-from .errors import StoreError
+from .errors import StoreDriverError, StoreError
 from .liveness import HEARTBEAT_S, HEARTBEAT_STALE_S, driver_identity
 from .queries import Queries
 from .urls import mask_url, normalize_url, resolve_store_url, split_secret
@@ -70,6 +74,44 @@ class Store(Migrations, Writes, Queries):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Called outside the store's own error handling (opening is handled where the connection is made).
+_NOT_WRAPPED = {"open", "close"}
+
+
+def _wrapping_driver_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except SQLAlchemyError as error:
+            cause = getattr(error, "orig", None) or error
+            detail = _first_line(error)
+            secret = self.engine.url.password
+            if secret:  # a driver may echo what it was given: never the password
+                detail = detail.replace(secret, "***")
+            raise StoreDriverError(
+                f"the store at {self.url} failed ({method.__name__}): {type(cause).__name__}: {detail}"
+            ) from error
+
+    return call
+
+
+def _wrap_public_methods(cls: type) -> type:
+    """Every public method of the store (its parts' too) raises :class:`StoreError` only: a driver's
+    exception is wrapped where it happens, so no caller classifies SQLAlchemy's errors itself."""
+    for name in dir(cls):
+        value = inspect.getattr_static(cls, name)
+        if name.startswith("_") or name in _NOT_WRAPPED or not inspect.isfunction(value):
+            continue  # properties, class and static methods, attributes
+        setattr(cls, name, _wrapping_driver_errors(value))
+    return cls
+
+
+_wrap_public_methods(Store)
 
 
 def _check_sqlite_path(path: str | None, masked: str, create: bool) -> None:

@@ -1,0 +1,53 @@
+"""The store wraps its driver's errors where they happen (issue 34): a database that fails under a
+store call surfaces as one :class:`StoreError` line naming the store (masked) and the call, never
+as SQLAlchemy's exception for a caller to classify, and never with a credential."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from harness.store import Store, StoreError
+from harness.store.errors import StoreDriverError
+from harness.store.urls import normalize_url
+from tests.conftest import add_small_study
+
+
+def _drop_epochs_behind_the_stores_back(url: str) -> None:
+    engine = create_engine(normalize_url(url))
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE archsearch_epochs"))
+    engine.dispose()
+
+
+def test_a_database_failing_under_a_query_is_one_store_error_line(store_url):
+    with Store.open(store_url) as store:
+        add_small_study(store)
+        _drop_epochs_behind_the_stores_back(store_url)
+        with pytest.raises(StoreError) as error:
+            store.learning_curves("s")
+    assert isinstance(error.value, StoreDriverError)
+    assert not isinstance(error.value, SQLAlchemyError) and isinstance(error.value.__cause__, SQLAlchemyError)
+    message = str(error.value)
+    assert "\n" not in message and "(learning_curves)" in message and message.startswith("the store at ")
+
+
+def test_a_password_never_reaches_the_wrapped_message(store_url):
+    if not store_url.startswith("postgresql"):
+        pytest.skip("SQLite has no password")
+    from sqlalchemy.engine import make_url
+
+    secret_url = make_url(store_url).set(password="S3cretPW").render_as_string(hide_password=False)
+    with Store.open(secret_url) as store:  # trust auth: the password is accepted and ignored
+        add_small_study(store)
+        _drop_epochs_behind_the_stores_back(store_url)
+        with pytest.raises(StoreError) as error:
+            store.learning_curves("s")
+    assert "S3cretPW" not in str(error.value) and "***" in str(error.value)
+
+
+def test_a_user_error_of_the_store_is_not_rewrapped(store_url):
+    with Store.open(store_url) as store, pytest.raises(StoreError) as error:
+        store.study("missing")
+    assert not isinstance(error.value, StoreDriverError) and "not found" in str(error.value)
