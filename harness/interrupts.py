@@ -65,6 +65,7 @@ class _State:
         self.lock = threading.Lock()
         self.request: StopRequest | None = None
         self.graceful_stop: Any = None  # Ray Tune's SIGINT handler while a fit() runs
+        self.deferring = False  # while Ray starts: a signal is recorded, acted on once it has started
         self.on_stop: Any = None  # called once, with the request, when the first stop is requested
 
 
@@ -124,8 +125,31 @@ def request_stop(reason: str, signum: int | None = None) -> bool:
 
 def _on_signal(signum: int, frame) -> None:
     name = signal.Signals(signum).name
-    if not request_stop(f"interrupted by {name}", signum) or _state.graceful_stop is None:
+    first = request_stop(f"interrupted by {name}", signum)
+    if first and _state.deferring:
+        return  # Ray is starting: acted on by deferring_signals() once it has
+    if not first or _state.graceful_stop is None:
         raise KeyboardInterrupt(name)  # a second signal, or no graceful path: stop now
+
+
+@contextlib.contextmanager
+def deferring_signals():
+    """While Ray starts (its processes, the driver's core worker): a first SIGINT or SIGTERM is only
+    recorded, and raised as :class:`SearchInterrupted` (exit 130 or 143) when the block ends, never
+    in the middle of it.
+
+    A KeyboardInterrupt raised inside ``ray.init`` left a half-connected core worker whose teardown
+    at exit crashed the driver (``Segmentation fault``, exit 139, about 1 start in 4).
+    """
+    _state.deferring = True
+    try:
+        yield
+    finally:
+        _state.deferring = False
+    request = _state.request
+    if request is not None and request.signum is not None:
+        name = signal.Signals(request.signum).name
+        raise SearchInterrupted(request, f"search interrupted by {name} while Ray started, before any trial ran")
 
 
 def store_failures() -> tuple[type[BaseException], ...]:

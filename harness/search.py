@@ -247,7 +247,8 @@ def _run_search(
         if name in store.study_names():
             store.claim_study(name)  # one driver per study: refused while another live driver holds it
         quiet_ray(verbose)
-        init_ray(address, spec)
+        with interrupts.deferring_signals():  # a Ctrl-C while Ray starts acts once it has started
+            init_ray(address, spec)
         check_resources(spec)
         if address:
             check_storage(

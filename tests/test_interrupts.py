@@ -404,3 +404,35 @@ def test_a_signal_reaching_a_command_before_its_own_handlers_exits_in_one_line(m
     assert result.exit_code == code, result.output
     assert "Aborted!" not in result.output and "internal error" not in result.stderr
     assert result.stderr.strip() in (f"studies interrupted by {signum}", f"studies terminated by {signum}")
+
+
+@pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_while_ray_starts_is_acted_on_once_it_has_started(signum, code):
+    """Issue 34: a SIGINT raised as KeyboardInterrupt inside ray.init left a half-connected core
+    worker whose teardown crashed the driver (Segmentation fault, exit 139, 1 start in 4). While Ray
+    starts, the signal is recorded; the start completes; then the search ends in one resumable line."""
+    import signal
+
+    from harness import interrupts
+
+    finished = []
+
+    def starting_ray() -> None:
+        os.kill(os.getpid(), getattr(signal, signum))  # delivered here, in the middle of the start
+        finished.append("the start ran to its end")
+
+    interrupts.reset()
+    with (
+        interrupts.handling_signals(),
+        pytest.raises(interrupts.SearchInterrupted) as stopped,
+        interrupts.deferring_signals(),
+    ):
+        starting_ray()
+    assert finished == ["the start ran to its end"]
+    assert stopped.value.exit_code == code and f"interrupted by {signum} while Ray started" in str(stopped.value)
+    interrupts.reset()
+    with interrupts.handling_signals(), pytest.raises(KeyboardInterrupt):  # outside the start: at once
+        os.kill(os.getpid(), getattr(signal, signum))
+        finished.append("not reached")
+    assert finished == ["the start ran to its end"]
+    interrupts.reset()
