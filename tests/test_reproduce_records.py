@@ -154,3 +154,16 @@ def test_a_margin_other_than_the_registered_one_is_printed_as_a_deviation():
     assert "## Deviations from the pre-registration\n\n- margin 2 instead of the pre-registered 1" in text
     assert text.index("## Deviations") < text.index("## Results")
     assert "Test split: 1,000 fixed images" in text and "binomial standard error" in text
+
+
+def test_a_protocol_for_a_study_with_one_protocol_is_refused_naming_the_option():
+    """Found by the adversarial pass of issue 34: `reproduce cait-depth --protocol capacity --plan`
+    planned cait-depth and exited 0, as if the option meant something."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    result = CliRunner().invoke(main, ["reproduce", "cait-depth", "--protocol", "capacity", "--plan"])
+    assert result.exit_code == 2 and "--protocol capacity: cait-depth has one protocol" in result.output
+    with pytest.raises(ValueError, match="has one protocol"):
+        plan("cait-depth", "tiny", 2, ("generalisation",), "synthetic", None)

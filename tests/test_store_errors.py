@@ -51,3 +51,18 @@ def test_a_user_error_of_the_store_is_not_rewrapped(store_url):
     with Store.open(store_url) as store, pytest.raises(StoreError) as error:
         store.study("missing")
     assert not isinstance(error.value, StoreDriverError) and "not found" in str(error.value)
+
+
+@pytest.mark.parametrize(("url", "env"), [("", None), ("  ", None), (None, "")])
+def test_an_empty_store_url_is_an_error_not_the_default_store(url, env, monkeypatch, tmp_path):
+    """Found by the adversarial pass of issue 34: `--store ""` silently used ./archsearch.db."""
+    from harness.store import resolve_store_url
+
+    monkeypatch.chdir(tmp_path)
+    if env is None:
+        monkeypatch.delenv("ARCHSEARCH_STORE", raising=False)
+    else:
+        monkeypatch.setenv("ARCHSEARCH_STORE", env)
+    with pytest.raises(StoreError, match="empty"):
+        resolve_store_url(url)
+    assert not (tmp_path / "archsearch.db").exists()

@@ -39,6 +39,10 @@ class Study:
         if scale not in self.scales:
             raise ValueError(f"unknown scale {scale!r} for {self.name}; use one of {', '.join(self.scales)}")
         if not self.protocols:
+            if protocols:
+                raise ValueError(
+                    f"--protocol {protocols[0]}: {self.name} has one protocol, not several; leave --protocol out"
+                )
             return [self.build(scale, seeds, dataset, data_dir)]
         for protocol in protocols:
             if protocol not in self.protocols:
