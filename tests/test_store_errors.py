@@ -66,3 +66,21 @@ def test_an_empty_store_url_is_an_error_not_the_default_store(url, env, monkeypa
     with pytest.raises(StoreError, match="empty"):
         resolve_store_url(url)
     assert not (tmp_path / "archsearch.db").exists()
+
+
+def test_a_sqlite_url_with_an_option_is_refused_naming_it(tmp_path):
+    """Found by the adversarial pass of issue 34: `?bogus=1` was ignored on a write and made a
+    read-only open fail as "no such access mode: ro?bogus=1"."""
+    for read_only in (False, True):
+        with pytest.raises(StoreError, match=r"takes no options, got \?bogus"):
+            Store.open(f"sqlite:///{tmp_path / 's.db'}?bogus=1", read_only=read_only)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_margin_that_is_not_finite_is_refused(value):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    result = CliRunner().invoke(main, ["reproduce", "cait-depth", "--margin", value, "--plan"])
+    assert result.exit_code == 2 and f"--margin: {value} is not a finite number" in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -158,6 +159,9 @@ def reproduce_command(
 ) -> None:  # fmt: skip
     """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
     check_utf8_arguments()
+    for option, value in (("--margin", margin), ("--large-margin", large_margin)):
+        if value is not None and not math.isfinite(value):  # click's range lets nan and inf through
+            raise UsageError(f"{option}: {value} is not a finite number")
     seeds = seeds if seeds is not None else reproduction.default_seeds(scale)
     if plan_only:
         _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt)

@@ -101,6 +101,15 @@ def normalize_url(url: str):
             f"unsupported store URL scheme {parsed.drivername!r} in {mask_url(url)}; "
             "use sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
         )
+    if backend == "sqlite":
+        # SQLite takes no connection options here (the store sets its own timeout and journal):
+        # a stray ?option was ignored on a write and garbled a read-only open ("no such access mode").
+        unknown = sorted(k for k in parsed.query if k.lower() not in SECRET_QUERY_KEYS)
+        if unknown:
+            raise StoreError(
+                f"a SQLite store URL takes no options, got ?{'&'.join(unknown)} in {mask_url(url)}: "
+                "use sqlite:///PATH"
+            )
     if backend == "postgresql" and parsed.get_driver_name() != "psycopg":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
