@@ -75,7 +75,18 @@ def plan(
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; use one of {', '.join(STUDIES)}")
     runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir)
-    return [replace(run, protocol=replace(run.protocol, recipe=recipe(run.spec))) for run in runs]
+    return [replace(run, protocol=replace(run.protocol, recipe=_recipe_or_none(run.spec))) for run in runs]
+
+
+def _recipe_or_none(spec: dict[str, Any]) -> dict[str, Any]:
+    """The recipe, or none for a spec that does not load: the run (and ``--plan``) refuses such a
+    spec with its own checks, in their order (the study name first)."""
+    from trials.configio import ConfigError
+
+    try:
+        return recipe(spec)
+    except ConfigError:
+        return {}
 
 
 def recipe(spec: dict[str, Any]) -> dict[str, Any]:
