@@ -28,32 +28,48 @@ def test_layout_specs_are_matched_grids():
 
 @pytest.mark.slow
 def test_tiny_layout_study_runs_and_reports(tmp_path):
+    import shutil
+
+    from sqlalchemy import create_engine, text
+
     from harness.reproduce import reproduce_coatnet_layouts
     from harness.store import Store
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
+    options = {
+        "scale": "tiny", "seeds": 2, "protocols": ("generalisation",), "dataset": "synthetic", "data_dir": None,
+        "address": None, "output": tmp_path / "out", "command": "test", "results_dir": tmp_path / "ray",
+    }  # fmt: skip
+    name = "coatnet-layouts-generalisation-tiny"
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        written = reproduce_coatnet_layouts(
-            url,
-            scale="tiny",
-            seeds=2,
-            protocols=("generalisation",),
-            dataset="synthetic",
-            data_dir=None,
-            address=None,
-            output=tmp_path / "out",
-            command="test",
-            results_dir=tmp_path / "ray",
-        )
+        written = reproduce_coatnet_layouts(url, **options)
+        # A new sitting: three runs were interrupted and Ray's experiment state is gone (another
+        # machine, a cleaned results dir). Only those three run again, as a continuation study.
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE archsearch_trials SET status = 'interrupted' WHERE number IN (1, 4, 7)"))
+            conn.execute(text("UPDATE archsearch_studies SET status = 'interrupted'"))
+        engine.dispose()
+        shutil.rmtree(tmp_path / "ray")
+        again = reproduce_coatnet_layouts(url, **options)
+        third = reproduce_coatnet_layouts(url, **options)  # nothing left: runs nothing more
     finally:
         ray.shutdown()
-    assert {p.suffix for p in written} == {".md", ".html", ".png"}
+    with Store.open(url, create=False) as store:
+        assert store.study_names() == [name, f"{name}.2"]
+        continued = store.trials(f"{name}.2")
+        assert len(continued) == 3 and (continued["status"] == "completed").all()
+    runs = __import__("pandas").read_csv(again[1], comment="#")
+    assert set(runs["study"]) == {name, f"{name}.2"}
+    assert (runs[runs["status"] == "completed"].groupby(["variant", "seed"]).size() == 1).all()
+    assert runs["status"].eq("completed").sum() == 10 and len(third) == len(again)
+    assert {p.suffix for p in written} == {".md", ".html", ".png", ".csv", ".json"}
     assert any(p.name.endswith("loss-vs-accuracy.png") for p in written)
     with Store.open(url, create=False) as store:
-        trials = store.trials("coatnet-layouts-generalisation-tiny")
-        rows, claims, _ = summarize(store, "coatnet-layouts-generalisation-tiny", "generalisation")
-    assert len(trials) == 10 and (trials["status"] == "completed").all()
+        trials = store.trials(name)
+        rows, claims, _ = summarize(store, [name, f"{name}.2"], "generalisation")
+    assert len(trials) == 10 and (trials["status"] == "completed").sum() == 7
     # Matched size: the built models' parameter counts agree within 5% across layouts.
     params = trials.groupby("config.name")["params"].first()
     assert set(params.index) == set(LAYOUTS)

@@ -8,6 +8,7 @@ from typing import Any
 
 from dashboards.files import atomic_write
 from dashboards.report import write_report
+from harness.ray_setup import experiment_path, storage_location
 from harness.reproduce.analysis import StudyNumbers, run_table, summarize_runs
 from harness.reproduce.records import write_records
 from harness.reproduce.registry import plan
@@ -15,6 +16,7 @@ from harness.reproduce.studies import DEFAULT_DATASET
 from harness.reproduce.summary import markdown_summary, study_figures
 from harness.search import run_search
 from harness.store import Store, StoreError
+from search_space.sampling import grid_points
 from search_space.validation import load_spec
 
 
@@ -50,10 +52,11 @@ def reproduce(
             for part in parts:
                 _run_or_resume(part, store_url, address, results_dir)
         with Store.open(store_url, create=False) as store:
-            present = [part.name for part in parts if part.name in store.study_names()]
+            names = store.study_names()
+            present = [n for part in parts for n in pooled_names(part.name, names)]
             if not present:  # with run=False: a one-line error if the study was never run
                 store.study(parts[0].name)
-            missing = [part.name for part in parts if part.name not in present]
+            missing = [part.name for part in parts if part.name not in names]
             numbers = StudyNumbers()
             used = {
                 "margin": protocol.margin if margin is None else margin,
@@ -90,20 +93,79 @@ def reproduce(
 def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path | None) -> None:
     """Run the study's grid; a study already in the store is resumed where it stopped (its finished
     runs kept) or, when complete, not run again. A stored study planned otherwise (other seeds,
-    another budget) is refused: its runs would be mixed with this plan's."""
+    another budget) is refused: its runs would be mixed with this plan's.
+
+    Resuming needs Ray Tune's experiment state, which lives beside the driver that ran it; in a new
+    sitting (a store carried to another machine, a results dir cleaned), the runs the study still
+    lacks are run as a continuation, ``<name>.K``, a grid study of exactly those points that the
+    summary pools with it (:func:`pooled_names`). Finished runs (completed, diverged, failed) are
+    never repeated; interrupted ones are."""
     with Store.open(store_url) as store:
-        stored = store.study(spec.name) if spec.name in store.study_names() else None
+        names = store.study_names()
+        stored = store.study(spec.name) if spec.name in names else None
         started = stored is not None and any(n for k, n in store.counts(spec.name).items() if k != "epochs")
-    if stored is not None and started:
-        planned, kept = spec.model_dump(mode="json"), _decoded(stored["spec"]) or {}
-        if any(kept.get(key) != planned.get(key) for key in PLAN_KEYS) or _grid(kept) != _grid(planned):
-            raise StoreError(
-                f"study {spec.name!r} in this store was planned otherwise (another number of seeds, budget or "
-                "version of the protocol): write this plan to another --store, or --report-only to summarise it"
-            )
-        if stored["status"] == "completed":
-            return
-    run_search(spec, store_url, address=address, results_dir=results_dir, resume=started)
+        if stored is not None and started:
+            planned, kept = spec.model_dump(mode="json"), _decoded(stored["spec"]) or {}
+            if any(kept.get(key) != planned.get(key) for key in PLAN_KEYS) or _grid(kept) != _grid(planned):
+                raise StoreError(
+                    f"study {spec.name!r} in this store was planned otherwise (another number of seeds, budget "
+                    "or version of the protocol): write this plan to another --store, or --report-only to "
+                    "summarise it"
+                )
+            if stored["status"] == "completed":
+                return
+        pooled = pooled_names(spec.name, names)
+        finished = _finished_points(store, pooled) if started else set()
+    if not started:
+        run_search(spec, store_url, address=address, results_dir=results_dir)
+        return
+    remaining = [p for p in grid_points(spec) if (p["variant"], p["seed"]) not in finished]
+    if not remaining:
+        return
+    storage_path, _ = storage_location(results_dir)
+    if len(pooled) == 1 and _can_restore(experiment_path(storage_path, spec.name)):
+        run_search(spec, store_url, address=address, results_dir=results_dir, resume=True)
+        return
+    continuation = spec.model_copy(
+        update={
+            "name": f"{spec.name}.{len(pooled) + 1}",
+            "search": spec.search.model_copy(
+                update={
+                    "n_trials": len(remaining),
+                    "grid": [{"variant": [p["variant"]], "seed": [p["seed"]]} for p in remaining],
+                }
+            ),
+        }
+    )
+    run_search(load_spec(continuation.model_dump(mode="json"), check_paths=address is None), store_url,
+               address=address, results_dir=results_dir)  # fmt: skip
+
+
+FINISHED = ("completed", "diverged", "failed")  # a run with an outcome: never repeated
+
+
+def pooled_names(name: str, names: list[str]) -> list[str]:
+    """The grid study ``name`` and its continuations (``name.2``, ``name.3``, ...) among ``names``."""
+    continuations = [n for n in names if n.startswith(f"{name}.") and n[len(name) + 1 :].isdigit()]
+    return ([name] if name in names else []) + sorted(continuations, key=lambda n: int(n.rsplit(".", 1)[1]))
+
+
+def _finished_points(store, names: list[str]) -> set[tuple[str, int]]:
+    points = set()
+    for name in names:
+        trials = store.trials(name)
+        done = trials[trials["status"].isin(FINISHED)]
+        points |= {(str(v), int(s)) for v, s in zip(done["config.name"], done["config.seed"], strict=True)}
+    return points
+
+
+def _can_restore(experiment: str) -> bool:
+    from ray import tune
+
+    try:
+        return bool(tune.Tuner.can_restore(experiment))
+    except Exception:  # an unreadable or foreign directory: nothing to restore from
+        return False
 
 
 # What makes a stored grid study the same plan: the runs it holds (settings that do not change a
