@@ -8,13 +8,20 @@ included), so the recipe a summary prints is the one the runs used, never a rest
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from trials.configio import ConfigError
+from trials.lazy import lazy_import
 
 if TYPE_CHECKING:
     from harness.reproduce.studies import Run
 
+# Loaded when a study is built: the registry itself is read by the CLI at start-up (torch-free).
+studies = lazy_import("harness.reproduce.studies")
+sampling = lazy_import("search_space.sampling")
+validation = lazy_import("search_space.validation")
+trial_config = lazy_import("trials.trial_config")
 SCALES = ("tiny", "cpu", "small", "paper")  # every study has each (a test builds every one)
 
 
@@ -33,7 +40,7 @@ class Study:
     scales: tuple[str, ...] = SCALES
 
     def build(self, *args: Any) -> Run:
-        return getattr(importlib.import_module("harness.reproduce.studies"), self.builder)(*args)
+        return getattr(studies, self.builder)(*args)
 
     def runs(self, scale: str, seeds: int, protocols: tuple[str, ...], dataset: str, data_dir: str | None):
         if scale not in self.scales:
@@ -81,8 +88,6 @@ def plan(
 def _recipe_or_none(spec: dict[str, Any]) -> dict[str, Any]:
     """The recipe, or none for a spec that does not load: the run (and ``--plan``) refuses such a
     spec with its own checks, in their order (the study name first)."""
-    from trials.configio import ConfigError
-
     try:
         return recipe(spec)
     except ConfigError:
@@ -92,12 +97,8 @@ def _recipe_or_none(spec: dict[str, Any]) -> dict[str, Any]:
 def recipe(spec: dict[str, Any]) -> dict[str, Any]:
     """The training recipe the study's trials run with: every value resolved as a trial resolves
     it (defaults included), from the spec's first grid point."""
-    from search_space.sampling import build_trial_config, grid_points
-    from search_space.validation import load_spec
-    from trials.trial_config import load_trial_config
-
-    parsed = load_spec(spec, check_paths=False)
-    config = load_trial_config(build_trial_config(parsed, grid_points(parsed)[0]))
+    parsed = validation.load_spec(spec, check_paths=False)
+    config = trial_config.load_trial_config(sampling.build_trial_config(parsed, sampling.grid_points(parsed)[0]))
     training, data = config.training, config.data
     augment = data.augment
     on = [

@@ -18,6 +18,9 @@ from harness.search import run_search
 from harness.store import Store, StoreError
 from search_space.sampling import grid_points
 from search_space.validation import load_spec
+from trials.lazy import lazy_import
+
+tune = lazy_import("ray.tune")
 
 
 def reproduce(
@@ -160,8 +163,6 @@ def _finished_points(store, names: list[str]) -> set[tuple[str, int]]:
 
 
 def _can_restore(experiment: str) -> bool:
-    from ray import tune
-
     try:
         return bool(tune.Tuner.can_restore(experiment))
     except Exception:  # an unreadable or foreign directory: nothing to restore from
