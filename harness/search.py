@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import ray
 from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
@@ -274,7 +275,8 @@ def _run_search(
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
         tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path)
-    with _Heartbeat(store_url, name), json_results_only():
+    command = resume_command(name, store_url, address, storage_path, chosen)
+    with _Heartbeat(store_url, name), _RayWatch(store_url, name, command), json_results_only():
         try:
             tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands
@@ -380,6 +382,67 @@ class _Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+RAY_WATCH_S = 1.0  # how often the driver checks that the local Ray it started is still alive
+RAY_CORE = ("gcs_server", "raylet")  # without either, no trial can finish and Ray's driver only waits
+
+
+class _RayWatch:
+    """Ends the driver in one line when the local Ray it started dies under it (its GCS or raylet
+    killed: the OOM killer, a user's ``kill``), instead of Ray's core worker waiting a minute and
+    printing its own lines ("Failed to connect to GCS within 60 seconds") before aborting.
+
+    The study and its running trials are marked ``interrupted``, the resume command is printed,
+    and the driver exits 1. A cluster joined with ``--address`` has its processes elsewhere: not
+    watched here (its head's failure surfaces through Ray).
+    """
+
+    def __init__(self, store_url: str, name: str, command: str):
+        self.store_url, self.name, self.command = store_url, name, command
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="archsearch-ray-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(RAY_WATCH_S):
+            dead = dead_local_ray_processes()
+            if dead and not self._stop.is_set():
+                what = ", ".join(f"{kind} (exit {code})" for kind, code in dead)
+                request = interrupts.StopRequest(f"stopped: Ray's local processes died under the driver: {what}")
+                message = _interrupted(self.store_url, self.name, request, self.command)
+                print(f"\n{message}", file=sys.stderr, flush=True)
+                _kill_local_ray()  # what is left of it: nothing would stop it after os._exit
+                os._exit(request.exit_code)
+
+    def __enter__(self) -> _RayWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def dead_local_ray_processes() -> list[tuple[str, int]]:
+    """(kind, exit code) of the local Ray's core processes that have exited; empty when this driver
+    did not start Ray itself (a cluster) or everything is alive."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None or not getattr(node, "head", False):
+        return []
+    dead = []
+    for kind in RAY_CORE:
+        for info in node.all_processes.get(kind, ()):
+            code = info.process.poll()
+            if code is not None:
+                dead.append((kind, code))
+    return dead
+
+
+def _kill_local_ray() -> None:
+    node = getattr(ray._private.worker, "_global_node", None)
+    with contextlib.suppress(Exception):
+        if node is not None and node.head:
+            node.kill_all_processes(check_alive=False, allow_graceful=False)
 
 
 def _forget_optuna_study(store_url: str, name: str) -> None:

@@ -436,3 +436,25 @@ def test_a_signal_while_ray_starts_is_acted_on_once_it_has_started(signum, code)
         finished.append("not reached")
     assert finished == ["the start ran to its end"]
     interrupts.reset()
+
+
+@pytest.mark.slow
+def test_ray_dying_under_the_driver_ends_the_search_in_one_line_not_rays_own(tmp_path):
+    """Issue 34: when the local Ray died under the driver (its GCS killed), Ray's core worker printed
+    "Failed to connect to GCS within 60 seconds" and aborted a minute later. The driver now notices
+    within a second, marks the study interrupted, prints one line with the resume command, exits 1."""
+    import psutil
+
+    driver, url, _ = _start(tmp_path, "raydied")
+    gcs = [p for p in psutil.Process(driver.pid).children(recursive=True) if "gcs_server" in p.name()]
+    assert gcs, "no gcs_server among the driver's processes"
+    started = time.time()
+    gcs[0].kill()
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 1, err[-2000:]
+    assert time.time() - started < 45  # Ray's own GCS timeout is 60 s
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[raydied]")]
+    assert len(lines) == 1 and "Ray's local processes died under the driver: gcs_server" in lines[0], err[-2000:]
+    assert "resume with: archsearch search --resume raydied" in lines[0] and "Failed to connect to GCS" not in err
+    counts, study, _ = _state(url, "raydied")
+    assert study["status"] == "interrupted" and counts["running"] == 0

@@ -273,8 +273,9 @@ def summarize_runs(
         )  # fmt: skip
     rows.sort(key=lambda r: -r.mean if higher else r.mean)
     means = {r.variant: r.mean for r in rows}
+    family = list(claims if claims is not None else PAPER_CLAIMS[kind])
     tested, missing = [], []
-    for a, relation, b in claims if claims is not None else PAPER_CLAIMS[kind]:
+    for a, relation, b in family:
         claim = f"{a} {relation} {b}"
         sample_a, sample_b = _samples_for(a, samples), _samples_for(b, samples)
         if sample_a and sample_b:
@@ -291,37 +292,41 @@ def summarize_runs(
     # Holm over the study's family: every claim, untestable ones counting as p = 1.
     untestable = [assess([], [], ">", claim=" ".join(claim)) for claim in missing]
     adjusted = holm([v for v, _, _ in tested] + untestable)
-    verdicts: list[dict[str, Any]] = []
+    decided: dict[tuple[str, str, str], dict[str, Any]] = {}
     for v, (_, bound, (a, relation, b)) in zip(adjusted, tested, strict=False):
         result = v.result
         if bound and v.decided:
             result = f"inconclusive ({bound}; unadjusted: {v.result})"
-        verdicts.append(
-            {
-                "claim": v.claim,
-                "a": a,
-                "b": b,
-                "kind": relation,
-                "verdict": result,
-                "n": min(v.difference.n_a, v.difference.n_b),
-                "difference": v.difference.estimate,
-                "low": v.interval.low,
-                "high": v.interval.high,
-                "margin": v.margin,
-                "test": v.difference.test,
-                "p": v.p_value,
-                "p_t": v.p_claim,
-                "p_exact": v.p_exact,
-                "p_claim_exact": v.p_claim_exact,
-                "p_holm": v.p_adjusted,
-                "power": v.power,
-            }
-        )
-    verdicts += [
-        {"claim": " ".join(claim), "a": claim[0], "b": claim[2], "kind": claim[1],
-         "verdict": "inconclusive (a variant did not complete)"}
-        for claim in missing
-    ]  # fmt: skip
+        decided[(a, relation, b)] = {
+            "claim": v.claim,
+            "a": a,
+            "b": b,
+            "kind": relation,
+            "verdict": result,
+            "n": min(v.difference.n_a, v.difference.n_b),
+            "difference": v.difference.estimate,
+            "low": v.interval.low,
+            "high": v.interval.high,
+            "margin": v.margin,
+            "test": v.difference.test,
+            "p": v.p_value,
+            "p_t": v.p_claim,
+            "p_exact": v.p_exact,
+            "p_claim_exact": v.p_claim_exact,
+            "p_holm": v.p_adjusted,
+            "power": v.power,
+        }
+    for a, relation, b in missing:
+        used = margin if relation in ("~", ">=") else (large_margin if relation == ">>" else None)
+        decided[(a, relation, b)] = {
+            "claim": f"{a} {relation} {b}",
+            "a": a,
+            "b": b,
+            "kind": relation,
+            "margin": used,
+            "verdict": "inconclusive (a variant did not complete)",
+        }
+    verdicts = [decided[claim] for claim in family]  # in the protocol's order
     if numbers.failures:
         numbers.fisher = _fisher_pairs(claims or [], numbers.failures)
     return rows, verdicts, metric

@@ -81,6 +81,15 @@ def reproduce(
             deviations += [
                 f"part {name} has not run yet: this summary pools {', '.join(present)} only" for name in missing
             ]
+            for part in parts:  # a part that stopped before its end: its runs so far are pooled
+                pooled = pooled_names(part.name, names)
+                if pooled:
+                    done = len(_finished_points(store, pooled) & {(p["variant"], p["seed"]) for p in grid_points(part)})
+                    if done < part.search.n_trials:
+                        deviations.append(
+                            f"part {part.name} is incomplete: {done} of its {part.search.n_trials} runs have finished "
+                            "(the next `reproduce` with this store runs the rest)"
+                        )
             text = markdown_summary(
                 spec.name, protocol, rows, verdicts, command, None, outcomes, numbers, deviations=deviations
             )
