@@ -428,3 +428,20 @@ def test_channels_last_batches_reach_the_model_without_another_copy():
     for batch in (images, val_images):
         assert batch.is_contiguous(memory_format=torch.channels_last)
         assert trainer._prepare(batch) is batch  # no conversion in the step
+
+
+def test_every_datasheet_name_finds_its_own_peak_not_one_it_contains():
+    """Issue 35: a GH200 was labelled H200 (its name contains H200, listed first)."""
+    names = {
+        "NVIDIA GH200 480GB": "GH200",
+        "NVIDIA H200": "H200 SXM",
+        "NVIDIA H100 80GB HBM3": "H100 SXM",
+        "NVIDIA H100 PCIe": "H100 PCIe",
+        "NVIDIA H100 NVL": "H100 NVL",
+        "NVIDIA A100-SXM4-80GB": "A100",
+    }
+    for device, label in names.items():
+        assert gpu.datasheet_peak(device)[0].startswith(label), device
+    for key, _, _ in gpu.DATASHEET_BF16_DENSE_TFLOPS:  # no key shadowed by an earlier one it contains
+        assert gpu.datasheet_peak(f"NVIDIA {key}")[0].startswith(key), key
+    assert gpu.datasheet_peak("Tesla T4") is None

@@ -40,10 +40,11 @@ PROCESS_OVERHEAD_BYTES = 1 * GIB
 
 # Dense bf16 tensor-core peaks from the vendors' datasheets (TFLOP/s, 2 FLOPs per multiply-add),
 # for MFU against the datasheet next to MFU against the matmul rate measured on the machine.
-# Matched against torch.cuda.get_device_name(); the first matching key wins.
+# Matched against torch.cuda.get_device_name(); the first matching key wins, so a name that contains
+# another (GH200 contains H200) comes before it.
 DATASHEET_BF16_DENSE_TFLOPS: tuple[tuple[str, str, float], ...] = (
-    ("H200", "H200 SXM bf16 dense", 989.0),
     ("GH200", "GH200 bf16 dense", 989.0),
+    ("H200", "H200 SXM bf16 dense", 989.0),
     ("H100 PCIe", "H100 PCIe bf16 dense", 756.0),
     ("H100 NVL", "H100 NVL bf16 dense", 835.0),
     ("H100", "H100 SXM bf16 dense", 989.0),
