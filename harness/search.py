@@ -405,8 +405,10 @@ class _RayWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(RAY_WATCH_S):
+            if interrupts.current() is not None:  # a stop was asked for (a signal to the whole group
+                continue  # ends Ray too): the stop's own path reports it, with its exit code
             dead = dead_local_ray_processes()
-            if dead and not self._stop.is_set():
+            if dead and not self._stop.is_set() and interrupts.current() is None:
                 what = ", ".join(f"{kind} (exit {code})" for kind, code in dead)
                 request = interrupts.StopRequest(f"stopped: Ray's local processes died under the driver: {what}")
                 message = _interrupted(self.store_url, self.name, request, self.command)
