@@ -385,6 +385,7 @@ class _Heartbeat:
 
 
 RAY_WATCH_S = 1.0  # how often the driver checks that the local Ray it started is still alive
+RAY_WATCH_GRACE_S = 2.0  # after a death is seen, before it is reported (a signal may explain it)
 RAY_CORE = ("gcs_server", "raylet")  # without either, no trial can finish and Ray's driver only waits
 
 
@@ -408,7 +409,11 @@ class _RayWatch:
             if interrupts.current() is not None:  # a stop was asked for (a signal to the whole group
                 continue  # ends Ray too): the stop's own path reports it, with its exit code
             dead = dead_local_ray_processes()
-            if dead and not self._stop.is_set() and interrupts.current() is None:
+            # A signal to the whole group reaches Ray's processes and this one together: give the
+            # main thread a moment to record it before calling the death unexplained.
+            if not dead or self._stop.wait(RAY_WATCH_GRACE_S) or interrupts.current() is not None:
+                continue
+            if not self._stop.is_set():
                 what = ", ".join(f"{kind} (exit {code})" for kind, code in dead)
                 request = interrupts.StopRequest(f"stopped: Ray's local processes died under the driver: {what}")
                 message = _interrupted(self.store_url, self.name, request, self.command)
