@@ -305,7 +305,8 @@ def test_the_plan_shows_matched_layouts_real_attention_grids_and_the_protocol():
     ((side, _),) = variants["VIT-REL"]["grids"]
     assert side * side >= 16
     protocol = plan["protocol"]
-    assert (protocol["dataset"], protocol["image_size"], protocol["seeds"]) == ("mnist5k", 64, 5)
+    assert (protocol["dataset"], protocol["image_size"], protocol["seeds"]) == ("mnist5k", 64, 7)  # cpu's default
+    assert protocol["more_seeds"] == {"CCTT": 30, "CTTT": 30} and len(plan["studies"][0]["parts"]) == 3
     assert protocol["level"] == 0.05 and protocol["epochs"] >= 1 and len(protocol["claims"]) == 5
     assert plan["estimated_wall_time_s"] > 0 and all(v["estimated_run_s"] > 0 for v in plan["variants"])
 

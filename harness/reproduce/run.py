@@ -29,7 +29,7 @@ def reproduce(
     *,
     scale: str,
     seeds: int,
-    protocols: tuple[str, ...] = ("generalisation", "capacity"),
+    protocols: tuple[str, ...] = (),  # default: every protocol of the study
     dataset: str = DEFAULT_DATASET,
     data_dir: str | None = None,
     address: str | None = None,
