@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -409,9 +410,16 @@ class _RayWatch:
             if interrupts.current() is not None:  # a stop was asked for (a signal to the whole group
                 continue  # ends Ray too): the stop's own path reports it, with its exit code
             dead = dead_local_ray_processes()
-            # A signal to the whole group reaches Ray's processes and this one together: give the
-            # main thread a moment to record it before calling the death unexplained.
-            if not dead or self._stop.wait(RAY_WATCH_GRACE_S) or interrupts.current() is not None:
+            if not dead:
+                continue
+            # Ray's processes ended by SIGINT/SIGTERM: a signal to the whole process group (a batch
+            # scheduler, Ctrl-C in a terminal), which this driver got too, even if its handler has not
+            # run yet (the main thread may be inside Ray's C++): stopped as that signal asks.
+            signalled = [-code for _, code in dead if code < 0 and -code in interrupts.EXIT_CODES]
+            if signalled:
+                interrupts.request_stop(f"interrupted by {signal.Signals(signalled[0]).name}", signalled[0])
+                continue
+            if self._stop.wait(RAY_WATCH_GRACE_S) or interrupts.current() is not None:
                 continue
             if not self._stop.is_set():
                 what = ", ".join(f"{kind} (exit {code})" for kind, code in dead)
