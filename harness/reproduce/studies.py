@@ -74,12 +74,12 @@ SCALES: dict[str, dict[str, Any]] = {
         # The users' named comparison, C-C-T-T vs C-T-T-T, on more seeds than the rest (generalisation).
         "focus_seeds": {"CCTT": 30, "CTTT": 30},
         # ... run in three parts of 90 minutes or less here (each its own grid study, so a part that
-        # completed is kept across sittings): the named pair's first 15 seeds, the other layouts'
-        # 7 (every claim testable from there), then the pair's last 15.
+        # completed is kept across sittings): the named pair's first 15 seeds, its last 15 (the
+        # users' comparison decided first), then the other layouts' 7 (every claim testable).
         "parts": (
             (("CCTT", "CTTT"), range(0, 15)),
-            (("VIT-REL", "CCCC", "CCCT"), range(0, 7)),
             (("CCTT", "CTTT"), range(15, 30)),
+            (("VIT-REL", "CCCC", "CCCT"), range(0, 7)),
         ),
         "focus_power": (
             "Seeds (fixed before the 30-seed run, from the committed 5-seed run's spread): C-C-T-T - C-T-T-T "
