@@ -17,7 +17,8 @@ by that much). One process, side by side:
     device) through archsearch's own Trainer: images/s, data-wait share, step time, eager vs compiled.
 (c) trials per hour with 1, 2, 4 and 8 such trials packed on the GPU (separate processes, each
     capped at its share of the memory, as ``search.resources.gpus: 1/N`` does).
-(d) inference throughput fp32 and bf16 vs timm, and batch-1 latency.
+(d) inference throughput fp32 and bf16 vs timm, and batch-1 latency, channels-last on CUDA as a
+    trial measures it (``trials.measure``).
 
 It prints one table per part and writes everything as JSON.
 
@@ -43,6 +44,7 @@ import torch
 from benchmarks.steps import train_step
 from search_space.cost_model import estimate_cost
 from trials.gpu import configure_backends, datasheet_peak, mfu
+from trials.measure import inference_fn, inference_layout, random_images
 from trials.models import build_model, resolve_config
 from trials.timing import synchronize, time_once
 
@@ -264,20 +266,11 @@ def part_d(args, device: torch.device) -> list[dict[str, Any]]:
             if model is None:
                 rows.append({"model": timm_name, "side": side, "note": "timm not installed"})
                 continue
-            model = model.to(device).eval()
+            # The layout and the timed call a trial's own measurement uses (channels-last on CUDA).
+            model = model.to(device, memory_format=inference_layout(device)).eval()
             for dtype in dtypes:
-                autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
-                batch = torch.randn(args.batch_size, 3, size, size, device=device)
-                one = torch.randn(1, 3, size, size, device=device)
-
-                def infer(x=batch, a=autocast, m=model) -> None:
-                    with torch.inference_mode(), a:
-                        m(x)
-
-                def single(x=one, a=autocast, m=model) -> None:
-                    with torch.inference_mode(), a:
-                        m(x)
-
+                infer = inference_fn(model, random_images(args.batch_size, size, device), dtype, device)
+                single = inference_fn(model, random_images(1, size, device), dtype, device)
                 rate, _ = _rate(infer, device, args.batch_size, args.warmup, args.repeats)
                 _, latency = _rate(single, device, 1, args.warmup, args.repeats)
                 rows.append(

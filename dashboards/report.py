@@ -26,6 +26,7 @@ from jinja2 import Environment
 from dashboards import figures
 from dashboards.pareto import front_mask, hypervolume_progress
 from dashboards.verified import compare_fronts
+from trials.data_config import DATA_STARVED_FRACTION
 
 from .files import atomic_write
 
@@ -75,6 +76,19 @@ figcaption { color: #555; font-size: 0.9em; }
 <tr>{% for k in s.counts %}<th>{{ k }}</th>{% endfor %}</tr>
 <tr>{% for v in s.counts.values() %}<td>{{ v }}</td>{% endfor %}</tr>
 </table>
+{% if s.starved_note %}
+<h3>Data-starved epochs</h3>
+<p class="muted">{{ s.starved_note }}</p>
+{% if s.starved_rows %}
+<table class="starved">
+<tr><th>trial</th><th class="text">status</th><th>starved epochs</th><th class="text">epochs</th>
+<th>worst data wait</th><th>images/s then</th></tr>
+{% for row in s.starved_rows %}
+<tr>{% for v in row %}<td{% if loop.index in (2, 4) %} class="text"{% endif %}>{{ v }}</td>{% endfor %}</tr>
+{% endfor %}
+</table>
+{% endif %}
+{% endif %}
 <h3>Pareto front ({{ s.front_total }} trials)</h3>
 {% for note in s.notes %}<p class="muted">{{ note }}</p>
 {% endfor %}
@@ -159,6 +173,7 @@ LARGE_STUDY = 2_000
 PARAM_SAMPLE = 2_000  # completed trials whose configs the parameter panels of a large study show
 MAX_CURVES = 10  # learning curves of at most this many front members (the best by the first objective)
 MAX_FRONT_ROWS = 50  # rows of the front table; the total is stated
+MAX_STARVED_ROWS = 50  # trials the data-starved table names (the worst first); the total is stated
 
 
 def _empty_section(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,6 +191,8 @@ def _empty_section(record: Mapping[str, Any]) -> dict[str, Any]:
         "front_rows": [],
         "front_columns": [],
         "front_total": 0,
+        "starved_note": "",
+        "starved_rows": [],
     }
 
 
@@ -221,6 +238,43 @@ def _verified_notes(store: Any, name: str, front: pd.DataFrame, objectives: Mapp
     return [note + (f" off the front on verified values: {', '.join(dropped)}" if dropped else "")]
 
 
+def _epoch_list(epochs: Sequence[int], shown: int = 12) -> str:
+    """``1, 2, 5`` (and ``... (+N)`` past ``shown``): which epochs, short enough for a cell."""
+    listed = ", ".join(str(int(e)) for e in epochs[:shown])
+    return listed + (f", ... (+{len(epochs) - shown})" if len(epochs) > shown else "")
+
+
+def _starved_epochs(store: Any, name: str, n_epochs: int) -> dict[str, Any]:
+    """The trials whose epochs waited for data more than :data:`DATA_STARVED_FRACTION` of their time.
+
+    An epoch that starved measured the input pipeline, not the model: its images/s (and a
+    throughput objective read from it) understate the architecture. Named here so such trials
+    are not read as slow models; worst first, at most :data:`MAX_STARVED_ROWS` rows.
+    """
+    if not n_epochs:
+        return {}
+    limit = f"{100 * DATA_STARVED_FRACTION:.0f}%"
+    starved = store.data_starved_epochs(name, DATA_STARVED_FRACTION)
+    if starved.empty:
+        return {"starved_note": f"No epoch of the {n_epochs:,} recorded waited more than {limit} of its time for data."}
+    worst = starved.loc[starved.groupby("number")["data_wait_fraction"].idxmax()]
+    worst = worst.sort_values(["data_wait_fraction", "number"], ascending=[False, True])
+    epochs = starved.groupby("number")["epoch"].apply(list)
+    rows = [
+        [int(r.number), r.status, len(epochs[r.number]), _epoch_list(epochs[r.number]),
+         f"{100 * r.data_wait_fraction:.0f}%", _cell(r.images_per_s)]
+        for r in worst.head(MAX_STARVED_ROWS).itertuples()
+    ]  # fmt: skip
+    note = (
+        f"{len(starved):,} of {n_epochs:,} epochs in {len(worst):,} trials spent more than {limit} of their time "
+        "waiting for data (the input pipeline, not the model, set their speed: give such trials more "
+        "search.resources.cpus)."
+    )
+    if len(worst) > MAX_STARVED_ROWS:
+        note += f" The table shows the {MAX_STARVED_ROWS} that waited most."
+    return {"starved_note": note, "starved_rows": rows}
+
+
 def _study_section(
     store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
 ) -> dict[str, Any]:
@@ -234,6 +288,7 @@ def _study_section(
     if not any(n for status, n in counts.items() if status != "epochs"):
         section["notes"].append("This study has no trials yet.")
         return section
+    section.update(_starved_epochs(store, name, counts.get("epochs", 0)))
     known = set(store.metric_names(name))
     missing = [m for m in objectives if m not in known]
     if missing:  # all trials failed so far, or an objective this study never records

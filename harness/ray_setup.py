@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import platform
 import re
@@ -76,7 +77,8 @@ def init_ray(address: str | None, spec: SearchSpec) -> None:
         join(address)  # the cluster's token, a pre-flight check, one-line errors (ClusterError)
     else:
         # address="local": always a fresh local Ray, never a cluster someone else started here.
-        cpus = max(os.cpu_count() or 1, int(spec.search.concurrency * spec.search.resources.cpus))
+        wanted = spec.search.resources
+        cpus = max(os.cpu_count() or 1, math.ceil(spec.search.concurrency * wanted.workers * wanted.cpus))
         ray.init(
             address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
         )
@@ -130,6 +132,15 @@ def check_resources(spec: SearchSpec) -> None:
         raise SearchError(
             "search.resources.cpus", f"each trial asks for {wanted.cpus:g} CPUs but no node has more than {most_cpus:g}"
         )
+    total_gpus = sum(r.get("GPU", 0) for r in nodes)
+    total_cpus = sum(r.get("CPU", 0) for r in nodes)
+    for what, each, total in (("gpus", wanted.gpus, total_gpus), ("cpus", wanted.cpus, total_cpus)):
+        if wanted.workers > 1 and wanted.workers * each > total:
+            raise SearchError(
+                "search.resources.workers",
+                f"each trial is {wanted.workers} processes of {each:g} {what[:-1].upper()} "
+                f"({wanted.workers * each:g} in all) but the Ray cluster has {total:g}",
+            )
 
 
 def ray_hardware() -> dict[str, Any]:

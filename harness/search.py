@@ -27,6 +27,7 @@ from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
 from harness import experiment_guard, initial_design, interrupts, stop_rules, verify, warm_start
+from harness.data_parallel import trial_bundles
 from harness.early_stopping import make_scheduler
 from harness.interrupts import InterruptCallback, SearchInterrupted
 from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
@@ -75,8 +76,13 @@ class SearchSummary:
 
 
 def _trainable(spec: SearchSpec):
-    resources = {"cpu": spec.search.resources.cpus, "gpu": spec.search.resources.gpus}
-    return tune.with_resources(tune.with_parameters(search_trainable, spec=spec.model_dump(mode="json")), resources)
+    """The trainable with its resources: a dict for one process, a placement group of one bundle
+    per rank for a data-parallel trial (reserved together, so a trial never waits half-placed)."""
+    wanted = spec.search.resources
+    trainable = tune.with_parameters(search_trainable, spec=spec.model_dump(mode="json"))
+    if wanted.workers > 1:
+        return tune.with_resources(trainable, tune.PlacementGroupFactory(trial_bundles(wanted)))
+    return tune.with_resources(trainable, {"cpu": wanted.cpus, "gpu": wanted.gpus})
 
 
 def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
@@ -308,7 +314,7 @@ def _run_search(
     if status == "completed" and not spec.search.keep_checkpoints:
         prune_checkpoints(experiment)
     verified = None
-    if spec.search.verify_front and status == "completed":  # on the driver's device, nothing else running
+    if spec.search.verifies_front and status == "completed":  # on a whole GPU of the cluster, trials done
         verified = verify.verify_front(store_url, name)
     return SearchSummary(
         name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem, verified

@@ -1,21 +1,27 @@
 """The Ray Tune trainable: one trial of a search, run on a worker with torch alone (no database).
 
 It rebuilds the trial config from the sampled parameters, runs :func:`trials.runner.run_trial`,
-reports every epoch to Tune with a checkpoint (so a trial retried on another node resumes from
-its last finished epoch; the final epoch's only with ``search.keep_checkpoints``), and marks its
+reports every epoch to Tune with a checkpoint at the pace the spec sets (every epoch by default,
+so a trial retried on another node resumes from its last finished epoch; ``search.checkpoint_every``
+and ``checkpoint_min_interval_s`` space them out; the final epoch's only with
+``search.keep_checkpoints``), and marks its
 last report with the outcome (``archsearch_status``): the driver's searcher and store callback
 read the outcome from there.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.data_parallel import RayPeers
 from harness.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
 from search_space.sampling import build_trial_config, cost_violations
-from search_space.spec import SearchSpec
+from search_space.spec import Resources, SearchSpec
 from trials.lazy import lazy_import
 
 # The driver imports this module only to name the trainable: torch and the trial code load on the worker.
@@ -44,6 +50,33 @@ def load_checkpoint(directory: str | Path) -> dict[str, Any]:
     only, so a tampered checkpoint on a shared results dir cannot run code on resume.
     """
     return torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+
+
+class CheckpointPace:
+    """When an epoch's checkpoint is due: ``every`` epochs and ``min_interval_s`` seconds after the
+    last one (or after this attempt started, at ``start_epoch``; a retried trial resumes from it).
+
+    A checkpoint holds the model and the optimiser state (~0.5 GB for CaiT-S24): with short epochs,
+    one per epoch is mostly writing. ``search.checkpoint_every`` and ``checkpoint_min_interval_s``
+    set the pace; 1 and 0 (the defaults) write one every epoch.
+    """
+
+    def __init__(
+        self,
+        every: int = 1,
+        min_interval_s: float = 0.0,
+        start_epoch: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.every, self.min_interval_s, self.clock = every, min_interval_s, clock
+        self.last_epoch, self.last_time = start_epoch, clock()
+
+    def due(self, epoch: int) -> bool:
+        """Whether the checkpoint of finished ``epoch`` should be written."""
+        return epoch - self.last_epoch >= self.every and self.clock() - self.last_time >= self.min_interval_s
+
+    def written(self, epoch: int) -> None:
+        self.last_epoch, self.last_time = epoch, self.clock()
 
 
 def trial_cpus() -> float | None:
@@ -87,14 +120,26 @@ def worker_trial_config(search_spec: SearchSpec, tune_config: dict[str, Any]) ->
     return number, config
 
 
+def place_trial(config: dict[str, Any], wanted: Resources, assigned_cpus: float | None) -> None:
+    """Fit the trial config to what the trial asked Ray for (``search.resources``), in place."""
+    if 0 < wanted.gpus < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
+        config["gpu_memory_fraction"] = wanted.gpus
+    if wanted.gpus == 0:
+        # No GPU asked for means the CPU, on any node: Ray 2.60 no longer hides a GPU node's GPUs
+        # from zero-GPU workers, so ``device: auto`` would put every such trial on cuda:0, uncapped.
+        config["device"] = "cpu"
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # and the trial's DataLoader workers see none either
+    config["cpus"] = assigned_cpus or wanted.cpus
+    if wanted.workers > 1:  # rank 0 here, the other ranks Ray tasks in this trial's placement group
+        config["distributed"] = {"workers": wanted.workers}
+
+
 def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     """Tune function trainable; ``spec`` is bound with ``tune.with_parameters``."""
     search_spec = SearchSpec.model_validate(spec)
     number, config = worker_trial_config(search_spec, params)
-    share = search_spec.search.resources.gpus
-    if 0 < share < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
-        config["gpu_memory_fraction"] = share
-    config["cpus"] = trial_cpus() or search_spec.search.resources.cpus
+    wanted = search_spec.search.resources
+    place_trial(config, wanted, trial_cpus())
     pending: list[dict[str, Any]] = []  # the checkpoint to resume from, handed over once and then dropped
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -112,6 +157,10 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     # trained weights): a completed study's checkpoints are removed, and a one-epoch trial then
     # writes none at all (a model's state saved, copied to the results dir and deleted, per trial).
     keep_final = search_spec.search.keep_checkpoints
+    settings = search_spec.search
+    pace = CheckpointPace(
+        settings.checkpoint_every, settings.checkpoint_min_interval_s, placement["resumed_from_epoch"]
+    )
 
     def report_epoch(metrics, trainer) -> None:
         payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
@@ -123,15 +172,22 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
                 payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)
             payload[STATUS_KEY] = "completed"
-        if trainer.finished and not keep_final:  # nothing will resume a finished trial: no checkpoint to write
+        # Nothing will resume a finished trial: its checkpoint is written only to be kept. Before that,
+        # at the pace the spec sets (every epoch by default).
+        if not (keep_final if trainer.finished else pace.due(trainer.epoch)):
             tune.report(payload)
             return
         with tempfile.TemporaryDirectory() as directory:
             torch.save(trainer.state_dict(), Path(directory) / CHECKPOINT_FILE)
             tune.report(payload, checkpoint=tune.Checkpoint.from_directory(directory))
+        pace.written(trainer.epoch)
 
     result = runner.run_trial(
-        config, callback=report_epoch, resume_state=pending.pop if pending else None, progress=False
+        config,
+        callback=report_epoch,
+        resume_state=pending.pop if pending else None,
+        progress=False,
+        launcher=RayPeers(wanted) if wanted.workers > 1 else None,
     )
     runtime = {f"final_{k}": float(v) for k, v in result.runtime.items() if isinstance(v, (int, float, bool))}
     if result.worker_unusable:

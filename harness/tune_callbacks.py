@@ -11,6 +11,7 @@ import socket
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from ray.tune import Callback
@@ -22,6 +23,7 @@ from harness.interrupts import stop_on_store_failure, store_failures
 from harness.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.store import Store
 from harness.study_outcome import DispatchedTrial, dispatched_trial, hopeless_reason, record_outcome
+from trials.data_config import DATA_STARVED_FRACTION, is_data_starved
 
 # Trials whose end this driver process recorded, per study: the hopeless-search check runs again
 # only when this moved (a search turns hopeless only when a trial ends).
@@ -119,6 +121,33 @@ class StoreCallback(Callback):
         _ENDED[self.study] += 1
 
 
+@dataclass
+class DataWait:
+    """One running trial's epochs and how many of them were data-starved (the progress line's flag)."""
+
+    number: Any = None
+    epochs: int = 0
+    starved: int = 0
+    worst: float = 0.0
+
+    def add(self, result: dict[str, Any]) -> None:
+        self.number = result.get(NUMBER_KEY, self.number)
+        fraction = result.get("data_wait_fraction")
+        self.epochs += 1
+        if is_data_starved(fraction):
+            self.starved += 1
+            self.worst = max(self.worst, float(fraction))
+
+    def note(self) -> str:
+        """``data-starved: trial 7 3/5 epochs ...`` when any epoch was, else empty."""
+        if not self.starved:
+            return ""
+        return (
+            f"data-starved: trial {self.number} {self.starved}/{self.epochs} epochs waited over "
+            f"{100 * DATA_STARVED_FRACTION:.0f}% for data (worst {100 * self.worst:.0f}%): more search.resources.cpus"
+        )
+
+
 class ProgressCallback(Callback):
     """One status line per finished trial: done / running / pruned / failed / infeasible / front size.
 
@@ -128,7 +157,9 @@ class ProgressCallback(Callback):
     trial), and on a large study at most once per ``_FRONT_REFRESH_FACTOR`` times the seconds its
     last refresh took. The line shows the last known size meanwhile; the search's closing
     summary prints the exact front. The progress line never costs more than a few percent of
-    the driver's time, even at 100k trials.
+    the driver's time, even at 100k trials. A trial with data-starved epochs (more than
+    ``DATA_STARVED_FRACTION`` of an epoch spent waiting for batches) says so on its line, counted
+    from the epoch results Tune hands this callback (no store query).
     """
 
     _FRONT_REFRESH_FACTOR = 20.0
@@ -142,9 +173,16 @@ class ProgressCallback(Callback):
         self._store = None
         self._front_size: int | None = None
         self._front_due = 0.0
+        self._data_wait: dict[str, DataWait] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None, "stream": None, "_front_size": None, "_front_due": 0.0}
+        return {
+            **self.__dict__, "_store": None, "stream": None, "_front_size": None, "_front_due": 0.0, "_data_wait": {}
+        }  # fmt: skip
+
+    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
+        if result.get("epoch"):
+            self._data_wait.setdefault(trial.trial_id, DataWait()).add(result)
 
     def _front(self) -> int:
         now = time.monotonic()
@@ -169,12 +207,15 @@ class ProgressCallback(Callback):
         )
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        data_wait = self._data_wait.pop(getattr(trial, "trial_id", None), None) or DataWait()
         if interrupts.current() is not None:  # stopping: the one line that says why comes at the end
             return
         try:
             line = self._line()
         except Exception as error:  # progress display must never fail a trial
             line = f"[{self.study}] (progress unavailable: {type(error).__name__}: {error})"
+        if note := data_wait.note():
+            line += f"  {note}"
         print(line, file=self.stream or sys.stderr, flush=True)
 
     on_trial_error = on_trial_complete

@@ -4,7 +4,12 @@ In a search, a trial measures its throughput beside whatever else the machine ru
 trials, other workers): the same architecture can read 712 and 1,299 img/s in one study. Here
 each front member is rebuilt from its stored config and measured on one device with nothing else
 scheduled by archsearch, in ``repeats`` rounds that interleave the members (a drift of the machine
-hits every member alike); each member gets the median and the spread of its rounds. The results
+hits every member alike); each member gets the median and the spread of its rounds. It is timed as
+its trial ran: compiled when the trial was (on a GPU), at the trial's measured batch size and at
+batch 1, channels-last on CUDA, after ``trials.measure.default_warmup`` calls (10 on a GPU), with
+CUDA events there. By default the timing is a Ray task: on a whole GPU of the cluster for a study
+whose trials ran on GPUs (refused, with the reason, when the cluster has none free; never a silent
+fall back to the driver's CPU), on one CPU for a CPU study. The results
 are stored as separate ``verified`` measurements (``Store.record_verified``), never over the
 in-trial ones, and the front is recomputed among its members on the verified values, marking
 those that drop off.
@@ -12,6 +17,8 @@ those that drop off.
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
 import statistics
 from dataclasses import dataclass
@@ -21,16 +28,19 @@ import pandas as pd
 
 from dashboards.pareto import study_front
 from dashboards.verified import compare_fronts
+from harness import cluster
 from harness.store import Store, StoreError
 from search_space.sampling import data_shape
 from trials.configio import ConfigError
 from trials.errors import RunError
 from trials.lazy import lazy_import
 
+ray = lazy_import("ray")  # the timing runs as a Ray task on the cluster
 torch = lazy_import("torch")
 models = lazy_import("trials.models")
 measure = lazy_import("trials.measure")
 timing = lazy_import("trials.timing")
+dynamo_config = lazy_import("torch._dynamo.config")  # only where members compile
 gpu = lazy_import("trials.gpu")
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -42,11 +52,18 @@ class VerifyError(RunError, ValueError):
 
 @dataclass(frozen=True)
 class VerifySettings:
-    """How the front is re-measured: rounds, device, and the warm-up before the first round."""
+    """How the front is re-measured.
+
+    ``device``: ``auto`` runs the timing as a Ray task (on a whole GPU of the cluster when the
+    study's trials ran on GPUs); ``cpu``, ``cuda`` or ``cuda:N`` time it here, in this process, as
+    the user asked. ``address``: the Ray cluster for ``auto`` (None: the Ray this process is
+    connected to, else a fresh local one). ``warmup`` None: ``trials.measure.default_warmup``.
+    """
 
     repeats: int = 5
     device: str = "auto"
-    warmup: int = 2
+    warmup: int | None = None
+    address: str | None = None
 
 
 def verify_front(store_url: str, study: str, settings: VerifySettings = VerifySettings()) -> pd.DataFrame:
@@ -63,50 +80,149 @@ def verify_front(store_url: str, study: str, settings: VerifySettings = VerifySe
         front = study_front(store, study, objectives)
         numbers = [int(n) for n in front["number"]]
         records = store.trial_records(study, numbers)
+        spec = store.study(study).get("spec")
     if not numbers:
         raise StoreError(f"study {study!r} has no completed trial on its front to verify")
-    try:
-        device = gpu.checked_device(settings.device)
-    except gpu.DeviceError as error:
-        raise VerifyError(f"--device {error}") from None
-    members = {}
-    for number in numbers:
+    payload = {number: _payload(records[number]) for number in numbers}
+    if settings.device == "auto":
+        timed = _time_on_ray(payload, settings, _gpu_study(spec, records.values()), study)
+    else:
         try:
-            members[number] = _member(records[number], device)
-        except (models.ModelConfigError, ConfigError, KeyError, TypeError, ValueError) as error:
-            raise VerifyError(
-                f"trial {number}'s stored config no longer builds here ({type(error).__name__}: {error}); "
-                "it was written by another archsearch version?"
-            ) from None
-    samples: dict[int, dict[str, list[float]]] = {n: {"throughput": [], "latency": []} for n in numbers}
-    for round_index in range(settings.repeats):
-        for number, member in members.items():  # interleaved: a drifting machine hits every member alike
-            warmup = settings.warmup if round_index == 0 else 0
-            seconds = timing.time_repeated(member.forward_batch, device, warmup, 1).median
-            samples[number]["throughput"].append(member.batch_size / seconds)
-            samples[number]["latency"].append(timing.time_repeated(member.forward_one, device, warmup, 1).median * 1e3)
+            gpu.checked_device(settings.device)
+        except gpu.DeviceError as error:
+            raise VerifyError(f"--device {error}") from None
+        timed = time_front(payload, settings.device, settings.repeats, settings.warmup)
+    if "error" in timed:
+        raise VerifyError(timed["error"])
     rows = []
     with Store.open(store_url) as store:
         for number in numbers:
-            rate, latency = samples[number]["throughput"], samples[number]["latency"]
-            values = {
-                "throughput": statistics.median(rate),
-                "throughput_min": min(rate),
-                "throughput_max": max(rate),
-                "latency_ms": statistics.median(latency),
-                "latency_ms_min": min(latency),
-                "latency_ms_max": max(latency),
-                "rounds": settings.repeats,
-                "batch_size": members[number].batch_size,
-                "image_size": members[number].image_size,
-                "dtype": members[number].dtype,
-                "device": measure.device_name(device),
-                "host": socket.gethostname(),
-            }
+            values = _verified_values(timed, number, settings.repeats)
             store.record_verified(study, number, values)
             rows.append({"number": number, **values})
     verified = pd.DataFrame(rows).set_index("number")
     return compare_fronts(front, verified, objectives)
+
+
+def _verified_values(timed: dict[str, Any], number: int, rounds: int) -> dict[str, Any]:
+    """One member's stored verification: medians and spreads of its rounds, and how they were taken."""
+    rate, latency = timed["samples"][number]["throughput"], timed["samples"][number]["latency"]
+    member = timed["members"][number]
+    return {
+        "throughput": statistics.median(rate),
+        "throughput_min": min(rate),
+        "throughput_max": max(rate),
+        "latency_ms": statistics.median(latency),
+        "latency_ms_min": min(latency),
+        "latency_ms_max": max(latency),
+        "rounds": rounds,
+        "batch_size": member["batch_size"],
+        "image_size": member["image_size"],
+        "dtype": member["dtype"],
+        "device": timed["device"],
+        "host": timed["host"],
+    }
+
+
+def _payload(record: dict[str, Any]) -> dict[str, Any]:
+    """What a worker needs to rebuild a member as its trial measured it (plain values: Ray ships them)."""
+    final = record.get("final") or {}
+    return {
+        "config": record["config"],
+        "measurement": record.get("measurement") or {},
+        "compiled": bool(final.get("compiled")),  # the trial trained (and now measures) compiled
+    }
+
+
+def _gpu_study(spec: Any, records: Any) -> bool:
+    """Whether the study's trials ran on GPUs: its spec asked for them, or a member was measured on one."""
+    spec = json.loads(spec) if isinstance(spec, str) else spec or {}
+    gpus = ((spec.get("search") or {}).get("resources") or {}).get("gpus") or 0
+    devices = [str((r.get("measurement") or {}).get("device") or "cpu") for r in records]
+    return float(gpus) > 0 or any(not d.lower().startswith("cpu") for d in devices)
+
+
+def _time_on_ray(payload: dict[int, dict[str, Any]], settings: VerifySettings, on_gpu: bool, study: str) -> dict:
+    """Run :func:`time_front` as one Ray task: a whole GPU for a GPU study (nothing else of ours on
+    it), one CPU otherwise. A GPU study on a cluster with no GPU free is refused, never timed on a CPU."""
+    started = _connect(settings.address)
+    try:
+        if on_gpu:
+            _check_a_whole_gpu_is_free(study)
+        task = ray.remote(time_front).options(num_gpus=1 if on_gpu else 0, num_cpus=1, max_retries=0)
+        return ray.get(task.remote(payload, "cuda" if on_gpu else "cpu", settings.repeats, settings.warmup))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _connect(address: str | None) -> bool:
+    """Join ``address``, or start a local Ray when none is running; True when this call started it."""
+    if ray.is_initialized():
+        return False
+    if address:
+        cluster.join(address)
+    else:
+        ray.init(address="local", include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    return True
+
+
+def _check_a_whole_gpu_is_free(study: str) -> None:
+    """A GPU study is timed on a whole GPU: the cluster must have one, and one must be free now
+    (Ray would otherwise queue the task until the cluster's trials end, or forever)."""
+    total = float(ray.cluster_resources().get("GPU", 0))
+    if total == 0:
+        raise VerifyError(
+            f"study {study}'s trials ran on GPUs, but the Ray cluster has no GPU: its front would be timed on "
+            "a CPU, which says nothing about the GPU front. Pass --address of a cluster with a GPU, or "
+            "--device cuda on a GPU machine (--device cpu times it on this CPU, knowingly)"
+        )
+    free = float(ray.available_resources().get("GPU", 0))
+    if free < 1:
+        raise VerifyError(
+            f"no whole GPU is free on the Ray cluster ({free:g} of {total:g} free): the front must be timed alone "
+            "on one; verify again when the cluster's trials have ended"
+        )
+
+
+def time_front(
+    payload: dict[int, dict[str, Any]], device_name: str, repeats: int, warmup: int | None
+) -> dict[str, Any]:
+    """Time every member (on a Ray worker, or here): ``repeats`` rounds interleaving the members,
+    each its throughput at its measured batch size and its batch-1 latency, compiled when its trial
+    was. The first round is preceded by each member's compiling calls and its warm-up. Returns
+    plain values: the samples, each member's shape and dtype, the device and host; or an error."""
+    device = gpu.resolve_device(device_name)
+    warmup = measure.default_warmup(device) if warmup is None else warmup
+    # Every member's forward shares one code object, and Dynamo keeps 8 compiled variants of it: two
+    # batch sizes per member would leave the fifth member on silently eager.
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 2 * len(payload) + 8)
+    members = {}
+    for number, entry in payload.items():
+        try:
+            members[number] = _member(entry, device)
+        except (models.ModelConfigError, ConfigError, KeyError, TypeError, ValueError) as error:
+            return {"error": f"trial {number}'s stored config no longer builds here ({type(error).__name__}: "
+                    f"{error}); was it written by another archsearch version?"}  # fmt: skip
+    samples: dict[int, dict[str, list[float]]] = {n: {"throughput": [], "latency": []} for n in members}
+    for round_index in range(repeats):
+        for number, member in members.items():  # interleaved: a drifting machine hits every member alike
+            rounds_warmup = warmup if round_index == 0 else 0
+            seconds = timing.time_repeated(member.forward_batch, device, rounds_warmup, 1).median
+            samples[number]["throughput"].append(member.batch_size / seconds)
+            latency = timing.time_repeated(member.forward_one, device, rounds_warmup, 1).median
+            samples[number]["latency"].append(latency * 1e3)
+    return {
+        "samples": samples,
+        "members": {n: _shape(m) for n, m in members.items()},
+        "device": measure.device_name(device),
+        "host": socket.gethostname(),
+    }
+
+
+def _shape(member: _Member) -> dict[str, Any]:
+    """How a member was timed, as plain values for the driver."""
+    return {"batch_size": member.batch_size, "image_size": member.image_size, "dtype": member.dtype}
 
 
 @dataclass(frozen=True)
@@ -118,13 +234,14 @@ class _Member:
     batch_size: int
     image_size: int
     dtype: str
+    compiled: bool
 
 
-def _member(record: dict[str, Any], device) -> _Member:
+def _member(entry: dict[str, Any], device) -> _Member:
     """The trial's model with its data shape, batch size and dtype (fp32 on a CPU, where a GPU
-    trial measured bf16: the stored row says which)."""
-    config = record["config"]
-    measurement = record["measurement"]
+    trial measured bf16: the stored row says which), compiled as the trial was (torch.compile's
+    default backend) on a GPU, in the layout a trial runs in there (channels-last)."""
+    config, measurement = entry["config"], entry["measurement"]
     model_config = models.resolve_config(config["model"])
     model_config = model_config.replace(**data_shape(config.get("data", {}), model_config.num_classes))
     image_size = int(measurement.get("image_size") or model_config.image_size)
@@ -133,13 +250,26 @@ def _member(record: dict[str, Any], device) -> _Member:
     if device.type != "cuda" or dtype_name not in _DTYPES:
         dtype_name = "fp32"
     dtype = getattr(torch, _DTYPES[dtype_name])
-    model = models.build_model(model_config).to(device).eval()
+    model = models.build_model(model_config).to(device, memory_format=measure.inference_layout(device)).eval()
 
-    def timed(n: int):
-        inputs = torch.randn(n, model_config.in_chans, image_size, image_size, device=device)
-        return measure.inference_fn(model, inputs, dtype, device)
+    def calls(forward: Any) -> tuple[Any, Any]:
+        batches = (measure.random_images(n, image_size, device, model_config.in_chans) for n in (batch_size, 1))
+        return tuple(measure.inference_fn(forward, inputs, dtype, device) for inputs in batches)
 
-    return _Member(timed(batch_size), timed(1), batch_size, image_size, dtype_name)
+    compiled = bool(entry.get("compiled")) and device.type == "cuda"
+    backend = (config.get("training") or {}).get("compile_backend", "inductor")
+    forward_batch, forward_one = calls(model)
+    if compiled:
+        compiled_calls = calls(torch.compile(model, backend=backend, dynamic=False))
+        try:
+            for call in compiled_calls:  # compiles each batch size now, untimed
+                measure.first_call_seconds(call, device)
+            forward_batch, forward_one = compiled_calls
+        except Exception as error:  # as a trial does: a compile error means eager, anything else is raised
+            if not gpu.is_compile_error(error):
+                raise
+            compiled = False
+    return _Member(forward_batch, forward_one, batch_size, image_size, dtype_name, compiled)
 
 
-__all__ = ["VerifyError", "VerifySettings", "verify_front"]
+__all__ = ["VerifyError", "VerifySettings", "time_front", "verify_front"]

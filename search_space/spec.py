@@ -170,8 +170,40 @@ class EarlyStopping(_Strict):
 
 
 class Resources(_Strict):
+    """What one trial process asks Ray for, and how many processes a trial is.
+
+    ``workers`` > 1: each trial runs data-parallel as that many processes (DDP), each with these
+    CPUs and GPUs (``harness.data_parallel``). ``gpus`` per process: 0 (the CPU, on any node),
+    1, or 1/k to pack k trials on one GPU; a process uses one GPU, so more than one per process
+    would sit idle (ask for workers instead), and a share that is not 1/k would strand the rest.
+    """
+
     cpus: float = Field(1.0, gt=0)
     gpus: float = Field(0.0, ge=0)
+    workers: int = Field(1, ge=1)
+
+    @field_validator("gpus")
+    @classmethod
+    def _one_gpu_or_a_share(cls, gpus: float) -> float:
+        if gpus > 1:
+            raise ValueError(
+                f"{gpus:g} GPUs for one process, which uses one: ask for workers: {math.ceil(gpus)} "
+                "with gpus: 1 (a data-parallel trial, one GPU per process)"
+            )
+        if 0 < gpus < 1 and abs(gpus * round(1 / gpus) - 1) > 1e-3:
+            raise ValueError(
+                f"{gpus:g} is not a share that packs: use 1/k of a GPU (0.5, 0.333, 0.25, ...) so that k trials fill it"
+            )
+        return gpus
+
+    @model_validator(mode="after")
+    def _whole_gpus_for_ranks(self) -> Resources:
+        if self.workers > 1 and 0 < self.gpus < 1:
+            raise ValueError(
+                f"gpus: {self.gpus:g} with workers: {self.workers}: the ranks of a data-parallel trial need a "
+                "GPU each (NCCL cannot run two ranks on one GPU); use gpus: 1, or workers: 1 to pack trials"
+            )
+        return self
 
 
 class HypervolumePlateau(_Strict):
@@ -212,12 +244,28 @@ class SearchSettings(_Strict):
     # the first K trials at evenly spaced quantiles of the priced cost objective (harness.initial_design);
     # None: 8 where it pays (a priced objective, 32 trials or more, no grid or warm start), else none
     initial_spread: int | None = Field(None, ge=0)
-    verify_front: bool = False  # re-measure the front alone at the end (archsearch verify)
+    # re-measure the front alone at the end (archsearch verify, on a whole GPU of the cluster);
+    # None: on when trials are packed (0 < resources.gpus < 1: their in-trial throughput was timed
+    # beside their neighbours'), off otherwise. Read it as ``verifies_front``.
+    verify_front: bool | None = None
     # sampler grid only: the union of these sub-grids (param -> values) is searched instead of the
     # whole product of params, e.g. more seeds for two variants than for the rest; a param a
     # sub-grid leaves out takes every value of its domain there
     grid: list[dict[str, list[Any]]] | None = Field(None, min_length=1)
     keep_checkpoints: bool = False  # keep trial checkpoints after the study completed (default: removed)
+    # A trial's checkpoint (model and optimiser state: ~0.5 GB for CaiT-S24) is written after an epoch
+    # once at least ``checkpoint_every`` epochs and ``checkpoint_min_interval_s`` seconds have passed
+    # since its last one (or its start): short epochs need not write one each. A retried trial
+    # resumes from its last checkpoint. The defaults write one every epoch.
+    checkpoint_every: int = Field(1, ge=1)
+    checkpoint_min_interval_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+
+    @property
+    def verifies_front(self) -> bool:
+        """``verify_front`` as it applies: when unset, whether the trials are packed on GPUs."""
+        if self.verify_front is not None:
+            return self.verify_front
+        return 0 < self.resources.gpus < 1
 
 
 class SearchSpec(_Strict):
@@ -326,5 +374,3 @@ def param_target(name: str, family: str) -> tuple[str, str, int | None]:
         f"unknown parameter for family {family}: use a model field ({', '.join(sorted(model_fields))}), "
         f"a training field ({', '.join(TRAINING_FIELDS)}), 'depths[i]'/'dims[i]' (coatnet) or 'data.KEY'",
     )
-
-

@@ -55,6 +55,8 @@ def stubbed_cuda(monkeypatch, cuda_backend_flags):
     """CUDA as a CPU machine can fake it: an 80 GiB 'H100', calls recorded, allocations refused."""
     events: list[tuple] = []
     properties = SimpleNamespace(total_memory=80 * GIB, name="NVIDIA H100 80GB HBM3 (stubbed)")
+    for name in gpu.ALLOC_CONF_VARIABLES:  # a CUDA trial sets the allocator's: put them back afterwards
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: None)
     monkeypatch.setattr(torch.cuda.memory, "_lazy_init", lambda: None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -100,12 +100,15 @@ def test_other_study_names_are_refused(name):
         check_study_name(name)
 
 
-def test_the_data_loader_workers_are_capped_at_eight():
-    """README: workers = min(8, CPUs - 1), within the trial's allocation."""
-    from trials.data import auto_workers
+def test_the_data_loader_workers_are_the_trials_cpus_less_one(monkeypatch):
+    """README: workers = CPUs - 1 of the trial's allocation, no fixed cap; 8 at most without one; a
+    cpus: 1 trial loads in its own process on the CPU, with one worker on a GPU."""
+    from trials.data import bundle
 
-    assert auto_workers(cpus=64) <= 8
-    assert auto_workers(cpus=1) == 0
+    monkeypatch.setattr(bundle, "usable_cpus", lambda: 64)
+    assert bundle.auto_workers(cpus=16) == 15 and bundle.auto_workers(cpus=64) == 63
+    assert bundle.auto_workers(cpus=None) == 8
+    assert bundle.auto_workers(cpus=1) == 0 and bundle.auto_workers(cpus=1, accelerator=True) == 1
 
 
 def test_the_report_thresholds_are_the_readmes():

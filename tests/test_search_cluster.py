@@ -92,3 +92,40 @@ def test_one_gpu_per_trial_and_a_lost_node_is_retried_from_its_checkpoint(tmp_pa
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_a_data_parallel_trial_spans_two_nodes(tmp_path):
+    """``workers: 2, gpus: 1`` on nodes with one (logical) GPU each: the trial's placement group
+    can only be met by two nodes, so its ranks meet across nodes (gloo here: no CUDA)."""
+    from harness.search import run_search
+    from harness.store import Store
+
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1, num_gpus=1)
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        spec = load_spec(
+            {
+                "name": "two-nodes",
+                "family": "cait",
+                "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
+                "data": {"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
+                "training": {"epochs": 2, "lr": 1e-3},
+                "measure": {"flops": False, "throughput": False, "latency": False},
+                "params": {"embed_dim": {"choice": [32, 48]}},
+                "objectives": {"top1": "max"},
+                "search": {"sampler": "grid", "n_trials": 2, "resources": {"cpus": 1, "gpus": 1, "workers": 2}},
+            }
+        )
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+        summary = run_search(spec, url, address=cluster.address, results_dir=tmp_path / "ray")
+        assert summary.status == "completed", summary.message
+        with Store.open(url, create=False) as store:
+            trials = store.trials("two-nodes")
+        assert (trials["status"] == "completed").all(), trials[["number", "status", "error"]]
+        assert (trials["world_size"] == 2).all()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

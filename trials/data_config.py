@@ -36,6 +36,17 @@ NUM_CLASSES = {"digits": 10, "mnist5k": 10, **CIFAR_NUM_CLASSES}
 MAX_CLASSES = 100
 # RandAugment's magnitude scale in torchvision (num_magnitude_bins=31 -> magnitudes 0..30).
 MAX_RANDAUGMENT_MAGNITUDE = 30
+# An epoch that spent more than this share of its time waiting for the next batch is *data-starved*:
+# the accelerator idled for want of input (too few CPUs or workers for the decode rate the model
+# trains at). Flagged in the epoch record, the search's progress line and the report; kept here,
+# torch-free, so the driver and the dashboards read the same threshold as the trial.
+DATA_STARVED_FRACTION = 0.2
+
+
+def is_data_starved(data_wait_fraction: float | None) -> bool:
+    """Whether an epoch with this share of its time spent waiting for data counts as starved."""
+    return data_wait_fraction is not None and data_wait_fraction > DATA_STARVED_FRACTION
+
 
 # ---------------------------------------------------------------------------------------------
 # Configuration
@@ -111,8 +122,10 @@ class DataConfig:
     split too). ``val_fraction`` > 0 holds out that fraction of the training split
     (fixed by ``seed``) instead of using the official test split or the ``val/`` folder.
     ``None`` means automatic for ``image_size`` (native: 32, or 224 for imagefolder),
-    ``eval_batch_size`` (2 x batch_size), ``num_workers`` (0 on the tensor path, else
-    min(8, cpus - 1)) and ``device_resident`` (in-memory data lives on the GPU under CUDA).
+    ``eval_batch_size`` (2 x batch_size), ``num_workers`` (0 on the tensor path, else from the
+    trial's CPUs: :func:`trials.data.auto_workers`), ``device_resident`` (in-memory data lives on
+    the GPU under CUDA) and ``gpu_decode`` (imagefolder JPEGs decoded on the GPU when the trial
+    runs on CUDA: workers then only read the files; ``false`` decodes in the workers on the CPU).
     """
 
     name: str = "synthetic"
@@ -129,6 +142,7 @@ class DataConfig:
     eval_batch_size: int | None = None
     num_workers: int | None = None
     device_resident: bool | None = None
+    gpu_decode: bool | None = None
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def __post_init__(self) -> None:
@@ -153,6 +167,8 @@ class DataConfig:
         _check_optional_int("num_workers", self.num_workers, 0)
         if self.device_resident is not None:
             _check_bool("device_resident", self.device_resident)
+        if self.gpu_decode is not None:
+            _check_bool("gpu_decode", self.gpu_decode)
         self._check_augment()
 
     def _check_location(self) -> None:

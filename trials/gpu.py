@@ -10,6 +10,9 @@ each one has a CPU test with CUDA's initialisation stubbed (``tests/test_cuda_co
   GPU minus what a process needs outside PyTorch's caching allocator (CUDA context, cuBLAS
   workspace, compiled kernels: about :data:`PROCESS_OVERHEAD_BYTES`), because the cap only
   bounds the allocator.
+* :func:`prepare_allocator` turns on the caching allocator's expandable segments for a CUDA trial
+  before CUDA initialises (a capped, packed trial fragments without them), unless the user set
+  ``PYTORCH_CUDA_ALLOC_CONF`` themselves.
 * :func:`configure_backends` sets cuDNN autotuning and TF32 matmuls the same way for trials and
   for the benchmark, and returns what it set so the trial records it.
 * The error classifiers decide what a failure *is*: an out-of-memory (the trial failed, the
@@ -23,8 +26,10 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import re
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 from trials.errors import RunError
@@ -67,9 +72,7 @@ def datasheet_peak(device_name: str) -> tuple[str, float] | None:
     return None
 
 
-def memory_cap_fraction(
-    share: float | None, total_bytes: int, overhead_bytes: int = PROCESS_OVERHEAD_BYTES
-) -> float:
+def memory_cap_fraction(share: float | None, total_bytes: int, overhead_bytes: int = PROCESS_OVERHEAD_BYTES) -> float:
     """The caching allocator's cap (a fraction of the GPU) for a trial that owns ``share`` of it.
 
     ``share`` None or >= 1: the whole GPU (1.0; it also undoes a smaller cap set by an earlier trial
@@ -122,6 +125,37 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch reads either; the first is older
+EXPANDABLE_SEGMENTS = "expandable_segments:True"
+
+
+def allocator_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a CUDA trial process should start with: expandable segments for the caching
+    allocator, unless the user configured the allocator themselves (then nothing: theirs stands).
+
+    A trial capped at its share of a GPU (packed trials) fragments its few GiB at 224 px without
+    them: blocks of one size cannot be reused for another, and the cap is reached with memory free.
+    """
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in ALLOC_CONF_VARIABLES):
+        return {}
+    return {ALLOC_CONF_VARIABLES[0]: EXPANDABLE_SEGMENTS}
+
+
+def prepare_allocator(device_name: str) -> dict[str, bool]:
+    """For a trial about to run on CUDA (``device_name`` cuda, cuda:N, or auto with a GPU present):
+    set :func:`allocator_environment` in this process before CUDA initialises (torch reads the
+    variable once, as its allocator starts), leaving a user's own setting alone. Returns, for the
+    trial's record, whether the allocator asks for expandable segments; nothing on a CPU trial,
+    whose process environment stays as it was. Checking for a GPU does not initialise CUDA.
+    """
+    if not (device_name.startswith("cuda") or (device_name == "auto" and torch.cuda.is_available())):
+        return {}
+    os.environ.update(allocator_environment())
+    wanted = any("expandable_segments:true" in os.environ.get(n, "").lower() for n in ALLOC_CONF_VARIABLES)
+    return {"cuda_expandable_segments": wanted}
 
 
 def cuda_index(device: torch.device) -> int:

@@ -7,6 +7,7 @@ records all three outcomes and goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -17,7 +18,26 @@ import torch
 
 from .configio import ConfigError
 from .data import build_data
-from .gpu import GpuShareError, cap_process_memory, configure_backends, is_sticky_cuda_error, release_memory
+from .distributed import (
+    Group,
+    LocalPeers,
+    PeerLauncher,
+    Rendezvous,
+    close_group,
+    open_group,
+    open_store,
+    pack_state,
+    resolve_backend,
+    unpack_state,
+)
+from .gpu import (
+    GpuShareError,
+    cap_process_memory,
+    configure_backends,
+    is_sticky_cuda_error,
+    prepare_allocator,
+    release_memory,
+)
 from .measure import CostMeasurement, measure_cost
 from .models import build_model
 from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
@@ -114,30 +134,113 @@ def run_trial(
     callback: EpochCallback | None = None,
     progress: bool | None = None,
     resume_state: ResumeState | None = None,
+    *,
+    launcher: PeerLauncher | None = None,
+    group_rank: tuple[int, Rendezvous] | None = None,
 ) -> TrialResult:
     """Run one trial end to end. ``callback(metrics, trainer)`` runs after each epoch (True: stop).
 
     ``resume_state`` is a :meth:`Trainer.state_dict` from an earlier attempt of the same trial
     (or a function returning one, so that the caller keeps no reference to it): training continues
     from its last finished epoch instead of starting over. The state is dropped once applied.
+
+    A trial with ``distributed.workers`` > 1 runs as that many processes (:mod:`trials.distributed`):
+    this one is rank 0 and starts the others with ``launcher`` (local processes by default; a
+    search passes Ray actors). ``group_rank`` is how a peer process enters (see :func:`run_peer`).
     """
     started = time.perf_counter()
     raw = config.to_dict() if isinstance(config, TrialConfig) else dict(config)
     result = TrialResult(status="failed", config=raw)
     try:
         trial = load_trial_config(config)
+    except Exception as error:  # a config that cannot be read is a result, not a crash
+        return _failed_to_build(result, error, started)
+    if trial.distributed.workers == 1:
+        return _run(trial, result, callback, progress, resume_state, None, started)
+    if group_rank is not None:  # a peer: join rank 0's group, train, report nothing
+        rank, rendezvous = group_rank
+        try:
+            group = open_group(rendezvous, rank)
+        except Exception as error:
+            return _failed_to_build(result, error, started)
+        try:
+            return _run(trial, result, None, False, resume_state, group, started)
+        finally:
+            close_group()
+    return _run_lead(trial, result, callback, progress, resume_state, launcher, started)
+
+
+def run_peer(
+    config: Mapping[str, Any], rank: int, rendezvous: Rendezvous, resume_state: bytes | None = None
+) -> dict[str, Any]:
+    """Rank ``rank`` (> 0) of a data-parallel trial: trains with the others, reports nothing.
+
+    Returns the peer's own ``{"status", "error"}``; the trial's result is rank 0's.
+    """
+    state = unpack_state(resume_state)
+    result = run_trial(config, progress=False, resume_state=state, group_rank=(rank, rendezvous))
+    return {"status": result.status, "error": result.error}
+
+
+def _run_lead(trial, result, callback, progress, resume_state, launcher, started) -> TrialResult:
+    """Rank 0 of a data-parallel trial: open the rendezvous, start the peers, run as usual."""
+    launcher = launcher if launcher is not None else LocalPeers(run_peer)
+    state = resume_state() if callable(resume_state) else resume_state  # one copy, for every rank
+    resume_state = None
+    workers = trial.distributed.workers
+    try:
+        backend = resolve_backend(trial.distributed.backend, resolve_device(trial.device))
+        store = open_store(launcher.host(), workers)
+        rendezvous = Rendezvous(launcher.host(), store.port, workers, backend)
+        launcher.start(trial.to_dict(), rendezvous, pack_state(state))
+        group = open_group(rendezvous, 0, store=store)
+    except Exception as error:
+        launcher.stop()
+        return _failed_to_build(result, error, started)
+    try:
+        result = _run(trial, result, callback, progress, state, group, started)
+    finally:
+        state = None
+        close_group()
+        if result.status == "failed":
+            launcher.stop()  # a peer left waiting at a collective would wait for its timeout
+        peers_failed = launcher.failures()
+        launcher.stop()
+    if peers_failed:
+        result.status = "failed"
+        result.error = "; ".join([*([result.error] if result.error else []), *peers_failed])
+    return result
+
+
+def _failed_to_build(result: TrialResult, error: BaseException, started: float) -> TrialResult:
+    result.error = _error_text(error)
+    result.worker_unusable = is_sticky_cuda_error(error)
+    result.wall_time_s = time.perf_counter() - started
+    return result
+
+
+def _run(
+    trial: TrialConfig,
+    result: TrialResult,
+    callback: EpochCallback | None,
+    progress: bool | None,
+    resume_state: ResumeState | None,
+    group: Group | None,
+    started: float,
+) -> TrialResult:
+    """Build, measure (rank 0), train and evaluate (rank 0) one trial in this process."""
+    lead = group is None or group.lead
+    try:
         result.config = trial.to_dict()
-        trainer = _build(trial, result.runtime)
+        trainer = _build(trial, result.runtime, group)
         result.config["model"] = trainer.model.config.to_dict()
     except Exception as error:  # a config that cannot be built is a result, not a crash
-        result.error = _error_text(error)
-        result.worker_unusable = is_sticky_cuda_error(error)
-        result.wall_time_s = time.perf_counter() - started
-        return result
+        return _failed_to_build(result, error, started)
     device = trainer.device
     try:
-        result.cost = _measure(trial, trainer)
-        trainer.cost = result.cost  # epoch callbacks may report it (the search does)
+        if lead:
+            result.cost = _measure(trial, trainer)
+            trainer.cost = result.cost  # epoch callbacks may report it (the search does)
         if resume_state is not None:
             trainer.load_state_dict(resume_state() if callable(resume_state) else resume_state)
             resume_state = None  # applied: the loaded copy is garbage now (the caller passed a function)
@@ -151,7 +254,7 @@ def run_trial(
             result.error = str(outcome.diverged)
         else:
             result.status = "completed"
-            if not outcome.stopped_early:  # the test split is touched only by a trial that ran its budget
+            if lead and not outcome.stopped_early:  # the test split is touched only by a trial that ran its budget
                 result.final.update(test_metrics(trainer))
     except Exception as error:  # out of memory, a data error...: recorded, never raised
         result.status = "failed"
@@ -194,7 +297,8 @@ def _limit_gpu_memory(trial: TrialConfig, device, runtime: dict[str, Any]) -> No
     runtime.update(cap_process_memory(device, trial.gpu_memory_fraction))
 
 
-def _build(trial: TrialConfig, runtime: dict[str, Any]):
+def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = None):
+    runtime.update(prepare_allocator(trial.device))  # before anything initialises CUDA
     device = resolve_device(trial.device)
     runtime["device"] = str(device)
     try:
@@ -208,29 +312,75 @@ def _build(trial: TrialConfig, runtime: dict[str, Any]):
     except ConfigError as error:
         raise error.under("data") from None
     runtime["data_workers"] = data.workers
+    if data.decode is not None:  # image files: where their JPEGs are decoded (cuda: nvJPEG, or the CPU workers)
+        runtime["data_decode"] = data.decode
     if trial.cpus is not None:
         runtime["cpus"] = trial.cpus
     # The head and the input size follow the dataset.
     model = build_model(trial.model, num_classes=data.num_classes, image_size=data.image_size)
-    trainer = Trainer(model, data, trial.training, device, resolve_dtype(trial.precision, device))
+    runtime["world_size"] = 1 if group is None else group.world_size
+    if group is not None and not group.lead:  # DDP starts every rank from rank 0's weights:
+        seed_everything(trial.seed + 1_000_003 * group.rank)  # dropout and drop-path differ per rank
+    dtype = resolve_dtype(trial.precision, device)
+    trainer = Trainer(model, data, trial.training, device, dtype, group=group, cpus=trial.cpus)
+    runtime.update(trainer.runtime)  # what the trainer decided as it was built (compile threads, cache, auto)
     trainer.runtime = runtime  # the same dict: facts decided from here on land in both
     return trainer
 
 
 def _measure(trial: TrialConfig, trainer) -> CostMeasurement:
+    """The trial's cost as it trains: its forward (compiled when it compiles), its per-device training
+    batch (and batch 1), flagged ``throughput_shared`` when packed; the facts land in its runtime too."""
     m = trial.measure
+    shared = _device_shared(trial, trainer.device)
+    timed = m.throughput or m.latency
     # Measuring must not disturb the training RNG streams: same seed, same metrics.
     devices = [trainer.device] if trainer.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        return measure_cost(
+        cost = measure_cost(
             trainer.model,
             trainer.data.image_size,
             device=trainer.device,
             dtype=trainer.dtype,
-            batch_size=m.batch_size,
+            batch_size=_measure_batch(trial, trainer),
             warmup=m.warmup,
             repeats=m.repeats,
             flops=m.flops,
             throughput=m.throughput,
             latency=m.latency,
+            forward=trainer.predict if trainer.compile_requested and timed else None,
+            compile_note=_eager_reason(trial, trainer),
+            shared=shared,
         )
+    if cost.compiled and not trainer.compiled:  # the compiled forward fell back to eager (a compile error)
+        cost = dataclasses.replace(cost, compiled=False, compile_note="torch.compile failed: timed eagerly")
+    trainer.runtime.update(throughput_shared=shared, measured_compiled=cost.compiled)
+    if cost.warmup is not None and timed:
+        trainer.runtime["measure_warmup"] = cost.warmup
+    if cost.compile_s is not None:
+        trainer.runtime["measure_compile_s"] = cost.compile_s
+    return cost
+
+
+def _device_shared(trial: TrialConfig, device: torch.device) -> bool:
+    """Whether other trials may run on this trial's GPU while it is measured: it holds a share of it."""
+    share = trial.gpu_memory_fraction
+    return device.type == "cuda" and share is not None and share < 1
+
+
+def _measure_batch(trial: TrialConfig, trainer) -> int:
+    """``measure.batch_size``, or else the batch one device trains on (the global batch split over ranks)."""
+    if trial.measure.batch_size is not None:
+        return trial.measure.batch_size
+    return max(1, trial.data.batch_size // int(trainer.runtime.get("world_size", 1)))
+
+
+def _eager_reason(trial: TrialConfig, trainer) -> str:
+    """Why the cost is timed eagerly when the trial does not compile."""
+    setting = trial.training.compile
+    skipped = trainer.compile_skipped_because
+    if skipped is not None:  # auto decided this architecture's compile costs more than it saves
+        return skipped
+    if setting == "auto":
+        return f"training.compile: auto compiles on CUDA only; this trial runs on {trainer.device.type}"
+    return "training.compile is off"

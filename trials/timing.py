@@ -51,7 +51,13 @@ class Timing:
         return items / self.median
 
 
+def timer_name(device: torch.device) -> str:
+    """Which clock :func:`time_once` reads on ``device``, for the record of a measurement."""
+    return "cuda_events" if device.type == "cuda" else "perf_counter"
+
+
 def time_repeated(fn: Callable[[], object], device: torch.device, warmup: int = 2, repeats: int = 5) -> Timing:
+    """``warmup`` untimed calls (caches, autotuning, clocks ramping up), then ``repeats`` timed ones."""
     for _ in range(warmup):
         fn()
     synchronize(device)

@@ -1,4 +1,5 @@
-"""The training loop of a trial: AdamW, warmup + cosine, clipping, label smoothing, bf16 on CUDA.
+"""The training loop of a trial: AdamW, warmup + cosine, clipping, label smoothing, bf16 on CUDA
+(fp16 with loss scaling on a GPU without native bf16).
 
 Evaluates after every epoch and hands each epoch's metrics to a callback (the search reports
 to Ray Tune through it; returning True stops the trial early). A non-finite loss or gradient
@@ -25,8 +26,12 @@ from torch import nn
 
 from trials.lazy import lazy_import
 
+from . import compile_cache
+from .compile_cache import CompileClock
 from .configio import ConfigError
 from .data import DataBundle
+from .data_config import DATA_STARVED_FRACTION, is_data_starved
+from .distributed import EpochSignal, Group
 from .gpu import is_compile_error, peak_memory, release_memory
 from .gpu import resolve_device as resolve_device
 from .timing import synchronize
@@ -53,6 +58,12 @@ class EpochMetrics:
     peak_memory_mb: float | None = None  # CUDA: the most memory allocated during the epoch
     peak_reserved_mb: float | None = None  # CUDA: the most memory the caching allocator held (what the cap bounds)
     train_eval_loss: float | None = None  # training split, eval mode, no augmentation (recalibrate_batchnorm)
+    # data_wait_fraction > DATA_STARVED_FRACTION: the device idled for input. Derived, never passed:
+    # an epoch read back from an older checkpoint gets it too.
+    data_starved: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data_starved", is_data_starved(self.data_wait_fraction))
 
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -114,10 +125,14 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
 
 
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """``auto``: bf16 autocast on CUDA (tensor cores), fp32 elsewhere."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return torch.float32
+    """The autocast dtype. ``auto``: on CUDA bf16 where the GPU has it natively (Ampere and later),
+    else fp16, which trains under a gradient scaler (V100, T4: bf16 there is emulated and slow);
+    fp32 elsewhere. ``bf16``/``fp16``/``fp32`` as named."""
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return torch.float32
+    if precision in ("bf16", "fp16"):
+        return torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
 
 
 class Trainer:
@@ -131,8 +146,16 @@ class Trainer:
         device: torch.device,
         dtype: torch.dtype = torch.float32,
         channels_last: bool | None = None,
+        group: Group | None = None,
+        cpus: float | None = None,
     ):
         self.device, self.dtype, self.config, self.data = device, dtype, config, data
+        # Data parallelism (trials.distributed): this rank trains on its part of every batch;
+        # rank 0 alone evaluates and reports. None: one process.
+        self.group = group if group is not None and group.world_size > 1 else None
+        self._data_parallel: dict[int, nn.Module] = {}  # DDP wrappers of the forward callables
+        if self.group is not None:
+            data.train.shard(self.group.rank, self.group.world_size)
         # Channels-last on CUDA (tensor cores want NHWC); the data path emits batches in this layout.
         self.channels_last = device.type == "cuda" if channels_last is None else channels_last
         memory_format = torch.channels_last if self.channels_last else torch.preserve_format
@@ -154,11 +177,20 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             parameter_groups(self.model, config.weight_decay), lr=config.lr, betas=config.betas, **fused
         )
+        # fp16 gradients underflow without loss scaling; disabled (every call a no-op) for bf16 and fp32.
+        # Fused AdamW takes the scaler's inf flag on the device: no host sync per step on CUDA.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
         self.check_every = config.divergence_check_every or (1 if device.type == "cpu" else CUDA_CHECK_EVERY)
         self.notes: list[str] = []  # what the trial should know about how it ran (a compile fallback, ...)
+        self.compile_skipped_because: str | None = None  # why compile: auto chose eager for this trial
         self.runtime: dict[str, Any] = {}  # facts the runner decided (GPU memory cap, backends, data workers)
-        self.compile_requested = self._compile_wanted(config.compile)
         self.compile_s: float | None = None  # the first compiled step (compilation included), not in epoch 1's time
+        self.compile_clock = CompileClock()  # every compile of this trial: training and no-grad graphs apart
+        self._no_grad_compile_before_training: float | None = None  # the cost measurement's share, left out
+        self._cache_counts_at_start: dict[str, int] = {}
+        self._compile_recorded = False  # this node's compile ledger has this trial's measurement
+        self._compile_cache_dir: str | None = None  # set as the trial is set up to compile
+        self.compile_requested = self._compile_wanted(config.compile, cpus)
         self._use_compiled = self.compile_requested
         self._graphs_at_start = 0
         self._forward: Callable[[torch.Tensor], torch.Tensor] = self.model
@@ -188,6 +220,7 @@ class Trainer:
             "history": [m.to_dict() for m in self.history],
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "scaler": self.scaler.state_dict(),  # {} unless fp16: the loss scale reached
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -199,12 +232,50 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
+        if state.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(state["scaler"])
 
     # -- compilation ---------------------------------------------------------------------------
-    def _compile_wanted(self, setting: bool | str) -> bool:
-        if setting == "auto":
-            return self.device.type == "cuda"
-        return bool(setting)
+    def _compile_wanted(self, setting: bool | str, cpus: float | None) -> bool:
+        """Whether this trial compiles. When it may, Inductor is first set up for it (compile threads
+        from ``cpus``, the node's cache directory: :func:`trials.compile_cache.configure_compiler`);
+        ``auto`` then applies :func:`trials.compile_cache.decide_auto` to what this node measured of
+        the architecture, and a skip is said in :attr:`notes` and the runtime facts."""
+        if setting is False or (setting == "auto" and self.device.type not in compile_cache.AUTO_DEVICE_TYPES):
+            return False
+        facts = compile_cache.configure_compiler(cpus)
+        self._compile_cache_dir = facts["compile_cache_dir"]
+        self.runtime.update(facts)
+        if setting != "auto":
+            return True
+        known = self._compile_ledger().read(self._architecture_key())
+        decision = compile_cache.decide_auto(
+            self.device.type, known, self.total_steps, self.config.compile_budget_share
+        )
+        self.runtime.update(decision.facts())
+        if not decision.compile:
+            self.notes.append(decision.reason)
+            self.compile_skipped_because = decision.reason
+        return decision.compile
+
+    def _compile_ledger(self) -> compile_cache.CompileLedger:
+        return compile_cache.CompileLedger(self._compile_cache_dir or compile_cache.cache_dir())
+
+    def _architecture_key(self) -> str:
+        """What makes another trial compile the same graphs and step at the same speed on this node."""
+        model_config = getattr(self.model, "config", None)
+        device = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else self.device.type
+        return compile_cache.architecture_key(
+            model=model_config.to_dict() if hasattr(model_config, "to_dict") else repr(self.model),
+            image_size=self.data.image_size,
+            batch_size=getattr(self.data.train, "batch_size", None),
+            world_size=self.group.world_size if self.group is not None else 1,
+            dtype=str(self.dtype),
+            channels_last=self.channels_last,
+            device=device,
+            backend=self.config.compile_backend,
+            torch=torch.__version__,
+        )
 
     def _compile(self, backend: str) -> Callable[[torch.Tensor], torch.Tensor]:
         """torch.compile the model, after clearing what earlier trials of this process compiled.
@@ -214,8 +285,10 @@ class Trainer:
         about four trials, and later trials silently run eagerly. Resetting per trial keeps each
         trial compiled; :attr:`compiled_graphs` counts what this trial really compiled.
         """
-        torch.compiler.reset()
+        torch.compiler.reset()  # Dynamo's in-memory state only: Inductor's on-disk caches stay
+        self.compile_clock.install()  # after the reset, which drops compile callbacks
         self._graphs_at_start = dynamo_utils.counters["stats"]["unique_graphs"]
+        self._cache_counts_at_start = compile_cache.cache_counts()
         try:
             return torch.compile(self.model, backend=backend)
         except Exception as error:  # an unknown backend name is a config error, named as such
@@ -232,6 +305,30 @@ class Trainer:
     def compiled(self) -> bool:
         """Whether this trial really ran compiled: asked for, no fallback, and at least one graph compiled."""
         return self._use_compiled and self.compiled_graphs > 0
+
+    def _record_compile_facts(self, metrics: EpochMetrics) -> None:
+        """After an epoch of a compiling trial: its compile facts so far, into :attr:`runtime`.
+
+        ``eval_compile_s``: the graphs compiled without gradients since training began (evaluation,
+        BatchNorm recalibration; the compiled training step's own time is ``compile_s``);
+        ``compile_total_s``: every compile of the trial, the cost measurement's included; the cache
+        hits and misses of this trial. The first epoch that ran compiled also leaves this node's
+        measurement of the architecture in the compile ledger, for ``compile: auto`` to read.
+        """
+        if not self.compile_requested:
+            return
+        clock = self.compile_clock
+        counts = compile_cache.cache_counts()
+        counts = {name: value - self._cache_counts_at_start.get(name, 0) for name, value in counts.items()}
+        before = self._no_grad_compile_before_training or 0.0
+        self.runtime.update(eval_compile_s=clock.seconds["no_grad"] - before, compile_total_s=clock.total, **counts)
+        batch = getattr(self.data.train, "batch_size", None)
+        if self._compile_recorded or not self.compiled or not batch or metrics.train_images_per_s <= 0:
+            return
+        step_s = batch / metrics.train_images_per_s
+        record = compile_cache.CompileRecord(clock.total, step_s, cold=counts["fxgraph_cache_misses"] > 0)
+        self._compile_ledger().write(self._architecture_key(), record)
+        self._compile_recorded = True
 
     def _compile_failed(self, reason: str) -> None:
         """torch.compile could not compile this model: run it eagerly, say so once, keep the note."""
@@ -261,6 +358,12 @@ class Trainer:
             self._compile_failed(reason)
         return run(self.model)
 
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        """The model's output as the trial computes it: compiled when the trial compiles (eager after a
+        compile fallback, as in training). The caller sets grad mode and autocast. The trial's cost
+        is timed through this, so its throughput is the compiled model's, not an eager stand-in's."""
+        return self._with_fallback(lambda forward: forward(images))
+
     # -- the loop ------------------------------------------------------------------------------
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
@@ -269,22 +372,59 @@ class Trainer:
         """The model's memory layout; free when the data path already produced it (it does on CUDA)."""
         return images.contiguous(memory_format=torch.channels_last) if self.channels_last else images
 
-    def _forward_backward(self, forward, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def _forward_backward(
+        self, forward, images: torch.Tensor, targets: torch.Tensor, share: float = 1.0
+    ) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
+        if self.group is not None:
+            forward = self._ddp(forward)
         with self._autocast():
             loss = F.cross_entropy(forward(images), targets, label_smoothing=self.config.label_smoothing)
-        loss.backward()
+        if share != 1.0:
+            loss = loss * share
+        self.scaler.scale(loss).backward()  # the loss itself when no scaler is needed
         return loss.detach()
 
-    def train_step(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One optimiser step without a host sync: the loss and the gradient norm, both on the device."""
+    def _ddp(self, forward: nn.Module) -> nn.Module:
+        """``forward`` (the compiled or the eager model) under DDP, made once per callable.
+
+        Built at the first step on every rank together (DDP broadcasts rank 0's weights as it is
+        made); a compile fallback on one rank happens on all, since every rank compiles the same
+        graph. Buffers (BatchNorm statistics) are broadcast from rank 0 at every forward.
+        """
+        key = id(forward)
+        if key not in self._data_parallel:
+            ids = [self.device.index if self.device.index is not None else 0] if self.device.type == "cuda" else None
+            self._data_parallel[key] = nn.parallel.DistributedDataParallel(forward, device_ids=ids)
+        return self._data_parallel[key]
+
+    def train_step(
+        self, images: torch.Tensor, labels: torch.Tensor, batch_rows: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimiser step without a host sync: the loss and the gradient norm, both on the device.
+
+        ``batch_rows``: images in the whole (global) batch when this rank trains on part of it;
+        its mean loss is weighted by its share times the world size, so the gradient DDP averages
+        is the global batch's (the ranks' parts may differ in size by one image).
+        """
         images = self._prepare(images)
         images, targets = self.data.mix(images, labels) if self.data.mix is not None else (images, labels)
-        loss = self._with_fallback(lambda forward: self._forward_backward(forward, images, targets))
+        share = 1.0
+        if self.group is not None and batch_rows:
+            share = images.shape[0] * self.group.world_size / batch_rows
+        loss = self._with_fallback(lambda forward: self._forward_backward(forward, images, targets, share))
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
         grad_norm = nn.utils.clip_grad_norm_(
             self.model.parameters(), self.config.grad_clip if self.config.grad_clip else math.inf
         )
-        return loss, grad_norm
+        return loss, self._scaled_step_norm(grad_norm)
+
+    def _scaled_step_norm(self, grad_norm: torch.Tensor) -> torch.Tensor:
+        """Under fp16 loss scaling, a non-finite gradient norm is an overflow the scaler handles (it
+        skips the step and lowers the scale), not divergence: recorded as 0. The loss still decides."""
+        if not self.scaler.is_enabled():
+            return grad_norm
+        return torch.where(torch.isfinite(grad_norm), grad_norm, torch.zeros_like(grad_norm))
 
     def train_epoch(self, progress: bool) -> tuple[float, float, float, int]:
         """One epoch (or what is left of the step budget): mean loss, train seconds, wait seconds, images.
@@ -311,19 +451,23 @@ class Trainer:
         # The first compiled step compiles forward and backward: timed apart (``compile_s``) and
         # left out of the epoch's time and images, so epoch 1's images/s is a training rate.
         time_first_step = self.compile_requested and self.compile_s is None and steps_left > 1
+        if self._no_grad_compile_before_training is None:  # what the cost measurement compiled is not eval's
+            self._no_grad_compile_before_training = self.compile_clock.seconds["no_grad"]
         start = time.perf_counter()
         for i in range(steps_left):
             t0 = time.perf_counter()
             images, labels = next(batches)
             wait += time.perf_counter() - t0
-            loss_value, grad_norm = self.train_step(images, labels)
+            loss_value, grad_norm = self.train_step(images, labels, self.data.train.rows(i))
             losses[i] = loss_value  # device-side records: no host sync
             norms[i] = grad_norm
             if (i + 1) % self.check_every == 0:
+                self._share_losses(losses, checked, i + 1)
                 self._check_finite(losses, norms, checked, i + 1, first_step)
                 checked = i + 1
             lr_sum += self.optimizer.param_groups[0]["lr"]  # the rate this step used
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)  # optimizer.step(), skipped by an fp16 overflow
+            self.scaler.update()
             self.scheduler.step()
             self.step += 1
             loss_sum += loss_value
@@ -335,13 +479,28 @@ class Trainer:
                 images_seen += images.shape[0]
             if bar is not None:
                 bar.update(1)
+        self._share_losses(losses, checked, steps_left)
         self._check_finite(losses, norms, checked, steps_left, first_step)
+        if self.group is not None:  # the global batch's mean loss, and every rank's images
+            totals = torch.stack([loss_sum.double(), torch.full_like(loss_sum, images_seen, dtype=torch.float64)])
+            self.group.all_sum(totals)
+            loss_sum, images_seen = totals[0] / self.group.world_size, int(totals[1].item())
         synchronize(self.device)
         elapsed = time.perf_counter() - start
         self._epoch_mean_lr = lr_sum / max(steps_left, 1)
         if bar is not None:
             bar.close()
         return float(loss_sum) / max(steps_left, 1), elapsed, wait, images_seen
+
+    def _share_losses(self, losses: torch.Tensor, begin: int, end: int) -> None:
+        """Data-parallel: steps ``[begin, end)``'s losses summed over the ranks, in place.
+
+        Every rank then sees the same non-finite loss at the same step and ends as diverged there
+        together (gradient norms are equal on every rank already: DDP averaged the gradients).
+        """
+        if self.group is None or end <= begin:
+            return
+        losses[begin:end] = self.group.all_sum(losses[begin:end].clone())
 
     @staticmethod
     def _check_finite(losses: torch.Tensor, norms: torch.Tensor, begin: int, end: int, first_step: int) -> None:
@@ -411,7 +570,16 @@ class Trainer:
         while not self.finished:
             try:
                 train_loss, seconds, wait, images = self.train_epoch(progress)
-                lr = self._epoch_mean_lr
+            except Diverged as diverged:  # the same step on every rank (the losses were shared)
+                outcome.diverged = diverged
+                return outcome
+            if self.group is not None and not self.group.lead:
+                self.epoch += 1
+                if self._follow_lead(outcome):
+                    return outcome
+                continue
+            lr = self._epoch_mean_lr
+            try:
                 train_eval_loss = None
                 if self.config.recalibrate_batchnorm and self.data.train_eval is not None:
                     self.recalibrate_batchnorm()
@@ -421,6 +589,8 @@ class Trainer:
                     raise Diverged(self.step, "evaluation loss", eval_loss)
             except Diverged as diverged:
                 outcome.diverged = diverged
+                if self.group is not None:
+                    self.group.agree(EpochSignal.DIVERGED, self.device)
                 return outcome
             self.epoch += 1
             peak_allocated, peak_reserved = peak_memory(self.device)
@@ -440,10 +610,36 @@ class Trainer:
                 train_eval_loss=train_eval_loss,
             )
             self.history.append(metrics)
-            if callback is not None and callback(metrics, self):
+            self._record_compile_facts(metrics)
+            self._note_if_starved(metrics)
+            stop = callback is not None and bool(callback(metrics, self))
+            if self.group is not None:
+                self.group.agree(EpochSignal.STOP if stop else EpochSignal.CONTINUE, self.device)
+            if stop:
                 outcome.stopped_early = True
                 return outcome
         return outcome
+
+    def _note_if_starved(self, metrics: EpochMetrics) -> None:
+        """The first data-starved epoch of a trial: one warning and a note in its record (the flag is per epoch)."""
+        if not metrics.data_starved or any(m.data_starved for m in self.history[:-1]):
+            return
+        note = (
+            f"epoch {metrics.epoch} was data-starved: {100 * metrics.data_wait_fraction:.0f}% of its time waiting "
+            f"for batches (over {100 * DATA_STARVED_FRACTION:.0f}%, {self.data.workers} data workers); "
+            "give the trial more CPUs (search.resources.cpus) or set data.num_workers"
+        )
+        warnings.warn(note, RuntimeWarning, stacklevel=2)
+        self.notes.append(note)
+
+    def _follow_lead(self, outcome: TrainOutcome) -> bool:
+        """A peer at the end of an epoch: do what rank 0 decided (True: the trial ends here)."""
+        signal = self.group.agree(None, self.device)
+        if signal is EpochSignal.STOP:
+            outcome.stopped_early = True
+        elif signal is EpochSignal.DIVERGED:
+            outcome.diverged = Diverged(self.step, "evaluation loss on rank 0", math.nan)
+        return signal is not EpochSignal.CONTINUE
 
 
 def _compile_failure_reason(error: BaseException) -> str:

@@ -20,7 +20,7 @@ from .models.build import resolve_config
 from .models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
 from .yaml_bounds import YamlDuplicateKey, YamlTooLarge, safe_load_bounded
 
-Precision = Literal["auto", "fp32", "bf16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,10 @@ class TrainingConfig:
     grad_clip: float | None = 1.0
     label_smoothing: float = 0.1
     # torch.compile the model: "auto" (on for CUDA when the model compiles, off on CPU), true, false.
+    # On CUDA, "auto" runs eagerly when this node measured the architecture's compile (kernels cached)
+    # at more than compile_budget_share of the trial's estimated training time (trials.compile_cache).
     compile: bool | Literal["auto"] = "auto"
+    compile_budget_share: float = 0.25
     # torch.compile backend when compiling (timm's --torchcompile takes the same names): "inductor"
     # generates kernels; "aot_eager"/"eager" trace without code generation (debugging, CPU tests).
     compile_backend: str = "inductor"
@@ -101,8 +104,11 @@ class TrainingConfig:
             require(
                 is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip", f"must be > 0, got {self.grad_clip!r}"
             )
+        require(self.compile in (True, False, "auto"), "compile", f"must be true, false or auto, got {self.compile!r}")
         require(
-            self.compile in (True, False, "auto"), "compile", f"must be true, false or auto, got {self.compile!r}"
+            is_number(self.compile_budget_share) and 0 < self.compile_budget_share <= 1,
+            "compile_budget_share",
+            f"must be a number in (0, 1], got {self.compile_budget_share!r}",
         )
         require(
             isinstance(self.compile_backend, str) and self.compile_backend.strip() != "",
@@ -129,20 +135,51 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    """Cost measurement before training: FLOPs (fvcore), inference throughput, batch-1 latency."""
+    """Cost measurement before training: FLOPs (fvcore), inference throughput, batch-1 latency.
+
+    ``batch_size`` None: the batch the trial trains with on one device (throughput at the size the
+    trial runs, not a fixed 64). ``warmup`` None: 10 calls on a GPU, 2 on a CPU
+    (``trials.measure.default_warmup``); the record states the number used.
+    """
 
     flops: bool = True
     throughput: bool = True
     latency: bool = True
-    batch_size: int = 64
-    warmup: int = 2
+    batch_size: int | None = None
+    warmup: int | None = None
     repeats: int = 5
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "repeats"):
             value = getattr(self, name)
+            if value is None and name == "batch_size":
+                continue
             require(is_int(value) and value >= 1, name, f"must be a positive integer, got {value!r}")
-        require(is_int(self.warmup) and self.warmup >= 0, "warmup", f"must be >= 0, got {self.warmup!r}")
+        if self.warmup is not None:
+            require(is_int(self.warmup) and self.warmup >= 0, "warmup", f"must be >= 0, got {self.warmup!r}")
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Data parallelism: the trial runs as ``workers`` processes, one rank each (DDP).
+
+    ``data.batch_size`` stays the global batch: each rank trains on its contiguous share of every
+    batch, so one process and N processes take the same optimiser steps. ``backend``: ``auto`` is
+    ``nccl`` on CUDA and ``gloo`` on the CPU.
+    """
+
+    workers: int = 1
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+
+    def __post_init__(self) -> None:
+        require(
+            is_int(self.workers) and self.workers >= 1,
+            "workers",
+            f"must be a positive integer, got {self.workers!r}",
+        )
+        require(
+            self.backend in ("auto", "nccl", "gloo"), "backend", f"must be auto, nccl or gloo; got {self.backend!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -167,14 +204,16 @@ class TrialConfig:
     # CPUs allocated to this trial (Ray's assignment, or the spec's resources.cpus): DataLoader
     # workers never exceed it. None: the CPUs this process may run on.
     cpus: float | None = None
+    # Several processes per trial (data-parallel); see DistributedConfig.
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self) -> None:
         require(isinstance(self.model, (CaiTConfig, CoAtNetConfig)), "model", "must be a model config")
         require(is_int(self.seed) and self.seed >= 0, "seed", f"must be a non-negative integer, got {self.seed!r}")
         require(
-            self.precision in ("auto", "fp32", "bf16"),
+            self.precision in ("auto", "fp32", "bf16", "fp16"),
             "precision",
-            f"must be one of auto, fp32, bf16; got {self.precision!r}",
+            f"must be one of auto, fp32, bf16, fp16; got {self.precision!r}",
         )
         require(
             isinstance(self.device, str) and self.device != "", "device", "must be 'auto', 'cpu', 'cuda' or 'cuda:N'"
@@ -188,6 +227,13 @@ class TrialConfig:
 
         if self.cpus is not None:
             require(is_number(self.cpus) and self.cpus > 0, "cpus", f"must be a number > 0 or null, got {self.cpus!r}")
+        workers = self.distributed.workers
+        if workers > 1:
+            require(
+                self.data.batch_size >= workers,
+                "data.batch_size",
+                f"the global batch ({self.data.batch_size}) must hold at least one image per worker ({workers})",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-friendly dict; ``load_trial_config`` of it gives back an equal config."""
@@ -218,7 +264,8 @@ def load_trial_config(source: TrialConfig | Mapping[str, Any] | str | Path) -> T
         raise ConfigError("model", "is required (a preset name such as cait_tiny32, or a mapping with 'family')")
     values = dict(source)
     values["model"] = _model_from(values["model"])
-    for key, cls in (("data", DataConfig), ("training", TrainingConfig), ("measure", MeasureConfig)):
+    sections = (("data", DataConfig), ("training", TrainingConfig), ("measure", MeasureConfig))
+    for key, cls in (*sections, ("distributed", DistributedConfig)):
         if key in values:
             values[key] = from_mapping(cls, values[key], key)
     data = values.get("data")

@@ -135,8 +135,11 @@ def search_command(
 @click.option("--seeds", type=click.IntRange(1, 100), default=None,
               help="Seeds per variant (default: the scale's, 7 at cpu; some variants may run more).")  # fmt: skip
 @click.option(
-    "--protocol", "protocols", multiple=True, type=click.Choice(list(reproduce_registry.PROTOCOL_NAMES)),
-    help="Default: every protocol of the study."
+    "--protocol",
+    "protocols",
+    multiple=True,
+    type=click.Choice(list(reproduce_registry.PROTOCOL_NAMES)),
+    help="Default: every protocol of the study.",
 )
 @click.option("--dataset", default="mnist5k", show_default=True, help="mnist5k, synthetic, digits, cifar10, ...")
 @click.option("--data-dir", default=None)
@@ -233,17 +236,26 @@ def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: s
 @click.argument("study")
 @store_option
 @click.option("--repeats", type=click.IntRange(1, 1000), default=5, show_default=True, help="Interleaved rounds.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="auto: a Ray task, on a whole GPU of the cluster when the study's trials ran on GPUs; "
+    "cpu, cuda or cuda:N: here, on this machine.",
+)
+@click.option("--address", default=None, help="The Ray cluster for --device auto (default: a local Ray).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
-def verify_command(study: str, store_url: str | None, repeats: int, device: str, fmt: str) -> None:
+def verify_command(study: str, store_url: str | None, repeats: int, device: str, address: str | None, fmt: str) -> None:
     """Re-measure the throughput and latency of STUDY's front alone on one device.
 
-    Each member is rebuilt and timed in REPEATS rounds that interleave the members; the medians and
-    spreads are stored as verified measurements (the in-trial ones are kept), and the front is
-    recomputed among its members on them: ``on_verified_front`` marks who stays.
+    Each member is rebuilt and timed as its trial ran (compiled, at its batch size and at batch 1)
+    in REPEATS rounds that interleave the members; the medians and spreads are stored as verified
+    measurements (the in-trial ones are kept), and the front is recomputed among its members on
+    them: ``on_verified_front`` marks who stays. A study whose trials ran on GPUs is timed on a
+    whole GPU of the Ray cluster, or refused when it has none free.
     """
     url = store_package.resolve_store_url(store_url)
-    settings = verification.VerifySettings(repeats=repeats, device=device)
+    settings = verification.VerifySettings(repeats=repeats, device=device, address=address)
     try:
         with open_store(url, create=False, read_only=True) as store:
             live = store.live_driver(study) if study in store.study_names() else None

@@ -134,7 +134,7 @@ def _trial_report(result) -> str:
 @click.option("--image-size", type=int, default=None, help="Input size (default: each model's own).")
 @click.option("--batch-size", type=int, default=64, show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--dtype", type=click.Choice(["auto", "fp32", "bf16"]), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
 @click.option("--repeats", type=int, default=5, show_default=True)
 @click.option("--warmup", type=int, default=2, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)

@@ -395,6 +395,21 @@ class Queries(Liveness):
             result = conn.execute(query)
             return pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
 
+    def data_starved_epochs(self, study: str, threshold: float):
+        """Epochs whose ``data_wait_fraction`` exceeded ``threshold``: (number, status, epoch, data_wait_fraction,
+        images_per_s), by trial and epoch. One filtered query: a study without starved epochs returns no rows."""
+        study_id = self._study_id(study)
+        trial, epochs = Trial.__table__, EpochRecord.__table__
+        query = (
+            select(trial.c.number, trial.c.status, epochs.c.epoch, epochs.c.data_wait_fraction, epochs.c.images_per_s)
+            .select_from(epochs.join(trial, trial.c.id == epochs.c.trial_id))
+            .where(trial.c.study_id == study_id, epochs.c.data_wait_fraction > threshold)
+            .order_by(trial.c.number, epochs.c.epoch)
+        )
+        with self.engine.connect() as conn:
+            result = conn.execute(query)
+            return pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
+
     def counts(self, study: str, *, epochs: bool = True) -> dict[str, int]:
         """Number of trials by status, and of epoch rows (unless ``epochs=False``: the trial counts
         alone are one indexed query, cheap enough to poll), for one study."""

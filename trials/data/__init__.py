@@ -11,7 +11,8 @@ trial's device. Two batching paths, chosen automatically:
   cannot starve a GPU on small images.
 * **loader path** (RandAugment requested, or file-backed ``imagefolder``): a
   ``torch.utils.data.DataLoader`` with worker processes applying torchvision transforms v2
-  per sample.
+  per sample in uint8; the batch is converted and normalised on the device. On CUDA an image
+  folder's JPEGs are decoded there too (nvJPEG): the workers only read the files.
 
 Everything random is fixed by ``DataConfig.seed``: generation, the validation split, the
 shuffle order and the augmentation parameters of each epoch (the epoch number is mixed into

@@ -2,6 +2,12 @@
 
 Both are torchvision's transforms v2, bound lazily (``trials.lazy``): loaded when first used. The tensor
 path crops and flips on its device instead (:func:`trials.data.sources.crop_flip_batch`).
+
+The per-sample transforms stay in uint8 from decode to the last resize: a DataLoader worker ships
+uint8 CHW images (a quarter of float32's bytes through shared and pinned memory, and no float pass
+on the worker's CPU), and the dtype conversion and normalisation run on the trial's device
+(:class:`trials.data.sources.Normalizer`). The same transforms also run on the device, one sample
+at a time, after a GPU JPEG decode (:class:`trials.data.sources.DeviceDecoder`).
 """
 
 from __future__ import annotations
@@ -50,8 +56,13 @@ def make_mix(augment: AugmentConfig, num_classes: int) -> MixFn | None:
     return BatchMix(num_classes, augment.mixup_alpha, augment.cutmix_alpha)
 
 
-def train_transform(augment: AugmentConfig, image_size: int, native_size: int | None, stats: Stats) -> Callable:
-    """Per-sample training transforms v2. ``native_size`` None: file images of any size (RandomResizedCrop)."""
+def train_transform(augment: AugmentConfig, image_size: int, native_size: int | None) -> Callable:
+    """Per-sample training transforms v2, uint8 in and out (normalised later, on the device).
+
+    ``native_size`` None: file images of any size (RandomResizedCrop). The result is a uint8
+    (3, image_size, image_size) image; flips and crops of uint8 are byte copies, so they stay here
+    with RandAugment, whose ops are drawn per sample.
+    """
     ops: list[Any] = [v2.ToImage()]
     if native_size is None:
         ops += [v2.RandomResizedCrop(image_size, antialias=True)] if augment.random_crop else _eval_resize(image_size)
@@ -64,20 +75,25 @@ def train_transform(augment: AugmentConfig, image_size: int, native_size: int | 
         ops.append(v2.RandAugment(num_ops=num_ops, magnitude=magnitude))
     if native_size is not None and native_size != image_size:
         ops.append(v2.Resize((image_size, image_size), antialias=True))
-    return v2.Compose([*ops, *_to_normalized(stats)])
+    return v2.Compose(ops)
 
 
-def eval_transform(image_size: int, stats: Stats) -> Callable:
-    """Per-sample evaluation transforms for file images: resize the short side, centre crop."""
-    return v2.Compose([v2.ToImage(), *_eval_resize(image_size), *_to_normalized(stats)])
+def eval_transform(image_size: int) -> Callable:
+    """Per-sample evaluation transforms for file images, uint8 in and out: resize the short side, centre crop."""
+    return v2.Compose([v2.ToImage(), *_eval_resize(image_size)])
 
 
 def _eval_resize(image_size: int) -> list[Any]:
     return [v2.Resize(round(image_size / EVAL_CROP_RATIO), antialias=True), v2.CenterCrop(image_size)]
 
 
-def _to_normalized(stats: Stats) -> list[Any]:
-    return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(stats[0]), std=list(stats[1]))]
+def normalize_transform(stats: Stats) -> Callable:
+    """uint8 image -> float32 normalised, per sample: what workers ran before they shipped uint8.
+
+    Training no longer uses it (the device normalises whole batches); it stays as the reference the
+    tests and ``benchmarks/dataloader.py`` compare the device normalisation against.
+    """
+    return v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(stats[0]), std=list(stats[1]))])
 
 
 def crop_padding(native_size: int) -> int:

@@ -1,7 +1,8 @@
 """The data bundle: ``build_data`` loads a dataset, picks each split's batch source, and sizes the workers.
 
 In-memory datasets train on the tensor path unless RandAugment needs per-sample transforms;
-their validation split always does. ImageFolder trees use the loader path for both splits.
+their validation split always does. ImageFolder trees use the loader path for both splits: uint8
+from the workers, normalised on the device; on CUDA their JPEGs are decoded on the GPU.
 """
 
 from __future__ import annotations
@@ -12,10 +13,25 @@ from dataclasses import dataclass
 
 import torch
 
+from ..configio import ConfigError
 from ..data_config import DataConfig
 from .augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
 from .loading import IMAGENET_STATS, Split, Stats, folder_splits, in_memory_splits, test_split, warn_if_upscaled
-from .sources import BatchSource, FileImages, LoaderBatches, Normalizer, SampleDataset, TensorBatches, TensorImages
+from .sources import (
+    BatchSource,
+    DeviceDecoder,
+    EncodedDataset,
+    FileImages,
+    LoaderBatches,
+    Normalizer,
+    SampleDataset,
+    TensorBatches,
+    TensorImages,
+)
+
+# Without an allocation (a trial run by hand, outside Ray), the machine is not the trial's alone:
+# at most this many workers, as before. With one, the allocation is the bound.
+UNALLOCATED_MAX_WORKERS = 8
 
 
 @dataclass
@@ -44,6 +60,7 @@ class DataBundle:
     test: BatchSource | None = None
     test_size: int = 0
     train_eval: BatchSource | None = None
+    decode: str | None = None  # where file images are decoded: "cuda" (nvJPEG) or "cpu"; None: in memory
 
     def set_epoch(self, epoch: int) -> None:
         """Pin the next training pass to ``epoch``'s shuffle and augmentation (e.g. on resume)."""
@@ -60,20 +77,33 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def auto_workers(cpus: float | None = None) -> int:
-    """min(8, CPUs - 1), leaving one core to the main process; ``cpus``: the trial's allocation.
+def auto_workers(cpus: float | None = None, *, accelerator: bool = False) -> int:
+    """DataLoader workers from the trial's CPUs: one core for the training process, the rest decode.
 
-    A trial packed with ``resources.cpus: 1`` gets no worker processes (it loads in its main
-    process) instead of eight that would fight its neighbours for the node's cores.
+    ``cpus``: the trial's allocation (Ray's assigned CPUs, else ``search.resources.cpus``), bounded
+    by the cores this process may use; every core beyond the first becomes a worker, with no fixed
+    cap, because a 224-px trial decodes at about 150-300 images/s per core and a GPU trains at
+    thousands: a trial that asks for 16 CPUs should get 15 decoders. Without an allocation the
+    machine is shared: at most :data:`UNALLOCATED_MAX_WORKERS`.
+
+    One CPU: on the CPU the training step needs that core, so samples load in the training process
+    (a worker would only add a process switch). On an ``accelerator`` the training process mostly
+    waits for the device, so one worker decodes the next batch while the GPU runs this one, instead
+    of the two taking turns.
     """
-    available = usable_cpus() if cpus is None else min(usable_cpus(), max(1, math.floor(cpus)))
-    return max(0, min(8, available - 1))
+    if cpus is None:
+        budget = min(usable_cpus(), UNALLOCATED_MAX_WORKERS + 1)
+    else:
+        budget = min(usable_cpus(), max(1, math.floor(cpus)))
+    if budget == 1:
+        return 1 if accelerator else 0
+    return budget - 1
 
 
-def data_workers(config: DataConfig, cpus: float | None = None) -> int:
+def data_workers(config: DataConfig, cpus: float | None = None, *, accelerator: bool = False) -> int:
     """DataLoader workers for ``config``: ``num_workers`` if set, else automatic; never more than ``cpus``."""
     if config.num_workers is None:
-        return auto_workers(cpus)
+        return auto_workers(cpus, accelerator=accelerator)
     return config.num_workers if cpus is None else min(config.num_workers, max(1, math.floor(cpus)))
 
 
@@ -115,9 +145,10 @@ def _build_in_memory(config: DataConfig, device: torch.device, layout: BatchLayo
     val_source = _tensor_source(val, config, device, stats, image_size, layout, train=False)
     test_source = None if test is None else _tensor_source(test, config, device, stats, image_size, layout, train=False)
     if config.uses_loader():
-        transform = train_transform(config.augment, image_size, native, stats)
+        transform = train_transform(config.augment, image_size, native)
         dataset = SampleDataset(TensorImages(train.images), train.labels.tolist(), transform)
-        train_source: BatchSource = _loader_source(dataset, config, device, layout, train=True)
+        normalize = Normalizer(stats, image_size, device, channels_last=layout.channels_last)
+        train_source: BatchSource = _loader_source(dataset, config, device, layout, normalize, train=True)
     else:
         train_source = _tensor_source(train, config, device, stats, image_size, layout, train=True)
     return DataBundle(
@@ -170,7 +201,14 @@ def _tensor_source(
 
 
 def _loader_source(
-    dataset: SampleDataset, config: DataConfig, device: torch.device, layout: BatchLayout, *, train: bool
+    dataset: SampleDataset | EncodedDataset,
+    config: DataConfig,
+    device: torch.device,
+    layout: BatchLayout,
+    normalize: Normalizer,
+    *,
+    train: bool,
+    decoder: DeviceDecoder | None = None,
 ) -> LoaderBatches:
     batch_size = config.batch_size if train else config.resolved_eval_batch_size
     return LoaderBatches(
@@ -179,9 +217,23 @@ def _loader_source(
         train=train,
         device=device,
         seed=config.seed,
-        workers=data_workers(config, layout.cpus),
-        channels_last=layout.channels_last,
+        workers=data_workers(config, layout.cpus, accelerator=device.type != "cpu"),
+        normalize=normalize,
+        decoder=decoder,
     )
+
+
+def decodes_on_device(config: DataConfig, device: torch.device) -> bool:
+    """Whether an image folder's JPEGs are decoded on ``device`` (``gpu_decode``; automatic: on CUDA).
+
+    ``torchvision.io.decode_jpeg`` decodes on CUDA devices only (nvJPEG); asking for it elsewhere
+    is a configuration error rather than a silent CPU decode.
+    """
+    if config.gpu_decode is None:
+        return device.type == "cuda"
+    if config.gpu_decode and device.type != "cuda":
+        raise ConfigError("gpu_decode", f"decodes JPEGs on a CUDA device; this trial runs on {device.type}")
+    return config.gpu_decode
 
 
 def _build_image_folder(config: DataConfig, device: torch.device, layout: BatchLayout) -> DataBundle:
@@ -189,13 +241,20 @@ def _build_image_folder(config: DataConfig, device: torch.device, layout: BatchL
     image_size = config.resolved_image_size
     if train_paths:
         warn_if_upscaled(train_paths[0], image_size)
-    train_set = SampleDataset(
-        FileImages(train_paths), train_labels, train_transform(config.augment, image_size, None, IMAGENET_STATS)
-    )
-    val_set = SampleDataset(FileImages(val_paths), val_labels, eval_transform(image_size, IMAGENET_STATS))
+    normalize = Normalizer(IMAGENET_STATS, image_size, device, channels_last=layout.channels_last)
+    train_ops, val_ops = train_transform(config.augment, image_size, None), eval_transform(image_size)
+    on_device = decodes_on_device(config, device)
+    if on_device:  # workers read the files; decoding and the transforms run on the GPU
+        train_set: SampleDataset | EncodedDataset = EncodedDataset(train_paths, train_labels)
+        val_set: SampleDataset | EncodedDataset = EncodedDataset(val_paths, val_labels)
+        train_decoder, val_decoder = DeviceDecoder(train_ops, device), DeviceDecoder(val_ops, device)
+    else:
+        train_set = SampleDataset(FileImages(train_paths), train_labels, train_ops)
+        val_set = SampleDataset(FileImages(val_paths), val_labels, val_ops)
+        train_decoder = val_decoder = None
     return DataBundle(
-        train=_loader_source(train_set, config, device, layout, train=True),
-        val=_loader_source(val_set, config, device, layout, train=False),
+        train=_loader_source(train_set, config, device, layout, normalize, train=True, decoder=train_decoder),
+        val=_loader_source(val_set, config, device, layout, normalize, train=False, decoder=val_decoder),
         num_classes=num_classes,
         image_size=image_size,
         train_size=len(train_labels),
@@ -203,4 +262,5 @@ def _build_image_folder(config: DataConfig, device: torch.device, layout: BatchL
         mix=make_mix(config.augment, num_classes),
         mean=IMAGENET_STATS[0],
         std=IMAGENET_STATS[1],
+        decode=device.type if on_device else "cpu",
     )
