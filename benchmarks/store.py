@@ -180,7 +180,7 @@ def measure_writes(url: str, mode: str, writers: int, trials: int, epochs: int) 
     if failed or any(p.exitcode for p in procs):
         raise RuntimeError(f"a writer failed ({mode}, {writers} writers): {failed}")
     with Store.open(url) as store:
-        stored = store.counts(study)["epochs"]
+        stored = store.study_counts(study).epochs
     rows = sum(r["rows"] for r in reports)
     if stored != rows:
         raise RuntimeError(f"{mode}: wrote {rows} epoch rows but the store holds {stored}")

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dashboards.multiobjective import DIRECTIONS, ObjectiveError, hypervolume, hypervolume_history, non_dominated
+from dashboards.reader import StudyReader
 from trials.errors import DataError
 
 __all__ = [
@@ -129,7 +130,7 @@ class FrontQuery:
     counts: dict[str, int]  # matching trials by status
 
 
-def _study_outcomes(store, study: str, objectives: Mapping[str, str], where: Mapping[str, str]):
+def _study_outcomes(store: StudyReader, study: str, objectives: Mapping[str, str], where: Mapping[str, str]):
     known = store.metric_names(study)
     for metric in objectives:
         if metric not in known:
@@ -145,7 +146,7 @@ def _study_outcomes(store, study: str, objectives: Mapping[str, str], where: Map
 
 
 def query_front(
-    store,
+    store: StudyReader,
     studies: Sequence[str],
     objectives: Mapping[str, str],
     where: Mapping[str, str] | None = None,
@@ -159,7 +160,7 @@ def query_front(
     """
     frames = []
     for study in studies:
-        if not any(n for status, n in store.counts(study).items() if status != "epochs"):
+        if not store.study_counts(study).total:
             raise ParetoError(f"study {study!r} has no trials yet")
         frames.append(_study_outcomes(store, study, objectives, where or {}))
     trials = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
@@ -173,7 +174,7 @@ def query_front(
     return FrontQuery(trials=trials, front=front, counts={str(k): int(v) for k, v in counts.items()})
 
 
-def _attach_configs(store, rows):
+def _attach_configs(store: StudyReader, rows):
     """``rows`` (with ``study`` and ``number``) joined with their flattened configs, order kept."""
     pieces = []
     for study, group in rows.groupby("study", sort=False):
@@ -183,7 +184,7 @@ def _attach_configs(store, rows):
     return pd.concat(pieces).loc[rows.index]
 
 
-def study_front(store, study: str, objectives: Mapping[str, str]):
+def study_front(store: StudyReader, study: str, objectives: Mapping[str, str]):
     """The front of one study with its members' configs (the search's end-of-run summary); empty without trials."""
     try:
         return query_front(store, [study], objectives).front

@@ -23,8 +23,9 @@ import pandas as pd
 import yaml
 from jinja2 import Environment
 
-from dashboards import figures
+from dashboards import compare, figures
 from dashboards.pareto import front_mask, hypervolume_progress
+from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts
 from trials.data_config import DATA_STARVED_FRACTION
 
@@ -52,6 +53,7 @@ figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
 .meta td:first-child { font-weight: bold; text-align: left; }
 .muted { color: #777; }
+.warning { background: #fff4e5; border-left: 4px solid #e69500; padding: .5em .8em; }
 </style>
 </head>
 <body>
@@ -59,6 +61,26 @@ figcaption { color: #555; font-size: 0.9em; }
 <p class="muted">Generated {{ generated }} &middot; objectives:
 {% for name, direction in objectives.items() %}<b>{{ name }}</b> ({{ direction }}){% if not loop.last %}, {% endif %}
 {% endfor %}</p>
+{% if comparison %}
+<section id="several-studies">
+<h2>Several studies</h2>
+{% if comparison.line %}<p class="warning">{{ comparison.line }}</p>
+{% else %}<p class="muted">The studies agree on dataset, image size, budget and objectives.</p>{% endif %}
+{% if comparison.rows %}
+<h3>Spec differences</h3>
+<table class="spec-differences">
+<tr><th class="text">key</th>{% for name in comparison.studies %}<th class="text">{{ name }}</th>{% endfor %}</tr>
+{% for key, values in comparison.rows %}
+<tr><td class="text">{{ key }}</td>{% for v in values %}<td class="text">{{ v }}</td>{% endfor %}</tr>
+{% endfor %}
+</table>
+{% endif %}
+{% for fig in comparison.figures %}
+<figure class="combined"><img alt="{{ fig.caption }}" src="data:image/png;base64,{{ fig.data }}">
+<figcaption>{{ fig.caption }}</figcaption></figure>
+{% endfor %}
+</section>
+{% endif %}
 {% for s in studies %}
 <section id="study-{{ loop.index }}">
 <h2>Study {{ s.name }}</h2>
@@ -220,7 +242,7 @@ def _sample_numbers(outcomes: pd.DataFrame, size: int, seed: int = 0) -> np.ndar
     return np.sort(np.random.default_rng(seed).choice(completed, size=size, replace=False))
 
 
-def _verified_notes(store: Any, name: str, front: pd.DataFrame, objectives: Mapping[str, str]) -> list[str]:
+def _verified_notes(store: StudyReader, name: str, front: pd.DataFrame, objectives: Mapping[str, str]) -> list[str]:
     """What ``archsearch verify`` found for this front: verified medians and who drops off."""
     verified = store.verified(name)
     if verified.empty or not len(front) or not set(front["number"]) & set(verified["number"]):
@@ -244,7 +266,7 @@ def _epoch_list(epochs: Sequence[int], shown: int = 12) -> str:
     return listed + (f", ... (+{len(epochs) - shown})" if len(epochs) > shown else "")
 
 
-def _starved_epochs(store: Any, name: str, n_epochs: int) -> dict[str, Any]:
+def _starved_epochs(store: StudyReader, name: str, n_epochs: int) -> dict[str, Any]:
     """The trials whose epochs waited for data more than :data:`DATA_STARVED_FRACTION` of their time.
 
     An epoch that starved measured the input pipeline, not the model: its images/s (and a
@@ -276,19 +298,19 @@ def _starved_epochs(store: Any, name: str, n_epochs: int) -> dict[str, Any]:
 
 
 def _study_section(
-    store: Any, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
+    store: StudyReader, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
 ) -> dict[str, Any]:
     record = store.study(name)
     objectives = dict(objectives) if objectives else store.objectives(name)
     section = _empty_section({**record, "name": name})
     if record.get("status_message"):  # why it ended (a stop rule, a failure, an interruption)
         section["notes"].append(f"Study {record['status']}: {record['status_message']}")
-    counts = store.counts(name)
-    section["counts"] = {k: v for k, v in counts.items() if k != "epochs"}  # trial statuses only
-    if not any(n for status, n in counts.items() if status != "epochs"):
+    counts = store.study_counts(name)
+    section["counts"] = dict(counts.by_status)
+    if not counts.total:
         section["notes"].append("This study has no trials yet.")
         return section
-    section.update(_starved_epochs(store, name, counts.get("epochs", 0)))
+    section.update(_starved_epochs(store, name, counts.epochs))
     known = set(store.metric_names(name))
     missing = [m for m in objectives if m not in known]
     if missing:  # all trials failed so far, or an objective this study never records
@@ -365,8 +387,47 @@ def _study_section(
     return section
 
 
+def _comparison(
+    store: StudyReader, studies: Sequence[str], objectives: Mapping[str, str], png_dir: Path | None
+) -> dict[str, Any] | None:
+    """The several-studies section: what differs (one line and a table of spec keys) and one scatter.
+
+    Side-by-side sections hide that two fronts were measured differently, and separate scatters
+    hide how they overlap; so the trials of every study share one Pareto scatter coloured by study
+    (its front is the union's), with the differences stated above it. None for a single study.
+    """
+    if len(studies) < 2:
+        return None
+    specs = {name: store.study(name).get("spec") for name in studies}
+    table = compare.differing_spec_keys(specs)
+    section: dict[str, Any] = {
+        "line": compare.differences_line(compare.spec_differences(specs)),
+        "studies": list(studies),
+        "rows": [(key, [values[name] for name in studies]) for key, values in table],
+        "figures": [],
+    }
+    pair = dict(list(objectives.items())[:2])
+    frames = [
+        store.outcomes(name, list(pair), strict=False).assign(study=name)
+        for name in studies
+        if store.study_counts(name).total
+    ]
+    if len(pair) < 2 or not frames:
+        return section
+    frame = pd.concat(frames, ignore_index=True)
+    large = len(frame) > LARGE_STUDY
+    caption = f"Pareto front of {' vs '.join(pair)} over {', '.join(studies)}, coloured by study"
+    if large:
+        caption += f" (all {len(frame):,} trials as a density; the front's members as points)"
+    data = _png(figures.pareto_scatter(frame, pair, "study", density=large))
+    if png_dir is not None:
+        atomic_write(png_dir / "studies-pareto.png", data)
+    section["figures"].append({"caption": caption, "data": base64.b64encode(data).decode("ascii")})
+    return section
+
+
 def write_report(
-    store: Any,
+    store: StudyReader,
     studies: Sequence[str],
     objectives: Mapping[str, str] | None,
     out_path: str | Path,
@@ -376,7 +437,8 @@ def write_report(
     """Write one offline HTML report for ``studies`` to ``out_path`` and return its path.
 
     ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty;
-    the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``.
+    the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``
+    (and, for several studies, their combined scatter as ``studies-pareto.png``).
     """
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -385,8 +447,10 @@ def write_report(
         png_path.mkdir(parents=True, exist_ok=True)
     sections = [_study_section(store, name, objectives, color_by, png_path) for name in studies]
     shown = dict(objectives) if objectives else (store.objectives(studies[0]) if studies else {})
+    comparison = _comparison(store, list(dict.fromkeys(studies)), shown, png_path)
     env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
     html = env.from_string(_TEMPLATE).render(
+        comparison=comparison,
         studies=sections,
         objectives=shown,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

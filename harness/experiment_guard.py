@@ -99,3 +99,37 @@ def check_storage_root(storage_path: str) -> None:
         raise SearchError("--results-dir", f"{root}: cannot create it ({error.strerror or error})") from None
     if not root.is_dir() or not os.access(root, os.W_OK | os.X_OK):
         raise SearchError("--results-dir", f"{root}: not a directory this user can write")
+
+
+def purge_experiment(experiment: str) -> bool:
+    """Remove a deleted study's experiment dir (``studies --delete --purge-results``) when it and
+    everything under it is ours alone with no symbolic link (checked first, nothing followed);
+    returns whether there was one. Remote storage is refused: its lifecycle is the provider's."""
+    if is_uri(experiment):
+        raise SearchError("--purge-results", f"{experiment} is remote storage: remove it with its own tools")
+    root = Path(experiment)
+    if not os.path.lexists(root):
+        return False
+    check_purgeable(experiment)
+    shutil.rmtree(root)
+    return True
+
+
+def check_purgeable(experiment: str) -> None:
+    """Refuse (one line) an experiment dir that :func:`purge_experiment` would not remove: a link,
+    another user's entry, an entry others may write (not what a search of ours leaves)."""
+    if is_uri(experiment):
+        raise SearchError("--purge-results", f"{experiment} is remote storage: remove it with its own tools")
+    root = Path(experiment)
+    if not os.path.lexists(root):
+        return
+    if not stat.S_ISDIR(root.lstat().st_mode):  # a link (even to a directory of ours) or a file
+        raise SearchError(
+            "--purge-results", f"refusing to remove {root}: not a directory (a link?); nothing was deleted"
+        )
+    for directory, subdirectories, files in os.walk(root, followlinks=False):
+        for name in [".", *subdirectories, *files]:
+            path = Path(directory) if name == "." else Path(directory) / name
+            problem = _owned_and_private(path, path.lstat())
+            if problem is not None:
+                raise SearchError("--purge-results", f"refusing to remove {root}: {problem}; nothing was deleted")

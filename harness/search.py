@@ -99,7 +99,9 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
     callbacks = [
         InterruptCallback(),
         StoreCallback(store_url, name, spec_dict),
-        ProgressCallback(store_url, name, dict(spec.objectives)),
+        ProgressCallback(
+            store_url, name, dict(spec.objectives), n_trials=spec.search.n_trials, concurrency=spec.search.concurrency
+        ),
         JsonLoggerCallback(),  # the one per-trial log Tune needs (see ray_setup.json_results_only)
     ]
     stoppers = [HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict)]
@@ -474,4 +476,4 @@ def _forget_optuna_study(store_url: str, name: str) -> None:
 
 
 def _has_trials(store, name: str) -> bool:
-    return any(n for status, n in store.counts(name).items() if status != "epochs")
+    return store.study_counts(name).total > 0

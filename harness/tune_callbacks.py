@@ -7,13 +7,18 @@ and open the store lazily.
 
 from __future__ import annotations
 
+import math
 import socket
+import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
@@ -148,77 +153,261 @@ class DataWait:
         )
 
 
+_SI_PREFIXES = ("", "k", "M", "G", "T", "P")
+
+
+def compact_number(value: float) -> str:
+    """Three significant digits with an SI suffix from a thousand up (``93.1``, ``1.23M``, ``0.0042``):
+    the line must stay one terminal line with several objectives on it, and FLOPs or parameter
+    counts in full digits would not."""
+    if not math.isfinite(value):
+        return str(value)
+    scale = 0
+    while abs(value) >= 1000 and scale < len(_SI_PREFIXES) - 1:
+        value /= 1000
+        scale += 1
+    text = f"{value:.3g}"
+    if abs(float(text)) >= 1000 and scale < len(_SI_PREFIXES) - 1:  # 999.7k rounds to 1e+03k: 1M instead
+        value, scale = value / 1000, scale + 1
+        text = f"{value:.3g}"
+    return text + _SI_PREFIXES[scale]
+
+
+def compact_duration(seconds: float) -> str:
+    """``42s``, ``4m05s``, ``2h07m``, ``3d04h``: the two largest units, which is all a watcher reads."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def eta_seconds(
+    remaining: int, durations: Sequence[float], running_ages: Sequence[float], concurrency: int
+) -> float | None:
+    """Seconds until the search's last trial ends, or None before any trial has ended.
+
+    ``remaining`` counts the trials still to finish (``n_trials`` less every finished row, the
+    infeasible and duplicate ones included: they take no time), the running ones among them. Each
+    trial is taken to last the median of the finished ones (robust to the few that fail at once or
+    run long; pruned trials count at their real, shorter length, which is what early stopping will
+    keep doing). Rather than ``ceil(remaining / concurrency)`` whole rounds, each running trial is
+    credited with the time it has run (a trial at 90% of its median is nearly done), and the trials
+    not yet started fill the ``concurrency`` slots in turn as they free up: with equal lengths and
+    every slot free within one median, that greedy schedule is a round robin over the slots in the
+    order they free, so the estimate is closed-form (no simulation at 100k trials).
+    """
+    if remaining <= 0:
+        return 0.0
+    if not durations:
+        return None
+    median = statistics.median(durations)
+    slots = max(1, concurrency, len(running_ages))
+    free_at = sorted([max(median - age, 0.0) for age in running_ages] + [0.0] * (slots - len(running_ages)))
+    unstarted = max(0, remaining - len(running_ages))
+    finish = free_at[-1]  # the running trials end
+    for slot, at in enumerate(free_at):
+        rounds = math.ceil((unstarted - slot) / slots) if unstarted > slot else 0
+        finish = max(finish, at + rounds * median)
+    return finish
+
+
+def best_values(outcomes: pd.DataFrame, objectives: Mapping[str, str]) -> dict[str, float]:
+    """The best value of each objective over the completed trials (by its direction); an objective
+    no completed trial has a finite value for is left out."""
+    if len(outcomes) == 0 or "status" not in outcomes:
+        return {}
+    completed = outcomes[outcomes["status"] == "completed"]
+    best = {}
+    for name, direction in objectives.items():
+        if name not in completed:
+            continue
+        values = pd.to_numeric(completed[name], errors="coerce").to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        if values.size:
+            best[name] = float(values.max() if direction == "max" else values.min())
+    return best
+
+
 class ProgressCallback(Callback):
-    """One status line per finished trial: done / running / pruned / failed / infeasible / front size.
+    """One status line per finished trial: done / running / pruned / failed / infeasible / front
+    size / best value of each objective / elapsed time / ETA.
+
+    ``running`` is the number of trials Ray runs, counted from Tune's own trial start and end
+    events, not from the store's ``running`` rows: this callback runs after :class:`StoreCallback`
+    has recorded the ending trial, and before Ray starts its successor, so the store then holds
+    one running row fewer than the search's concurrency, on every line (``concurrency: 2`` read
+    ``running 1`` throughout). A line at a trial's end still shows the others (its successor
+    starts a moment later), so while trials run and none ends a line comes every
+    ``_HEARTBEAT_S`` seconds: a search whose trials take minutes is seen running all of them, and
+    its elapsed time and ETA move.
 
     The counts are COUNT queries (cheap at any size); the front needs every trial's objectives,
     so it is refreshed at most once a second (``_FRONT_MIN_INTERVAL_S``: trials of a fast search
     end many times a second, and a front query per end was a third of the driver's own time per
     trial), and on a large study at most once per ``_FRONT_REFRESH_FACTOR`` times the seconds its
-    last refresh took. The line shows the last known size meanwhile; the search's closing
-    summary prints the exact front. The progress line never costs more than a few percent of
-    the driver's time, even at 100k trials. A trial with data-starved epochs (more than
-    ``DATA_STARVED_FRACTION`` of an epoch spent waiting for batches) says so on its line, counted
-    from the epoch results Tune hands this callback (no store query).
+    last refresh took. The best values come from the same query, so both show the last known
+    reading meanwhile; the search's closing summary prints the exact front. The progress line
+    never costs more than a few percent of the driver's time, even at 100k trials. A trial with
+    data-starved epochs (more than ``DATA_STARVED_FRACTION`` of an epoch spent waiting for
+    batches) says so on its line, counted from the epoch results Tune hands this callback (no
+    store query). The ETA (:func:`eta_seconds`) uses the lengths of the trials that ended in this
+    driver process, timed from their start to their end as Tune reports them.
     """
 
     _FRONT_REFRESH_FACTOR = 20.0
     _FRONT_MIN_INTERVAL_S = 1.0
+    _HEARTBEAT_S = 60.0
 
-    def __init__(self, store_url: str, study: str, objectives: dict[str, str], stream=None):
+    def __init__(
+        self,
+        store_url: str,
+        study: str,
+        objectives: dict[str, str],
+        stream=None,
+        *,
+        n_trials: int | None = None,
+        concurrency: int = 1,
+    ):
         self.store_url = store_url
         self.study = study
         self.objectives = objectives
         self.stream = stream
+        self.n_trials = n_trials
+        self.concurrency = max(1, concurrency)
         self._store = None
         self._front_size: int | None = None
+        self._best: dict[str, float] = {}
         self._front_due = 0.0
         self._data_wait: dict[str, DataWait] = {}
+        self._reset_timing()
+
+    def _reset_timing(self) -> None:
+        """What this driver process saw: a resumed search counts its elapsed time and trial lengths anew."""
+        self._started: float | None = None
+        self._last_line: float | None = None
+        self._running: dict[str, float] = {}  # Tune trial id -> when Tune started it
+        self._durations: list[float] = []
+        self._peak_running = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {
-            **self.__dict__, "_store": None, "stream": None, "_front_size": None, "_front_due": 0.0, "_data_wait": {}
+        state = {
+            **self.__dict__, "_store": None, "stream": None, "_front_size": None, "_best": {}, "_front_due": 0.0,
+            "_data_wait": {},
         }  # fmt: skip
+        state.update(_started=None, _last_line=None, _running={}, _durations=[], _peak_running=0)
+        return state
+
+    def _now(self) -> float:
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+        return now
+
+    def setup(self, **info: Any) -> None:
+        self._now()  # the search's clock starts with Tune's
+
+    def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self._running[_trial_id(trial)] = self._now()
+        self._peak_running = max(self._peak_running, len(self._running))
+
+    def on_trial_recover(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        self._running.pop(_trial_id(trial), None)  # retried: Tune starts it again (on_trial_start)
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
         if result.get("epoch"):
             self._data_wait.setdefault(trial.trial_id, DataWait()).add(result)
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        """The heartbeat: a line when trials run and none has ended for ``_HEARTBEAT_S`` seconds."""
+        if not self._running or interrupts.current() is not None:
+            return
+        now = self._now()
+        if now - (self._last_line if self._last_line is not None else self._started) < self._HEARTBEAT_S:
+            return
+        self._print(self._safe_line(at_trial_end=False), now)
 
     def _front(self) -> int:
         now = time.monotonic()
         if self._front_size is None or now >= self._front_due:
             outcomes = self._store.outcomes(self.study, list(self.objectives), strict=False)
             self._front_size = int(front_mask(outcomes, self.objectives).sum())
+            self._best = best_values(outcomes, self.objectives)
             took = time.monotonic() - now
             self._front_due = now + max(self._FRONT_MIN_INTERVAL_S, self._FRONT_REFRESH_FACTOR * took)
         return self._front_size
 
-    def _line(self) -> str:
+    def _timing(self, counts: Mapping[str, int], now: float) -> str:
+        """``elapsed 4m05s  eta 12m30s``: ``eta ?`` until a trial has ended, none without ``n_trials``."""
+        elapsed = f"elapsed {compact_duration(now - (self._started if self._started is not None else now))}"
+        if self.n_trials is None:
+            return elapsed
+        finished = sum(n for status, n in counts.items() if status not in ("running", "interrupted", "epochs"))
+        concurrency = min(self.concurrency, max(self._peak_running, 1))  # fewer where Ray's resources allow fewer
+        eta = eta_seconds(
+            self.n_trials - finished, self._durations, [now - at for at in self._running.values()], concurrency
+        )
+        return f"{elapsed}  eta {'?' if eta is None else compact_duration(eta)}"
+
+    def _line(self, *, at_trial_end: bool = True) -> str:
         if self._store is None:
             self._store = Store.open(self.store_url)
+        now = self._now()
         counts = self._store.counts(self.study, epochs=False)
-        stop_rules.refresh()  # the plateau reading that counts this trial end
+        if at_trial_end:
+            stop_rules.refresh()  # the plateau reading that counts this trial end
+        front = self._front()
+        best = "  ".join(
+            f"{direction} {name} {compact_number(self._best[name])}"
+            for name, direction in self.objectives.items()
+            if name in self._best
+        )
         return (
-            f"[{self.study}] done {counts['completed']}  running {counts['running']}  pruned {counts['pruned']}  "
+            f"[{self.study}] done {counts['completed']}  running {len(self._running)}  pruned {counts['pruned']}  "
             f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "
             f"duplicate {counts['duplicate']}  "
-            f"pareto front {self._front()}"
+            f"pareto front {front}"
+            + (f"  best {best}" if best else "")
+            + f"  {self._timing(counts, now)}"
             + (f"  {note}" if (note := stop_rules.progress_note()) else "")
         )
 
-    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        data_wait = self._data_wait.pop(getattr(trial, "trial_id", None), None) or DataWait()
-        if interrupts.current() is not None:  # stopping: the one line that says why comes at the end
-            return
+    def _safe_line(self, *, at_trial_end: bool = True) -> str:
         try:
-            line = self._line()
+            return self._line(at_trial_end=at_trial_end)
         except Exception as error:  # progress display must never fail a trial
-            line = f"[{self.study}] (progress unavailable: {type(error).__name__}: {error})"
-        if note := data_wait.note():
-            line += f"  {note}"
+            return f"[{self.study}] (progress unavailable: {type(error).__name__}: {error})"
+
+    def _print(self, line: str, now: float) -> None:
+        self._last_line = now
         print(line, file=self.stream or sys.stderr, flush=True)
 
+    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
+        trial_id = _trial_id(trial)
+        data_wait = self._data_wait.pop(trial_id, None) or DataWait()
+        now = self._now()
+        started = self._running.pop(trial_id, None)
+        if started is not None:
+            self._durations.append(now - started)
+        if interrupts.current() is not None:  # stopping: the one line that says why comes at the end
+            return
+        line = self._safe_line()
+        if note := data_wait.note():
+            line += f"  {note}"
+        self._print(line, now)
+
     on_trial_error = on_trial_complete
+
+
+def _trial_id(trial) -> str | None:
+    """Tune's id of a trial (None for the bare calls of a unit test: one anonymous trial)."""
+    return getattr(trial, "trial_id", None)
 
 
 class HopelessSearchStopper(Stopper):

@@ -8,14 +8,17 @@ many times a second; the line then carries the last known size).
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
+from ray.tune.experiment import Trial
 
 from dashboards.multiobjective import plateau_check
 from harness import stop_rules
 from harness.stop_rules import StopRulesStopper
 from harness.store import Store
-from harness.tune_callbacks import ProgressCallback
+from harness.tune_callbacks import ProgressCallback, compact_duration, compact_number, eta_seconds
 
 OBJECTIVES = {"top1": "max", "flops": "min"}
 
@@ -46,22 +49,25 @@ def test_one_line_per_trial_end_with_the_stores_counts_and_a_front_refreshed_at_
         progress.on_trial_complete(0, [], None)
         assert _lines(stream)[-1] == (
             "[progress] done 1  running 0  pruned 0  failed 0  infeasible 0  duplicate 0  pareto front 1"
+            "  best max top1 50  min flops 2  elapsed 0s"
         )
 
         # Within the second: counts are fresh, the front is the last known one.
         _finish(store, 1, top1=40.0, flops=1.0)  # a second front member
         store.start_trial("progress", 2, {"lr": 0.5})
+        progress.on_trial_start(0, [], SimpleNamespace(trial_id="2"))
         clock[0] += 0.5
         progress.on_trial_complete(0, [], None)
         assert _lines(stream)[-1].startswith("[progress] done 2  running 1  pruned 0  failed 0")
-        assert _lines(stream)[-1].endswith("pareto front 1")
+        assert _lines(stream)[-1].endswith("pareto front 1  best max top1 50  min flops 2  elapsed 0s")  # as known
 
         # A second later the front is queried again.
         _finish(store, 2, top1=60.0, flops=0.5, status="failed")
         clock[0] += 0.6
-        progress.on_trial_complete(0, [], None)
+        progress.on_trial_complete(0, [], SimpleNamespace(trial_id="2"))
         assert _lines(stream)[-1] == (
             "[progress] done 2  running 0  pruned 0  failed 1  infeasible 0  duplicate 0  pareto front 2"
+            "  best max top1 50  min flops 1  elapsed 1s"  # the failed trial's 60 is no one's best
         )
         assert len(_lines(stream)) == 3
         progress._store.close()
@@ -110,3 +116,158 @@ def test_the_plateau_reading_on_a_trials_line_counts_that_trial(store_url):
             stopper._store.close()
     finally:
         stop_rules.reset()
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(93.14, "93.1"), (0.5, "0.5"), (0.00123, "0.00123"), (1_234_567, "1.23M"), (999_960, "1M"), (2.5e9, "2.5G"),
+     (-1500, "-1.5k"), (float("nan"), "nan")],
+)  # fmt: skip
+def test_numbers_on_the_line_are_three_significant_digits_with_an_si_suffix(value, text):
+    assert compact_number(value) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0, "0s"), (42.4, "42s"), (245, "4m05s"), (7620, "2h07m"), (3 * 86400 + 4 * 3600, "3d04h")]
+)
+def test_durations_on_the_line_are_their_two_largest_units(seconds, text):
+    assert compact_duration(seconds) == text
+
+
+def test_the_eta_is_unknown_until_a_trial_ended_then_waves_of_the_median_trial():
+    assert eta_seconds(5, [], [], 2) is None
+    assert eta_seconds(0, [], [], 2) == 0.0  # nothing left: known without a duration
+    # Nothing running: ceil(remaining / concurrency) rounds of the median (a 1000 s outlier moves nothing).
+    assert eta_seconds(4, [100.0, 90.0, 1000.0], [], 2) == 200.0
+    assert eta_seconds(5, [100.0], [], 2) == 300.0
+    # Running trials are credited with the time they ran: one 60 s into a 100 s median ends in 40 s,
+    # the other slot takes the next trial at once, the last fills whichever slot frees first.
+    assert eta_seconds(3, [100.0], [60.0], 2) == 140.0
+    # An overdue trial (older than the median) is taken to end now, not at a negative time.
+    assert eta_seconds(1, [100.0], [250.0], 2) == 0.0
+    # More running than the concurrency (a resize): every one of them is a slot.
+    assert eta_seconds(3, [100.0], [0.0, 0.0, 0.0], 1) == 100.0
+
+
+def _counted_line(stream: io.StringIO) -> dict[str, str]:
+    """The line's ``key value`` pairs, for the fields a test reads."""
+    words = _lines(stream)[-1].split("  ")
+    return {word.rsplit(" ", 1)[0].split("] ")[-1]: word.rsplit(" ", 1)[1] for word in words if " " in word}
+
+
+def test_elapsed_eta_and_best_values_on_a_fake_clock(store_url, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("harness.tune_callbacks.time.monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    a, b = Trial("__fake", stub=True), Trial("__fake", stub=True)
+    with Store.open(store_url) as store:
+        store.create_study("progress", {}, OBJECTIVES)
+        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, n_trials=6, concurrency=2)
+        progress.setup()
+        store.start_trial("progress", 0, {"lr": 0.001})
+        progress.on_trial_start(0, [a], a)
+        store.start_trial("progress", 1, {"lr": 0.002})
+        progress.on_trial_start(0, [a, b], b)
+        store.finish_trial("progress", 2, status="infeasible", config={"lr": 0.003})  # sampled, never ran
+
+        clock[0] += 100
+        _finish(store, 0, top1=93.14, flops=1_234_567.0)
+        progress.on_trial_complete(0, [a, b], a)
+        line = _lines(stream)[-1]
+        assert "  best max top1 93.1  min flops 1.23M  " in line
+        # 6 trials less 2 finished (the infeasible one took no time): b, 100 s into a 100 s median, ends
+        # now; the other 3 fill the 2 slots in two waves of 100 s.
+        assert line.endswith("pareto front 1  best max top1 93.1  min flops 1.23M  elapsed 1m40s  eta 3m20s")
+        assert _counted_line(stream)["running"] == "1"
+
+
+def test_before_any_trial_ended_the_eta_is_unknown_and_without_n_trials_only_elapsed_shows(store_url, monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("harness.tune_callbacks.time.monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    a = Trial("__fake", stub=True)
+    with Store.open(store_url) as store:
+        store.create_study("progress", {}, OBJECTIVES)
+        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, n_trials=4, concurrency=2)
+        progress.setup()
+        progress.on_trial_start(0, [a], a)
+        clock[0] += ProgressCallback._HEARTBEAT_S
+        progress.on_step_end(0, [a])
+        assert _lines(stream)[-1].endswith("pareto front 0  elapsed 1m00s  eta ?")  # no best: nothing completed
+        bare = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream)
+        bare.on_trial_complete(0, [], None)
+        assert _lines(stream)[-1].endswith("pareto front 0  elapsed 0s")
+        progress._store.close()
+        bare._store.close()
+
+
+def test_running_is_the_trials_ray_runs_not_the_stores_rows(store_url, monkeypatch):
+    """``concurrency: 2`` showed ``running 1`` throughout while the interrupt then said ``2
+    interrupted``: the line counted the store's running rows after StoreCallback (before it in
+    Tune's callback list) had recorded the ending trial and before Ray started its successor, so
+    every line saw one fewer than ran. ``running`` now counts Tune's start and end events, and a
+    heartbeat line shows both while both run and none ends."""
+    clock = [0.0]
+    monkeypatch.setattr("harness.tune_callbacks.time.monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    a, b, c = (Trial("__fake", stub=True) for _ in range(3))
+    with Store.open(store_url) as store:
+        store.create_study("progress", {}, OBJECTIVES)
+        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, n_trials=3, concurrency=2)
+        progress.setup()
+        for number, trial in enumerate((a, b)):
+            store.start_trial("progress", number, {"lr": 0.001 * (number + 1)})
+            progress.on_trial_start(0, [a, b], trial)
+        progress.on_step_end(0, [a, b])
+        assert _lines(stream) == []  # no heartbeat before _HEARTBEAT_S
+        clock[0] += ProgressCallback._HEARTBEAT_S
+        progress.on_step_end(0, [a, b])
+        assert _counted_line(stream)["running"] == "2"
+        progress.on_step_end(0, [a, b])
+        assert len(_lines(stream)) == 1  # one heartbeat per _HEARTBEAT_S
+
+        clock[0] += 10
+        _finish(store, 0, top1=50.0, flops=2.0)  # StoreCallback's record of a's end comes first ...
+        progress.on_trial_complete(0, [a, b], a)  # ... then this line: b runs on
+        assert _counted_line(stream)["running"] == "1"
+        store.start_trial("progress", 1000, {"lr": 9.0})  # a stale row a dead driver left running
+        assert store.counts("progress", epochs=False)["running"] == 2
+        store.start_trial("progress", 2, {"lr": 0.003})
+        progress.on_trial_start(0, [a, b, c], c)  # a's successor
+        clock[0] += ProgressCallback._HEARTBEAT_S - 1
+        progress.on_step_end(0, [a, b, c])
+        assert len(_lines(stream)) == 2  # the heartbeat waits _HEARTBEAT_S from the last line
+        clock[0] += 1
+        progress.on_step_end(0, [a, b, c])
+        assert _counted_line(stream)["running"] == "2"  # b and c, whatever the store's rows say
+
+        progress.on_trial_error(0, [a, b, c], b)
+        progress.on_trial_complete(0, [a, b, c], c)
+        assert _counted_line(stream)["running"] == "0"
+        clock[0] += 10 * ProgressCallback._HEARTBEAT_S
+        progress.on_step_end(0, [a, b, c])
+        assert len(_lines(stream)) == 5  # nothing running: no heartbeat
+        progress._store.close()
+
+
+@pytest.mark.slow
+def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path, monkeypatch, capsys):
+    """End to end through Ray Tune (two CPUs, ``concurrency: 2``): with the heartbeat at every
+    step, some line is printed while both trials run, and the last trial's end leaves nothing to wait for
+    (the best values are the unit tests': a heartbeat every step holds the front's once-a-second reading)."""
+    import ray
+    from test_search import tiny_spec
+
+    from harness.search import run_search
+    from search_space.validation import load_spec
+
+    monkeypatch.setattr(ProgressCallback, "_HEARTBEAT_S", 0.0)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        spec = tiny_spec(search={"sampler": "random", "n_trials": 2, "concurrency": 2, "seed": 1})
+        run_search(load_spec(spec), f"sqlite:///{tmp_path / 'store.db'}", study_name="watch", results_dir=tmp_path)
+    finally:
+        ray.shutdown()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[watch] done ")]
+    assert any("  running 2  " in line for line in lines), lines
+    assert lines[-1].startswith("[watch] done 2  running 0  ") and lines[-1].endswith("  eta 0s"), lines

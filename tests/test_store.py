@@ -144,8 +144,8 @@ def test_finishing_a_trial_twice_keeps_one_complete_record(store):
         store.finish_trial(
             "s1", 3, status="completed", config=CONFIG, measurement=MEASUREMENT, epochs=epochs(3), final={"top1": 30.0}
         )
-    counts = store.counts("s1")
-    assert counts["completed"] == 1 and counts["epochs"] == 3
+    counts = store.study_counts("s1")
+    assert counts.by_status["completed"] == 1 and counts.epochs == 3 and counts.total == 1
     row = store.trials("s1").iloc[0]
     assert (row["number"], row["status"], row["params"], row["flops"], row["top1"]) == (
         3,

@@ -440,8 +440,8 @@ def test_a_writer_killed_inside_a_final_record_leaves_nothing_of_it(store_url):
         assert _wal_path(store_url).stat().st_size > ready["wal_bytes"]
 
     with Store.open(store_url, create=False) as store:
-        counts = store.counts(STUDY)
-        assert (counts["completed"], counts["epochs"]) == (1, len(EPOCHS))
+        counts = store.study_counts(STUDY)
+        assert (counts.by_status["completed"], counts.epochs) == (1, len(EPOCHS))
         frame = store.trials(STUDY)
         assert frame["number"].tolist() == [TRIAL_A]
         assert frame["params"].tolist() == [measurement(TRIAL_A)["params"]]
@@ -455,7 +455,8 @@ def test_a_writer_killed_inside_a_final_record_leaves_nothing_of_it(store_url):
         finish(store, TRIAL_B)
         store.start_trial(STUDY, 3, trial_config(3))
         store.record_epoch(STUDY, 3, epoch_metrics(3, 1))
-        counts = store.counts(STUDY)
-        assert (counts["completed"], counts["running"], counts["epochs"]) == (2, 1, 2 * len(EPOCHS) + 1)
+        counts = store.study_counts(STUDY)
+        by_status = counts.by_status
+        assert (by_status["completed"], by_status["running"], counts.epochs) == (2, 1, 2 * len(EPOCHS) + 1)
     if not postgres:
         assert _sqlite_integrity(store_url) == "ok"

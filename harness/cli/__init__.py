@@ -15,6 +15,7 @@ import threading
 import click
 
 from harness import __version__
+from harness.cli.admin_commands import export_command
 from harness.cli.common import crash_log, one_line
 from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
 from harness.cli.run_commands import reproduce_command, search_command, verify_command
@@ -107,5 +108,6 @@ for _command in (
     report_command,
     reproduce_command,
     verify_command,
+    export_command,
 ):
     main.add_command(_command)

@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
+from dashboards import compare
 from dashboards.columns import searched_config_columns
+from harness.cli import admin_commands
 from harness.cli.common import UsageError, open_store, records, store_option
 from harness.output import FORMATS, render
 from trials.lazy import lazy_import
@@ -25,8 +27,34 @@ sampling = lazy_import("search_space.sampling")  # the spec's parameters and a c
 @click.command("studies")
 @store_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-def studies_command(store_url: str | None, fmt: str) -> None:
-    """The studies in the store, with trial counts by status."""
+@click.option(
+    "--delete", "delete", default=None, metavar="NAME", help="Delete this study (ours and Optuna's rows; needs --yes)."
+)
+@click.option("--yes", is_flag=True, help="Confirm --delete (there is no prompt).")
+@click.option("--purge-results", is_flag=True, help="With --delete: also remove its Ray results dir (if all ours).")
+@click.option(
+    "--results-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Where its search kept results (default ./ray_results).",
+)
+@click.option(
+    "--rename", "rename", nargs=2, default=None, metavar="OLD NEW", help="Rename a study (ours and Optuna's rows)."
+)
+def studies_command(
+    store_url: str | None,
+    fmt: str,
+    delete: str | None = None,
+    yes: bool = False,
+    purge_results: bool = False,
+    results_dir: str | None = None,
+    rename: tuple[str, str] | None = None,
+) -> None:
+    """The studies in the store, with trial counts by status; or delete or rename one (the only
+    writes here, in :mod:`.admin_commands`)."""
+    if delete is not None or rename is not None or purge_results or yes:
+        admin_commands.manage_studies(store_url, delete, rename, yes, purge_results, results_dir)
+        return
     with open_store(store_url, create=False, read_only=True) as store:
         frame = store.studies()
     rows = records(frame)
@@ -60,7 +88,7 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
         try:
             metric, descending = _parse_sort(sort, store, study) if sort else (None, False)
             frame = store.trials(study, sort=metric, descending=descending, limit=limit, flatten_config=False)
-            total = sum(n for status, n in store.counts(study).items() if status != "epochs")
+            total = store.study_counts(study).total
             spec = store.study(study).get("spec")
         except store_package.StoreError as error:
             raise UsageError(str(error)) from None
@@ -166,21 +194,25 @@ def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
 def pareto_command(
     studies: tuple[str, ...], objectives: str | None, where: tuple[str, ...], store_url: str | None, fmt: str
 ):
-    """The Pareto front of STUDY... (completed trials only; the others are counted)."""
+    """The Pareto front of STUDY... (completed trials only; the others are counted; what differs
+    between several studies' specs is named in one warning line on stderr)."""
     try:
         filters = pareto.parse_where(where)
         with open_store(store_url, create=False, read_only=True) as store:
             wanted = pareto.parse_objectives(objectives) if objectives else _studies_objectives(store, studies)
             result = pareto.query_front(store, list(studies), wanted, filters)
+            specs = {name: store.study(name)["spec"] for name in dict.fromkeys(studies)}
     except (pareto.ParetoError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
+    # Before the table and on stderr, so --format json/csv on stdout stays parseable.
+    differ = compare.differences_line(compare.spec_differences(specs))
+    if differ:
+        click.echo(f"warning: {differ}", err=True)
     front = result.front
     front, verified_columns = _with_verified(store_url, front, wanted)
     config_columns = [c for c in front.columns if c.startswith("config.")]
     if fmt == "table":  # the searched parameters always, and whatever else differs between members
-        with open_store(store_url, create=False, read_only=True) as store:
-            specs = [store.study(name)["spec"] for name in studies]
-        searched = [c for spec in specs for c in searched_config_columns(spec, config_columns)]
+        searched = [c for spec in specs.values() for c in searched_config_columns(spec, config_columns)]
         varying = [c for c in config_columns if front[c].astype(str).nunique() > 1]
         columns = ["study", "number", *wanted, *verified_columns, *dict.fromkeys([*searched, *varying])]
     else:  # JSON and CSV: flat rows, one key per column, as `trials` writes them

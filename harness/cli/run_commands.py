@@ -104,7 +104,7 @@ def search_command(
     except KeyboardInterrupt:  # before the search started: nothing ran
         click.echo("\nsearch interrupted before any trial ran", err=True)
         raise SystemExit(130) from None
-    counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v and k != "epochs")
+    counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
     click.echo(f"\nstudy {summary.study} in {summary.store_url}: {counts} ({summary.wall_time_s:.0f}s)")
     if summary.status != "completed":
         # The study is recorded as failed with this reason (`archsearch studies` shows it).

@@ -115,7 +115,7 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
     with Store.open(store_url) as store:
         names = store.study_names()
         stored = store.study(spec.name) if spec.name in names else None
-        started = stored is not None and any(n for k, n in store.counts(spec.name).items() if k != "epochs")
+        started = stored is not None and store.study_counts(spec.name).total > 0
         if stored is not None and started:
             planned, kept = spec.model_dump(mode="json"), _decoded(stored["spec"]) or {}
             if any(kept.get(key) != planned.get(key) for key in PLAN_KEYS) or _grid(kept) != _grid(planned):

@@ -2,7 +2,16 @@
 
 from .engine import schema_revisions
 from .errors import StoreError
-from .store import Store
+from .store import Store, open_study_reader
 from .urls import DEFAULT_STORE_URL, ENV_VAR, mask_url, resolve_store_url
 
-__all__ = ["DEFAULT_STORE_URL", "ENV_VAR", "Store", "StoreError", "mask_url", "resolve_store_url", "schema_revisions"]
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "ENV_VAR",
+    "Store",
+    "StoreError",
+    "mask_url",
+    "open_study_reader",
+    "resolve_store_url",
+    "schema_revisions",
+]

@@ -2,8 +2,10 @@
 limited in SQL, so the top of a 100k-trial study decodes only the rows it returns), lean outcome
 frames for Pareto queries, sampled config columns, learning curves and counts. Metrics are named
 as the user knows them (a cost column, an objective, a key of the final-metrics JSON) and resolved
-to SQL expressions here. Listing studies first marks those whose driver is gone as ``interrupted``
-(only shown so on a read-only store), which is why this part builds on the liveness part.
+to SQL expressions here. Reads never write: a study whose driver is gone is *shown* ``interrupted``
+by :meth:`Queries.studies`, and recorded so only by the explicit ``mark_interrupted()`` of the liveness
+part (the CLI's commands call it), as Optuna fails stale trials by an explicit call, never by a read.
+Together these methods implement :class:`dashboards.reader.StudyReader`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import func, select
 
+from dashboards.reader import StudyCounts
+
+from .base import StoreBase, _now
 from .errors import StoreError
-from .liveness import Liveness
+from .liveness import HEARTBEAT_STALE_S, _driver_gone
 from .schema import (
     EPOCH_FIELDS,
     MEASUREMENT_FIELDS,
@@ -51,8 +56,9 @@ def _decoded(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-class Queries(Liveness):
-    """Every read of studies and trials, each returning a DataFrame, a list or a dict."""
+class Queries(StoreBase):
+    """Every read of studies and trials, each returning a DataFrame, a list, a dict or a
+    :class:`StudyCounts`; none writes (:class:`dashboards.reader.StudyReader`'s contract)."""
 
     def study(self, name: str) -> dict[str, Any]:
         """The study's record as a dict (spec, objectives, status, times, version, hardware)."""
@@ -69,9 +75,10 @@ class Queries(Liveness):
     def studies(self):
         """One row per study: name, status (and why), objectives, times, version, trial counts by status.
 
-        Studies whose driver died are marked ``interrupted`` first, so the status shown is true.
+        A ``running`` study whose driver is gone is shown ``interrupted`` (with why), so the status
+        shown is true, but nothing is recorded: a read never writes. ``mark_interrupted()`` records it.
         """
-        gone = self.gone_drivers() if self.read_only else {name: None for name in self.mark_interrupted()}
+        now = _now()
         with self.engine.connect() as conn:
             studies = conn.execute(select(Study.__table__).order_by(Study.id)).mappings().all()
             counts = conn.execute(
@@ -84,8 +91,10 @@ class Queries(Liveness):
         for s in studies:
             status_counts = {status: by_study.get(s["id"], {}).get(status, 0) for status in TRIAL_STATUSES}
             shown_status, message = s["status"], s["status_message"]
-            if gone.get(s["name"]):  # read-only: shown as it is, without recording it
-                shown_status, message = "interrupted", gone[s["name"]]
+            running = shown_status == "running"
+            gone = _driver_gone(s["driver"], s["updated_at"], now, HEARTBEAT_STALE_S) if running else None
+            if gone:  # shown as it is, without recording it
+                shown_status, message = "interrupted", gone
             rows.append(
                 {
                     "name": s["name"],
@@ -410,9 +419,15 @@ class Queries(Liveness):
             result = conn.execute(query)
             return pd.DataFrame([tuple(row) for row in result], columns=list(result.keys()))
 
-    def counts(self, study: str, *, epochs: bool = True) -> dict[str, int]:
-        """Number of trials by status, and of epoch rows (unless ``epochs=False``: the trial counts
-        alone are one indexed query, cheap enough to poll), for one study."""
+    def counts(self, study: str, *, epochs: bool = False) -> dict[str, int]:
+        """Number of trials by status (every status, zeros included), for one study: one indexed
+        query, cheap enough to poll. Statuses only: the epoch rows are :meth:`study_counts`' ``epochs``.
+
+        ``epochs`` is accepted (False) for the callers written when the epoch rows came back here as a
+        pseudo-status; ``True`` is refused rather than mixing them in again.
+        """
+        if epochs:
+            raise StoreError("counts() returns trial statuses only: use study_counts(study).epochs for epoch rows")
         study_id = self._study_id(study)
         with self.engine.connect() as conn:
             by_status = dict(
@@ -420,11 +435,16 @@ class Queries(Liveness):
                     select(Trial.status, func.count()).where(Trial.study_id == study_id).group_by(Trial.status)
                 ).all()
             )
-            if not epochs:
-                return {s: by_status.get(s, 0) for s in TRIAL_STATUSES}
+        return {s: by_status.get(s, 0) for s in TRIAL_STATUSES}
+
+    def study_counts(self, study: str) -> StudyCounts:
+        """Trials by status, epoch rows and trials in all, typed: what a report or a command prints
+        about a study's size, with no pseudo-status to filter out."""
+        by_status = self.counts(study)
+        with self.engine.connect() as conn:
             n_epochs = conn.execute(
                 select(func.count())
                 .select_from(EpochRecord.__table__.join(Trial.__table__, Trial.id == EpochRecord.trial_id))
-                .where(Trial.study_id == study_id)
+                .where(Trial.study_id == self._study_id(study))
             ).scalar_one()
-        return {**{s: by_status.get(s, 0) for s in TRIAL_STATUSES}, "epochs": n_epochs}
+        return StudyCounts.of(by_status, n_epochs)

@@ -17,9 +17,10 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
+from .admin import StudyAdmin
 from .engine import Migrations, _first_line, _make_engine, schema_revisions
 from .errors import StoreDriverError, StoreError
-from .liveness import HEARTBEAT_S, HEARTBEAT_STALE_S, driver_identity
+from .liveness import HEARTBEAT_S, HEARTBEAT_STALE_S, Liveness, driver_identity
 from .queries import Queries
 from .urls import mask_url, normalize_url, resolve_store_url, split_secret
 from .writes import Writes
@@ -28,8 +29,12 @@ from .writes import Writes
 __all__ = ["HEARTBEAT_S", "HEARTBEAT_STALE_S", "Store", "driver_identity", "schema_revisions"]
 
 
-class Store(Migrations, Writes, Queries):
-    """Studies, trials, measurements and learning curves in SQLite or PostgreSQL."""
+class Store(Migrations, Writes, Queries, StudyAdmin, Liveness):
+    """Studies, trials, measurements and learning curves in SQLite or PostgreSQL.
+
+    Implements :class:`dashboards.reader.StudyReader` structurally (its reads are the queries part's);
+    marking dead drivers is the liveness part's explicit ``mark_interrupted()``, never a read's.
+    """
 
     @classmethod
     def open(cls, url: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
@@ -74,6 +79,18 @@ class Store(Migrations, Writes, Queries):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_study_reader(url: str | None = None) -> Store:
+    """The store at ``url`` opened read-only, as ``archsearch studies``/``pareto``/``report`` open it
+    (``--store``, else ``$ARCHSEARCH_STORE``, else the default; an absent store is an error, an older
+    schema is read unmigrated).
+
+    ``dashboards.load_study`` finds this through the ``archsearch.study_readers`` entry point
+    (``pyproject.toml``): ``dashboards`` sits below ``harness`` and may not import it, so the store
+    registers itself as the implementation of :class:`dashboards.reader.StudyReader` instead.
+    """
+    return Store.open(url, create=False, read_only=True)
 
 
 # Called outside the store's own error handling (opening is handled where the connection is made).

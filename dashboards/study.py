@@ -1,0 +1,193 @@
+"""The public Python API over a stored study: ``load_study(name)`` -> a read-only :class:`Study`.
+
+What an Optuna user reaches for (``optuna.load_study(...).best_trials``), here over archsearch's
+store: the front on the study's own objectives (verified values beside the in-trial ones where
+``archsearch verify`` stored them), the trials, learning curves, hypervolume progress, the spec, and
+any trial's config as ``trials.runner.run_trial`` takes it, so a front member can be trained longer.
+
+Why the store is found through an entry point: ``dashboards`` sits below ``harness`` (the layer rule
+of ARCHITECTURE.md, checked by ``tests/test_imports.py``) and reads studies through the
+:class:`dashboards.reader.StudyReader` protocol only. Opening a store by URL is ``harness``'s job, so
+the store registers its read-only opener in the package metadata (``pyproject.toml``:
+``[project.entry-points."archsearch.study_readers"] sql = "harness.store:open_study_reader"``), the
+way SQLAlchemy finds its dialects. ``load_study`` looks the opener up by name and calls it with the
+URL; the opener resolves it exactly as the CLI resolves ``--store`` (the URL given, else
+``$ARCHSEARCH_STORE``, else ``sqlite:///archsearch.db``) and opens the store read-only, as the
+read commands do. Nothing here names ``harness``, and any object that implements the protocol (a
+store already open, a fake in a test) can be passed as ``store`` instead of a URL.
+
+Reading never writes: the store is opened read-only, and a study whose driver died is only shown
+``interrupted``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib.metadata import distributions
+from typing import Any
+
+import pandas as pd
+
+from dashboards.pareto import hypervolume_progress, parse_objectives, query_front
+from dashboards.reader import StudyCounts, StudyReader
+from dashboards.verified import compare_fronts
+from trials.errors import DataError
+from trials.trial_config import TrialConfig, load_trial_config
+
+READER_GROUP = "archsearch.study_readers"  # the entry-point group a store registers its opener in
+READER_NAME = "sql"  # the store of this project (harness.store.open_study_reader)
+
+__all__ = ["READER_GROUP", "READER_NAME", "Study", "StudyNotFound", "load_study"]
+
+
+class StudyNotFound(DataError, LookupError):
+    """The store has no study of that name (the message lists the ones it has)."""
+
+
+def _opener(name: str = READER_NAME) -> Callable[[str | None], StudyReader]:
+    """The registered opener ``name`` of the entry-point group :data:`READER_GROUP`.
+
+    Every installed distribution is searched, not only the first of each name (as
+    ``importlib.metadata.entry_points`` does): a stale ``archsearch.egg-info`` left in the working
+    directory by an older build would otherwise hide the installed metadata that registers the opener.
+    """
+    found = [ep for dist in distributions() for ep in dist.entry_points if ep.group == READER_GROUP and ep.name == name]
+    if not found:
+        raise DataError(
+            f"no store opener {name!r} is registered under the entry points {READER_GROUP!r}: "
+            "install archsearch (pip install -e .) so its metadata names harness.store.open_study_reader, "
+            "or pass an open store as load_study(..., store=STORE)"
+        )
+    return found[0].load()
+
+
+def load_study(name: str, store: str | StudyReader | None = None) -> Study:
+    """The study ``name`` of a store, read-only.
+
+    ``store``: a URL (``sqlite:///PATH``, ``postgresql://USER@HOST/DB``), None for what the CLI
+    would use (``$ARCHSEARCH_STORE``, else ``sqlite:///archsearch.db``), or a store already open
+    (anything implementing :class:`StudyReader`, which the returned study then does not close).
+    """
+    if isinstance(store, StudyReader):
+        reader, owned = store, False
+    else:
+        reader, owned = _opener()(store), True
+    try:
+        known = reader.study_names()
+        if name not in known:
+            raise StudyNotFound(f"study {name!r} not found; known studies: {', '.join(known) or 'none'}")
+    except BaseException:
+        if owned:
+            _close(reader)
+        raise
+    return Study(name, reader, owns_reader=owned)
+
+
+def _close(reader: StudyReader) -> None:
+    close = getattr(reader, "close", None)  # the protocol does not require one: a fake has nothing to close
+    if callable(close):
+        close()
+
+
+def _decoded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+class Study:
+    """A stored study, read-only: every method reads the store when called (a running search's
+    latest trials show up), and none writes. Use as a context manager, or call :meth:`close`, to
+    release a store that :func:`load_study` opened."""
+
+    def __init__(self, name: str, reader: StudyReader, *, owns_reader: bool = False) -> None:
+        self.name = name
+        self._reader = reader
+        self._owns_reader = owns_reader
+
+    def __repr__(self) -> str:
+        return f"Study({self.name!r}, objectives={self.objectives})"
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the store, where :func:`load_study` opened it (one passed in stays open)."""
+        if self._owns_reader:
+            _close(self._reader)
+            self._owns_reader = False
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The stored record: status (as recorded), message, times, version, hardware, spec, objectives."""
+        return self._reader.study(self.name)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The spec the study ran (as a dict, the YAML's structure)."""
+        return _decoded(self.record.get("spec")) or {}
+
+    @property
+    def objectives(self) -> dict[str, str]:
+        """``{metric: "max" | "min"}``, the spec's order."""
+        return self._reader.objectives(self.name)
+
+    @property
+    def counts(self) -> StudyCounts:
+        """Trials by status, epoch rows and trials in all."""
+        return self._reader.study_counts(self.name)
+
+    def _objectives(self, objectives: Mapping[str, str] | str | None) -> dict[str, str]:
+        if objectives is None:
+            return self.objectives
+        return parse_objectives(objectives) if isinstance(objectives, str) else dict(objectives)
+
+    def front(self, objectives: Mapping[str, str] | str | None = None) -> pd.DataFrame:
+        """The Pareto front of the completed trials, best first by the first objective, with configs.
+
+        ``objectives``: the study's own by default, or ``{"top1": "max", "flops": "min"}`` /
+        ``"top1:max,flops:min"``. Where ``archsearch verify`` re-measured the front, each member's
+        verified throughput/latency sit beside the in-trial values (``throughput_verified``, ...)
+        with ``on_verified_front``: whether it stays on the front on the verified values.
+        Empty (with the objective columns) while no trial has been recorded.
+        """
+        wanted = self._objectives(objectives)
+        if not self._reader.study_counts(self.name).total:
+            return pd.DataFrame(columns=["study", "number", "status", *wanted])
+        front = query_front(self._reader, [self.name], wanted).front.reset_index(drop=True)
+        verified = self._reader.verified(self.name)
+        if front.empty or verified.empty or not set(front["number"]) & set(verified["number"]):
+            return front
+        table = compare_fronts(front, verified.set_index("number"), wanted)
+        extra = [c for c in table.columns if c.endswith("_verified") or c == "on_verified_front"]
+        return front.merge(table[["number", *extra]], on="number", how="left")
+
+    def trials(self, status: str | Sequence[str] | None = None) -> pd.DataFrame:
+        """One row per trial (of ``status``, one or several, when given): number, status, costs,
+        final metrics and the config as ``config.*`` columns (``sampled.*``/``fixed.*``: the values
+        the search drew and those the spec fixed)."""
+        statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
+        return self._reader.trials(self.name, statuses=statuses)
+
+    def learning_curves(self, numbers: Iterable[int] | None = None) -> pd.DataFrame:
+        """Per-epoch metrics (one row per epoch: number, status, epoch, top1, losses, ...) of every
+        trial, or of the trials ``numbers``."""
+        return self._reader.learning_curves(self.name, None if numbers is None else [int(n) for n in numbers])
+
+    def hypervolume_progress(self, objectives: Mapping[str, str] | str | None = None) -> pd.DataFrame:
+        """Hypervolume of the front after each finished trial (``n_finished``, ``hypervolume``), in
+        finish order, against a fixed reference (the worst completed value of each objective)."""
+        wanted = self._objectives(objectives)
+        outcomes = self._reader.outcomes(self.name, list(wanted), strict=False)
+        return hypervolume_progress(outcomes, wanted)
+
+    def trial_config(self, number: int) -> TrialConfig:
+        """Trial ``number``'s config as it trained (the stored config: sampled and fixed values
+        applied), a frozen :class:`TrialConfig` that ``trials.runner.run_trial`` takes. To train it
+        longer: ``dataclasses.replace(config, training=dataclasses.replace(config.training, epochs=N))``."""
+        records = self._reader.trial_records(self.name, [int(number)])
+        if int(number) not in records:
+            raise DataError(f"study {self.name!r} has no trial {number}")
+        return load_trial_config(records[int(number)]["config"])

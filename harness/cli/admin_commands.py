@@ -1,0 +1,189 @@
+"""Commands that change or leave the store's studies as files: ``export`` (a stored trial as a trial
+YAML that ``archsearch trial`` trains again) and the write half of ``studies`` (``--delete``,
+``--rename``), which :mod:`.read_commands` hands over to :func:`manage_studies`.
+
+The export keeps what decides the model and its training (``model``, ``data``, ``training``,
+``measure``, ``seed``, ``precision``) and drops where the original run was placed (``cpus``,
+``gpu_memory_fraction``, ``device``, ``distributed``): those were Ray's choices for that worker, and
+carried over they would pin a retrain to a share of a GPU or a CPU count it no longer has. A data
+parallel trial splits each global batch between its ranks, so it trains the same model on one
+process. Data paths (``data.data_dir``) stay as stored: the export is meant to run where the study
+ran.
+"""
+
+from __future__ import annotations
+
+import click
+import yaml
+
+from dashboards.files import atomic_write
+from harness.cli.common import UsageError, open_store, store_option
+from harness.experiment_guard import check_purgeable, purge_experiment
+from harness.ray_setup import SearchError, check_study_name, experiment_path, storage_location
+from trials.configio import ConfigError
+from trials.lazy import lazy_import
+from trials.trial_config import load_trial_config
+
+store_package = lazy_import("harness.store")  # SQLAlchemy
+
+# Where the original run was placed: dropped from an export (see the module docstring).
+PLACEMENT_KEYS = ("cpus", "gpu_memory_fraction", "device", "distributed")
+
+
+def exported_config(
+    config: dict, study: str, number: int, *, epochs: int | None = None, steps: int | None = None
+) -> tuple[dict, list[str]]:
+    """(the trial YAML's content, the keys of the stored config it dropped) for a stored config.
+
+    ``epochs`` replaces the budget and clears a stored ``steps`` (which would otherwise win:
+    ``TrainingConfig`` trains ``steps`` when given); ``steps`` sets a step budget."""
+    dropped = [key for key in PLACEMENT_KEYS if key in config]
+    exported = {key: value for key, value in config.items() if key not in PLACEMENT_KEYS}
+    exported["name"] = f"{study}-trial{number}"
+    training = dict(exported.get("training") or {})
+    if epochs is not None:
+        training["epochs"] = epochs
+        training.pop("steps", None)
+    if steps is not None:
+        training["steps"] = steps
+    if epochs is not None or steps is not None:
+        exported["training"] = training
+    return exported, dropped
+
+
+@click.command("export")
+@click.argument("study")
+@click.argument("number", type=int)
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="Trial YAML to write.")
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Train this many epochs (clears a stored --steps budget).",
+)
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Train this many optimiser steps instead.")
+@store_option
+def export_command(
+    study: str, number: int, output: str, epochs: int | None, steps: int | None, store_url: str | None
+) -> None:
+    """Write trial NUMBER of STUDY as a trial YAML that `archsearch trial` trains again: the same
+    model (same params and FLOPs), data, training and seed; the original run's placement (cpus,
+    GPU share, device, ranks) left out.
+
+    Any trial with a stored config exports, an infeasible one too (with a warning: it was never
+    trained, and breaks the study's constraints).
+    """
+    if epochs is not None and steps is not None:
+        raise UsageError("--epochs and --steps: give one budget, not both")
+    with open_store(store_url, create=False, read_only=True) as store:
+        try:
+            store.study(study)
+            record = store.trial_records(study, [number]).get(number)
+        except store_package.StoreError as error:
+            raise UsageError(str(error)) from None
+        url = store.url
+    if record is None:
+        raise UsageError(f"study {study!r} has no trial {number} (see: archsearch trials {study})")
+    status, config, measured = record["status"], record["config"], record["measurement"]
+    if not isinstance(config.get("model"), dict) or not config["model"]:
+        raise UsageError(f"trial {number} of study {study!r} ({status}) has no stored model config: nothing to export")
+    exported, dropped = exported_config(config, study, number, epochs=epochs, steps=steps)
+    try:
+        load_trial_config(dict(exported))  # what `archsearch trial` will read: refused now, not then
+    except ConfigError as error:
+        raise UsageError(f"trial {number} of study {study!r}: its stored config no longer loads: {error}") from None
+    cost = ", ".join(f"{key} {measured[key]:,}" for key in ("params", "flops") if measured.get(key) is not None)
+    header = [
+        f"archsearch export: trial {number} of study {study} ({status}{', ' + cost if cost else ''}) from {url}",
+        "Kept: the model, data (paths as stored), training, measure, seed and precision of the stored trial.",
+        "Left out, the original run's placement: "
+        + (", ".join(dropped) if dropped else "nothing was stored")
+        + " (add device/cpus here to place this run).",
+    ]
+    if epochs is not None or steps is not None:
+        budget = f"{epochs} epochs" if epochs is not None else f"{steps} steps"
+        header.append(f"Budget changed on export to {budget} (the trial trained {_budget(config)}).")
+    text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(exported, sort_keys=False)
+    try:
+        path = atomic_write(output, text)
+    except OSError as error:
+        raise UsageError(f"cannot write {output}: {error.strerror or error}") from None
+    if status == "infeasible":
+        click.echo(
+            f"warning: trial {number} was infeasible (never trained; it breaks the study's constraints)", err=True
+        )
+    click.echo(f"trial {number} of study {study} written to {path}" + (f" ({cost})" if cost else ""))
+
+
+def _budget(config: dict) -> str:
+    training = config.get("training") or {}
+    if training.get("steps"):
+        return f"{training['steps']} steps"
+    return f"{training.get('epochs', 'the default number of')} epochs"
+
+
+def manage_studies(
+    store_url: str | None,
+    delete: str | None,
+    rename: tuple[str, str] | None,
+    yes: bool,
+    purge_results: bool,
+    results_dir: str | None,
+) -> None:
+    """``studies --delete NAME --yes [--purge-results]`` or ``studies --rename OLD NEW``; refused in
+    one line (exit 2) where something is wrong, with nothing changed."""
+    if delete is not None and rename is not None:
+        raise UsageError("--delete and --rename: one at a time")
+    if purge_results and delete is None:
+        raise UsageError("--purge-results goes with --delete")
+    if delete is not None:
+        _delete(store_url, delete, yes, purge_results, results_dir)
+    elif rename is not None:
+        _rename(store_url, *rename)
+
+
+def _delete(store_url: str | None, name: str, yes: bool, purge_results: bool, results_dir: str | None) -> None:
+    if not yes:  # no prompt: CI and scripts have no terminal to answer it
+        raise UsageError(f"--delete {name} removes the study and its trials for good: add --yes to confirm")
+    storage_path, _ = storage_location(results_dir)
+    with open_store(store_url, create=False) as store:
+        try:
+            store.study(name)
+            experiment = experiment_path(storage_path, name)
+            if purge_results:
+                check_purgeable(experiment)  # before any row goes: a refusal leaves everything
+            deleted = store.delete_study(name)
+        except (store_package.StoreError, SearchError) as error:
+            raise UsageError(str(error)) from None
+    summary = f"deleted study {name}: {deleted['trials']} trials, {deleted['epochs']} epochs"
+    summary += ", and its Optuna study" if deleted["optuna_studies"] else " (Optuna had no study of that name)"
+    if purge_results:
+        try:
+            removed = purge_experiment(experiment)
+        except (SearchError, OSError) as error:
+            raise UsageError(f"study {name} deleted, but its results were not removed: {error}") from None
+        summary += f"; removed {experiment}" if removed else f"; no results under {experiment}"
+    else:
+        summary += f"; results under {experiment} left (--purge-results removes them)"
+    click.echo(summary)
+
+
+def _rename(store_url: str | None, old: str, new: str) -> None:
+    try:
+        check_study_name(new, "--rename")
+    except SearchError as error:
+        raise UsageError(str(error)) from None
+    with open_store(store_url, create=False) as store:
+        try:
+            status = store.study(old)["status"]
+            store.rename_study(old, new)
+        except store_package.StoreError as error:
+            raise UsageError(str(error)) from None
+    click.echo(
+        f"renamed study {old} to {new}; its results dir keeps the name {old} (Ray's saved state names it"
+        + (
+            ", so --resume of the new name cannot continue it: rename it back to resume)"
+            if status == "interrupted"
+            else ")"
+        )
+    )
