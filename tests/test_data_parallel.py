@@ -11,6 +11,7 @@ import math
 import os
 
 import pytest
+import ray
 import torch
 from conftest import tiny_search_spec
 
@@ -172,7 +173,10 @@ def test_a_search_with_two_workers_per_trial_completes_and_stores_world_size_2(t
     spec["search"]["resources"] = {"workers": 2, "cpus": 1}
     spec["training"]["epochs"] = 2
     url = f"sqlite:///{tmp_path}/store.db"
-    summary = run_search(load_spec(spec), url, results_dir=tmp_path / "results")
+    try:
+        summary = run_search(load_spec(spec), url, results_dir=tmp_path / "results")
+    finally:
+        ray.shutdown()  # run_search started a local Ray: the next test's ray.init must find none
     assert summary.status == "completed"
     with Store.open(url) as store:
         trials = store.trials("data-parallel")

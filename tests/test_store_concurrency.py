@@ -293,8 +293,9 @@ def test_eight_processes_writing_one_study_lose_and_duplicate_nothing(store_url)
         assert duplicate_epochs == []
 
     with Store.open(store_url, create=False) as store:
-        counts = store.counts(STUDY)
-        assert counts == {**dict.fromkeys(counts, 0), "completed": n, "epochs": len(EPOCHS) * n}
+        counts = store.study_counts(STUDY)
+        assert counts.by_status == {**dict.fromkeys(counts.by_status, 0), "completed": n}
+        assert counts.epochs == len(EPOCHS) * n and counts.total == n
         frame = store.trials(STUDY)
         assert frame["number"].tolist() == list(range(n))
         assert (frame["status"] == "completed").all()

@@ -148,7 +148,9 @@ def run_table(
     names = [study] if isinstance(study, str) else [n for n in study if n in store.study_names()]
     if not names:
         raise ValueError(f"none of {', '.join(study)} is in the store")
-    tables = [_study_runs(store, name, protocol) for name in names]
+    # A part interrupted before its first run is in the store with no trials: nothing to pool.
+    held = [name for name in names if store.study_counts(name).total > 0] or names[:1]
+    tables = [_study_runs(store, name, protocol) for name in held]
     runs = pd.concat([t[0] for t in tables], ignore_index=True)
     runs = runs.sort_values(["variant", "seed", "study", "number"]).reset_index(drop=True)
     return runs, tables[0][1], tables[0][2]

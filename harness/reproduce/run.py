@@ -59,6 +59,8 @@ def reproduce(
             present = [n for part in parts for n in pooled_names(part.name, names)]
             if not present:  # with run=False: a one-line error if the study was never run
                 store.study(parts[0].name)
+            # a part interrupted before its first run is in the store with no trials: nothing to pool
+            present = [n for n in present if store.study_counts(n).total > 0] or present[:1]
             missing = [part.name for part in parts if part.name not in names]
             numbers = StudyNumbers()
             used = {
@@ -166,6 +168,8 @@ def _finished_points(store, names: list[str]) -> set[tuple[str, int]]:
     points = set()
     for name in names:
         trials = store.trials(name)
+        if trials.empty:  # a part interrupted before its first run
+            continue
         done = trials[trials["status"].isin(FINISHED)]
         points |= {(str(v), int(s)) for v, s in zip(done["config.name"], done["config.seed"], strict=True)}
     return points
