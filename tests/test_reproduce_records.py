@@ -12,10 +12,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import tiny_search_spec
 
 from harness.reproduce.analysis import summarize_runs
 from harness.reproduce.records import read_runs, recompute, write_records
 from harness.reproduce.registry import STUDIES, plan
+from harness.reproduce.run import _finished_points
+from harness.store import Store
 from search_space.sampling import grid_points
 from search_space.validation import load_spec
 
@@ -167,3 +170,13 @@ def test_a_protocol_for_a_study_with_one_protocol_is_refused_naming_the_option()
     assert result.exit_code == 2 and "--protocol capacity: cait-depth has one protocol" in result.output
     with pytest.raises(ValueError, match="has one protocol"):
         plan("cait-depth", "tiny", 2, ("generalisation",), "synthetic", None)
+
+
+def test_a_part_interrupted_before_its_first_run_is_pooled_as_nothing(tmp_path):
+    """A part whose search was interrupted before any trial is in the store with no trials: a
+    continuation finds no finished runs in it, and the summary does not try to read its runs."""
+    spec = load_spec(tiny_search_spec("empty-part"))
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        store.create_study("empty-part", spec.model_dump(mode="json"), dict(spec.objectives))
+        assert _finished_points(store, ["empty-part"]) == set()
+        assert store.study_counts("empty-part").total == 0
