@@ -16,6 +16,22 @@ def _seed_and_threads():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _gpu_visibility_restored():
+    """Put ``CUDA_VISIBLE_DEVICES`` back after every test.
+
+    A CPU trial placed in-process (``place_trial`` with ``gpus: 0``) blanks it, as a Ray worker must;
+    left blank, the next test's fake-GPU Ray node refuses to start ("CUDA_VISIBLE_DEVICES contains []"),
+    which is how a CI run once failed two cluster tests that pass alone.
+    """
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    yield
+    if before is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
 # -- stores: every store test runs against SQLite AND PostgreSQL ---------------------------------
 
 POSTGRES_ADMIN_URL = os.environ.get("ARCHSEARCH_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -28,6 +28,7 @@ def _trained_study(url: str) -> dict:
     spec = load_spec(raw, check_paths=False)
     config = build_trial_config(spec, {"depth": 2})
     place_trial(config, spec.search.resources, 1.0)  # cpus, device: cpu, as on a CPU worker
+    # (it blanks CUDA_VISIBLE_DEVICES as a Ray worker's would; conftest puts it back after the test)
     config["gpu_memory_fraction"] = 0.5  # what a packed GPU trial carries
     result = run_trial(load_trial_config(config))
     assert result.status == "completed", result.error
