@@ -28,3 +28,15 @@ def searched_config_columns(spec: Mapping[str, Any] | None, columns: Iterable[st
         if column is not None and column not in found:
             found.append(column)
     return found
+
+
+def log_scaled_columns(spec: Mapping[str, Any] | None, columns: Iterable[str]) -> list[str]:
+    """The ``config.*`` columns of the parameters the spec declares ``log: true`` (``lr``): drawn on log axes,
+    and log-scaled in parameter importance, as the sampler searched them."""
+    params = (spec or {}).get("params", {}) or {}
+    present = list(columns)
+    logged = []
+    for key, domain in params.items():
+        if isinstance(domain, Mapping) and domain.get("log"):
+            logged.extend(searched_config_columns({"params": {key: domain}}, present))
+    return list(dict.fromkeys(logged))

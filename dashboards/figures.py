@@ -8,7 +8,6 @@ seaborn is imported inside the functions so that importing this module stays che
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +24,10 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from dashboards.pareto import front_mask
+from dashboards.values import axes_order as _axes_order
+from dashboards.values import category_labels, per_stage_columns
+from dashboards.values import is_categorical as _is_categorical
+from dashboards.values import numeric_values as _numeric
 
 # Trials without a usable accuracy, drawn in their own strip with one marker each so they stay visible.
 NO_RESULT_MARKERS: dict[str, str] = {"failed": "X", "diverged": "v", "infeasible": "s"}
@@ -39,52 +42,11 @@ def _label(name: str, direction: str | None) -> str:
     return f"{name} ({direction}, {arrow})"
 
 
-def _numeric(series: pd.Series) -> pd.Series:
-    """Numbers as floats; anything else (text, lists, None, booleans) as NaN."""
-    if series.dtype.kind in "iuf":
-        return series.astype(float)
-    return series.map(
-        lambda v: float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) else np.nan
-    )
-
-
-def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, (float, np.floating)) and np.isnan(value))
-
-
-def category_labels(values: pd.Series) -> pd.Series:
-    """Config values as category labels: text as is, lists and dicts as JSON, missing values as "missing".
-
-    Config columns of a study mix types (a key only some families have, a list-valued knob), and
-    text and floats cannot be sorted together: labels are always strings.
-    """
-
-    def label(value: Any) -> str:
-        if _is_missing(value):
-            return "missing"
-        if isinstance(value, (list, dict)):
-            return json.dumps(value, default=str)
-        return str(value)
-
-    return values.map(label).astype(object)
-
-
 def _maybe_log(ax: Any, values: pd.Series, axis: str) -> None:
     """Log scale for positive quantities spanning orders of magnitude (FLOPs, params, lr)."""
     finite = values[np.isfinite(values)]
     if len(finite) >= 2 and (finite > 0).all() and finite.max() / finite.min() > 50:
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-
-
-def _axes_order(objectives: Mapping[str, str]) -> tuple[str, str]:
-    """(x, y): a cost (min) on x and a quality (max) on y when there is one of each, the usual reading."""
-    names = list(objectives)
-    if len(names) != 2:
-        raise ValueError(f"pareto_scatter needs exactly 2 objectives, got {names}")
-    first, second = names
-    if objectives[first] == "max" and objectives[second] == "min":
-        return second, first
-    return first, second
 
 
 def _front_mask(frame: pd.DataFrame, objectives: Mapping[str, str]) -> np.ndarray:
@@ -278,35 +240,6 @@ def learning_curves(curves: pd.DataFrame, numbers: Sequence[int]) -> Figure:
     return fig
 
 
-def _is_categorical(values: pd.Series) -> bool:
-    """Strings, booleans and mixed values are categories; numbers are a scale (depth, width, lr)."""
-    present = values.dropna()
-    if present.empty:
-        return True
-    if present.map(lambda v: isinstance(v, bool)).all():
-        return True
-    return _numeric(present).isna().any()
-
-
-def per_stage_columns(frame: pd.DataFrame, params: Sequence[str]) -> tuple[pd.DataFrame, list[str]]:
-    """List-valued parameters (CoAtNet's ``depths``, ``dims``) as one column per stage, ``depths[2]``,
-    keeping only the stages that vary: a panel per stage reads, a whole list as a tick label does not."""
-    out, names = frame.copy(), []
-    for param in params:
-        values = out[param] if param in out else pd.Series(dtype=object)
-        lists = values.dropna()
-        if lists.empty or not lists.map(lambda v: isinstance(v, (list, tuple))).all():
-            names.append(param)
-            continue
-        width = int(lists.map(len).max())
-        for i in range(width):
-            column = f"{param}[{i}]"
-            out[column] = values.map(lambda v, i=i: v[i] if isinstance(v, (list, tuple)) and len(v) > i else None)
-            if out[column].map(lambda v: json.dumps(v, default=str)).nunique() > 1:
-                names.append(column)
-    return out, names
-
-
 def objective_vs_params(
     frame: pd.DataFrame,
     objective: str,
@@ -314,11 +247,13 @@ def objective_vs_params(
     direction: str | None = None,
     *,
     of_total: int | None = None,
+    log_params: Sequence[str] = (),
 ) -> Figure:
     """One panel per searched parameter against an objective over completed trials: which knobs matter.
 
     ``of_total``: the number of completed trials in the study when ``frame`` is a random sample of
-    them (a large study); the title then says so.
+    them (a large study); the title then says so. ``log_params``: the columns the spec declares
+    ``log: true`` (``lr``), drawn on a log axis whatever their range.
     """
     sns.set_theme(style="whitegrid")
     done = frame[(frame["status"] == "completed") & _numeric(frame[objective]).notna()].copy()
@@ -345,7 +280,10 @@ def objective_vs_params(
         else:
             xs = _numeric(values)
             ax.scatter(xs, done[objective], s=18 if dense else 6, alpha=alpha, rasterized=not dense)
-            _maybe_log(ax, xs, "x")
+            if (param in log_params or param.split("[")[0] in log_params) and (xs.dropna() > 0).all():
+                ax.set_xscale("log")
+            else:
+                _maybe_log(ax, xs, "x")
             if ax.get_xscale() == "linear":  # 0.0025, 0.00275, ... would run together: 3 significant digits
                 whole = bool(np.all(np.mod(xs.dropna().to_numpy(dtype=float), 1) == 0))  # depths: 1, 2, 3
                 ax.xaxis.set_major_locator(ticker.MaxNLocator(nbins=4, integer=whole))

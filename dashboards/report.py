@@ -1,9 +1,13 @@
 """One self-contained HTML report of one or more studies: spec, provenance, counts, Pareto table and figures.
 
 The file has to survive being mailed, attached to a ticket or opened on an air-gapped cluster,
-so everything is inline: CSS in a <style> block, figures as base64 PNG data URIs, no scripts and
-no external URLs. Every user-provided string (study names, specs, config values) goes through
-Jinja2's autoescaping, because specs and configs are free text that must not become markup.
+so everything is inline and nothing is fetched: CSS in a <style> block, plotly.js once in the head
+and each figure an interactive plotly ``<div>`` (:mod:`dashboards.interactive`: hover names the
+trial, log-scaled knobs on log axes, parameter importance). ``static=True`` writes the earlier form
+instead, no script at all: every figure a base64 PNG (seaborn, :mod:`dashboards.figures`), the
+same PNGs ``png_dir`` writes for papers. Every user-provided string (study names, specs, config
+values) goes through Jinja2's autoescaping, because specs and configs are free text that must not
+become markup.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import base64
 import io
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,8 @@ import pandas as pd
 import yaml
 from jinja2 import Environment
 
-from dashboards import compare, figures
+from dashboards import compare, figures, interactive
+from dashboards.columns import log_scaled_columns
 from dashboards.pareto import front_mask, hypervolume_progress
 from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts
@@ -38,6 +43,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <title>archsearch report: {{ studies | map(attribute='name') | join(', ') }}</title>
+{% if plotly_js %}<script>{{ plotly_js | safe }}</script>
+{% endif %}
 <style>
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1250px;
        color: #222; padding: 0 1em; }
@@ -51,6 +58,7 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: .8em; overflow-x: au
 figure { margin: 1em 0; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
+figure.interactive { border: 1px solid #eee; }
 .meta td:first-child { font-weight: bold; text-align: left; }
 .muted { color: #777; }
 .warning { background: #fff4e5; border-left: 4px solid #e69500; padding: .5em .8em; }
@@ -76,8 +84,9 @@ figcaption { color: #555; font-size: 0.9em; }
 </table>
 {% endif %}
 {% for fig in comparison.figures %}
-<figure class="combined"><img alt="{{ fig.caption }}" src="data:image/png;base64,{{ fig.data }}">
-<figcaption>{{ fig.caption }}</figcaption></figure>
+{% if fig.html %}<figure class="combined interactive">{{ fig.html | safe }}
+{% else %}<figure class="combined"><img alt="{{ fig.caption }}" src="data:image/png;base64,{{ fig.data }}">
+{% endif %}<figcaption>{{ fig.caption }}</figcaption></figure>
 {% endfor %}
 </section>
 {% endif %}
@@ -124,8 +133,9 @@ figcaption { color: #555; font-size: 0.9em; }
 {% else %}<p class="muted">No completed trial has every objective: no front yet.</p>{% endif %}
 <h3>Figures</h3>
 {% for fig in s.figures %}
-<figure><img alt="{{ fig.caption }}" src="data:image/png;base64,{{ fig.data }}">
-<figcaption>{{ fig.caption }}</figcaption></figure>
+{% if fig.html %}<figure class="interactive" id="{{ fig.key }}">{{ fig.html | safe }}
+{% else %}<figure id="{{ fig.key }}"><img alt="{{ fig.caption }}" src="data:image/png;base64,{{ fig.data }}">
+{% endif %}<figcaption>{{ fig.caption }}</figcaption></figure>
 {% endfor %}
 <h3>Spec</h3>
 <pre>{{ s.spec }}</pre>
@@ -298,7 +308,13 @@ def _starved_epochs(store: StudyReader, name: str, n_epochs: int) -> dict[str, A
 
 
 def _study_section(
-    store: StudyReader, name: str, objectives: Mapping[str, str] | None, color_by: str | None, png_dir: Path | None
+    store: StudyReader,
+    name: str,
+    objectives: Mapping[str, str] | None,
+    color_by: str | None,
+    png_dir: Path | None,
+    static: bool = False,
+    section_index: int = 0,
 ) -> dict[str, Any]:
     record = store.study(name)
     objectives = dict(objectives) if objectives else store.objectives(name)
@@ -345,18 +361,33 @@ def _study_section(
             f"The front has {len(front):,} trials: the table shows the {len(shown_front)} best by {first}."
         )
 
-    figs: list[tuple[str, str, Any]] = []
+    log_columns = log_scaled_columns(_decoded(record.get("spec")), varying)
+    figs: list[_Figure] = []
     if present:
         pair = dict(list(objectives.items())[:2])
         caption = "Pareto front of " + " vs ".join(pair) + (f", coloured by {color_by}" if color_by else "")
+        live_caption = caption + ": hover a point for its trial, objectives and searched parameters"
         if large:
             caption += f" (all {len(outcomes):,} trials as a density; the front's members as points)"
-        figs.append(("pareto", caption, figures.pareto_scatter(frame, pair, color_by, density=large)))
+            live_caption += f" (all {len(outcomes):,} trials, each a point)"
         figs.append(
-            (
+            _Figure(
+                "pareto",
+                caption,
+                lambda: figures.pareto_scatter(frame, pair, color_by, density=large),
+                lambda: interactive.pareto_scatter(
+                    _hover_frame(store, name, outcomes, frame, pair, varying, color_by, large), pair, varying, color_by
+                ),
+                live_caption,
+            )
+        )
+        progress = hypervolume_progress(outcomes, objectives)
+        figs.append(
+            _Figure(
                 "hypervolume",
                 "Hypervolume against finished trials",
-                figures.hypervolume_curve(hypervolume_progress(outcomes, objectives)),
+                lambda: figures.hypervolume_curve(progress),
+                lambda: interactive.hypervolume_curve(progress),
             )
         )
     if curve_numbers:
@@ -368,7 +399,14 @@ def _study_section(
             )
         else:
             caption = "Learning curves of the front's trials"
-        figs.append(("curves", caption, figures.learning_curves(curves, curve_numbers)))
+        figs.append(
+            _Figure(
+                "curves",
+                caption,
+                lambda: figures.learning_curves(curves, curve_numbers),
+                lambda: interactive.learning_curves(curves, curve_numbers),
+            )
+        )
     if present and varying:
         panels = varying[:_MAX_PARAM_PANELS]
         n_completed = int((outcomes["status"] == "completed").sum())
@@ -376,19 +414,99 @@ def _study_section(
         if large and n_completed > len(sample):
             caption += f" (a random sample of {len(sample):,} of {n_completed:,} completed trials, seed 0)"
         figs.append(
-            ("params", caption, figures.objective_vs_params(sampled, first, panels, direction, of_total=n_completed))
-        )
+            _Figure(
+                "params",
+                caption,
+                lambda: figures.objective_vs_params(
+                    sampled, first, panels, direction, of_total=n_completed, log_params=log_columns
+                ),
+                lambda: interactive.objective_vs_params(sampled, first, panels, log_columns),
+                caption + (f"; log axes for {', '.join(c.removeprefix('config.') for c in log_columns)}"
+                           if log_columns else ""),
+            )
+        )  # fmt: skip
+        if not static:
+            importances = interactive.param_importances(sampled, objectives, panels, log_columns)
+            if importances:
+                n_used = int((sampled["status"] == "completed").sum())
+                caption = (
+                    f"Parameter importance per objective (Optuna's {' and '.join(importances)}) over "
+                    f"{n_used:,} completed trials"
+                    + (", a random sample, seed 0" if large and n_completed > len(sample) else "")
+                )
+                if "fANOVA" in importances and n_used > interactive.FANOVA_TRIALS:
+                    caption += f"; fANOVA on a random {interactive.FANOVA_TRIALS:,} of them (seed 0)"
+                figs.append(
+                    _Figure("importance", caption, None, lambda: interactive.importance_bars(importances, n_used))
+                )
+            else:
+                section["notes"].append(
+                    "No parameter importance: it needs at least 4 completed trials and a parameter that varies."
+                )
 
-    for key, fig_caption, fig in figs:
-        data = _png(fig)
-        if png_dir is not None:
-            atomic_write(png_dir / f"{_slug(name)}-{key}.png", data)
-        section["figures"].append({"caption": fig_caption, "data": base64.b64encode(data).decode("ascii")})
+    for figure in figs:
+        entry = figure.render(static, png_dir, f"{_slug(name)}-{figure.key}", f"s{section_index}-{figure.key}")
+        if entry is not None:
+            section["figures"].append(entry)
     return section
 
 
+class _Figure:
+    """One report figure, drawn the static way (seaborn PNG), the interactive way (plotly), or both.
+
+    Drawing is deferred: a PNG is drawn only for ``--png`` or a static report, a plotly figure only
+    for an interactive one, so neither form pays for the other.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        caption: str,
+        draw_png: Callable[[], Any] | None,
+        draw_live: Callable[[], Any] | None,
+        live_caption: str | None = None,
+    ):
+        self.key, self.caption, self.live_caption = key, caption, live_caption or caption
+        self.draw_png, self.draw_live = draw_png, draw_live
+
+    def render(self, static: bool, png_dir: Path | None, png_name: str, div_id: str) -> dict[str, Any] | None:
+        """The template's entry (``caption`` with ``data`` or ``html``); writes the PNG when asked."""
+        entry: dict[str, Any] = {"key": div_id}
+        if self.draw_png is not None and (static or png_dir is not None):
+            data = _png(self.draw_png())
+            if png_dir is not None:
+                atomic_write(png_dir / f"{png_name}.png", data)
+            if static:
+                return {**entry, "caption": self.caption, "data": base64.b64encode(data).decode("ascii")}
+        if static or self.draw_live is None:
+            return None
+        return {**entry, "caption": self.live_caption, "html": interactive.figure_html(self.draw_live(), div_id)}
+
+
+def _hover_frame(
+    store: StudyReader,
+    name: str,
+    outcomes: pd.DataFrame,
+    frame: pd.DataFrame,
+    pair: Mapping[str, str],
+    varying: list[str],
+    color_by: str | None,
+    large: bool,
+) -> pd.DataFrame:
+    """Every trial with the searched parameters its hover label shows. A small study's configs are
+    already decoded; a large one's are read in SQL for just those keys (100k configs are never decoded)."""
+    if not large:
+        return frame
+    keys = list(dict.fromkeys([*varying, *([color_by] if color_by else [])]))
+    return store.outcomes(name, list(pair), config_keys=keys, strict=False)
+
+
 def _comparison(
-    store: StudyReader, studies: Sequence[str], objectives: Mapping[str, str], png_dir: Path | None
+    store: StudyReader,
+    studies: Sequence[str],
+    objectives: Mapping[str, str],
+    png_dir: Path | None,
+    static: bool = False,
 ) -> dict[str, Any] | None:
     """The several-studies section: what differs (one line and a table of spec keys) and one scatter.
 
@@ -417,12 +535,16 @@ def _comparison(
     frame = pd.concat(frames, ignore_index=True)
     large = len(frame) > LARGE_STUDY
     caption = f"Pareto front of {' vs '.join(pair)} over {', '.join(studies)}, coloured by study"
-    if large:
-        caption += f" (all {len(frame):,} trials as a density; the front's members as points)"
-    data = _png(figures.pareto_scatter(frame, pair, "study", density=large))
-    if png_dir is not None:
-        atomic_write(png_dir / "studies-pareto.png", data)
-    section["figures"].append({"caption": caption, "data": base64.b64encode(data).decode("ascii")})
+    figure = _Figure(
+        "pareto",
+        caption + (f" (all {len(frame):,} trials as a density; the front's members as points)" if large else ""),
+        lambda: figures.pareto_scatter(frame, pair, "study", density=large),
+        lambda: interactive.pareto_scatter(frame, pair, (), "study"),
+        caption + ": hover a point for its study and trial",
+    )
+    entry = figure.render(static, png_dir, "studies-pareto", "studies-pareto")
+    if entry is not None:
+        section["figures"].append(entry)
     return section
 
 
@@ -433,24 +555,30 @@ def write_report(
     out_path: str | Path,
     png_dir: str | Path | None = None,
     color_by: str | None = None,
+    static: bool = False,
 ) -> Path:
     """Write one offline HTML report for ``studies`` to ``out_path`` and return its path.
 
     ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty;
     the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``
-    (and, for several studies, their combined scatter as ``studies-pareto.png``).
+    (and, for several studies, their combined scatter as ``studies-pareto.png``). ``static``: PNG
+    figures in the page and no script, instead of the interactive figures.
     """
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     png_path = Path(png_dir) if png_dir is not None else None
     if png_path is not None:
         png_path.mkdir(parents=True, exist_ok=True)
-    sections = [_study_section(store, name, objectives, color_by, png_path) for name in studies]
+    sections = [
+        _study_section(store, name, objectives, color_by, png_path, static, index)
+        for index, name in enumerate(studies, start=1)
+    ]
     shown = dict(objectives) if objectives else (store.objectives(studies[0]) if studies else {})
-    comparison = _comparison(store, list(dict.fromkeys(studies)), shown, png_path)
+    comparison = _comparison(store, list(dict.fromkeys(studies)), shown, png_path, static)
     env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
     html = env.from_string(_TEMPLATE).render(
         comparison=comparison,
+        plotly_js="" if static else interactive.plotly_js(),
         studies=sections,
         objectives=shown,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -26,7 +26,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
-from harness import experiment_guard, initial_design, interrupts, stop_rules, verify, warm_start
+from harness import experiment_guard, initial_design, interrupts, stop_rules, trackers, verify, warm_start
 from harness.data_parallel import trial_bundles
 from harness.early_stopping import make_scheduler
 from harness.interrupts import InterruptCallback, SearchInterrupted
@@ -85,9 +85,12 @@ def _trainable(spec: SearchSpec):
     return tune.with_resources(trainable, {"cpu": wanted.cpus, "gpu": wanted.gpus})
 
 
-def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
+def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str, tracking: list | None = None):
     """A new search's Tuner, and the Optuna storage its searcher asks and tells through (the driver
-    reuses it to reconcile the study at the end: opening a storage checks Optuna's schema, ~20 ms)."""
+    reuses it to reconcile the study at the end: opening a storage checks Optuna's schema, ~20 ms).
+
+    ``tracking``: the spec's experiment trackers as Tune callbacks (:func:`harness.trackers.tracker_callbacks`).
+    """
     storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
     searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
     if spec.search.warm_start is not None:
@@ -103,6 +106,7 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str):
             store_url, name, dict(spec.objectives), n_trials=spec.search.n_trials, concurrency=spec.search.concurrency
         ),
         JsonLoggerCallback(),  # the one per-trial log Tune needs (see ray_setup.json_results_only)
+        *(tracking or []),  # search.track: MLflow, TensorBoard (pickled with the run config: no password)
     ]
     stoppers = [HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict)]
     rules = spec.search.stop.model_dump(exclude_none=True)
@@ -149,6 +153,10 @@ def run_search(
     """
     started = time.perf_counter()
     name = check_study_name(study_name or spec.name)
+    # First: nothing below (the store, Ray's pickles) sees a tracking URI's password, and a missing
+    # tracker extra is refused before anything is written.
+    spec, tracker_secrets = trackers.without_secrets(spec, store_url)
+    tracking = trackers.tracker_callbacks(spec, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_path, chosen = storage_location(results_dir)
     experiment = experiment_path(storage_path, name)
@@ -160,7 +168,17 @@ def run_search(
     try:
         with interrupts.handling_signals():
             return _run_search(
-                spec, store_url, name, storage_path, chosen, experiment, address, resume, verbose, started
+                spec,
+                store_url,
+                name,
+                storage_path,
+                chosen,
+                experiment,
+                address,
+                resume,
+                verbose,
+                started,
+                (tracking, tracker_secrets),
             )
     finally:
         watchdog.cancel()
@@ -222,6 +240,7 @@ def _run_search(
     resume: bool,
     verbose: bool,
     started: float,
+    tracking: tuple[list, trackers.TrackerSecrets] = ([], trackers.TrackerSecrets()),
 ) -> SearchSummary:
     with Store.open(store_url) as store:
         if resume and name not in store.study_names():
@@ -272,9 +291,13 @@ def _run_search(
             _forget_optuna_study(store_url, name)
     public_url, password = split_secret(store_url)  # what Ray and Optuna get: no password
     _hand_password_to_libpq(password)
+    callbacks, tracker_secrets = tracking
+    trackers.set_driver_environment(spec, tracker_secrets)  # after Ray started, as the store's password
     optuna_storage = optuna_storage_url(store_url)  # a restored searcher's storage is Ray's: open another
     if resume and tune.Tuner.can_restore(experiment):
         alias_legacy_modules()  # an experiment pickled before the searcher's modules were renamed
+        # Tune restores the run config it pickled, callbacks included (the trackers the search started
+        # with); Tuner.restore takes no others.
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
         replay_finished(tuner, spec, public_url, name)
     else:
@@ -283,7 +306,7 @@ def _run_search(
                 store_url, name, "interrupted", f"cannot resume: no Ray Tune experiment state under {experiment}"
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
-        tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path)
+        tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, callbacks)
     command = resume_command(name, store_url, address, storage_path, chosen)
     with _Heartbeat(store_url, name), _RayWatch(store_url, name, command), json_results_only():
         try:

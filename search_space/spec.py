@@ -231,6 +231,22 @@ class WarmStart(_Strict):
     reuse_results: bool = False  # an identical trial config (data, budget, seed): copy, do not retrain
 
 
+class MlflowTracking(_Strict):
+    """Where MLflow records the search: one run per trial (its params and every epoch's metrics)."""
+
+    tracking_uri: str = Field(min_length=1)  # file:./mlruns, sqlite:///mlflow.db, https://HOST, postgresql://...
+    experiment: str | None = Field(None, min_length=1)  # default: the study's name
+
+
+class Track(_Strict):
+    """Experiment trackers beside the store (the optional ``track`` extra), through Ray Tune's own
+    logger callbacks (harness.trackers): ``mlflow`` sends each trial to an MLflow tracking store,
+    ``tensorboard`` writes TensorBoard event files into each trial's directory under the results dir."""
+
+    mlflow: MlflowTracking | None = None
+    tensorboard: bool = False
+
+
 class SearchSettings(_Strict):
     sampler: Literal["tpe", "nsga2", "random", "grid"] = "tpe"
     n_trials: int = Field(8, ge=1)
@@ -259,6 +275,10 @@ class SearchSettings(_Strict):
     # resumes from its last checkpoint. The defaults write one every epoch.
     checkpoint_every: int = Field(1, ge=1)
     checkpoint_min_interval_s: float = Field(0.0, ge=0, allow_inf_nan=False)
+    # The store is archsearch's record; a team that follows its runs in MLflow or TensorBoard gets
+    # them there too, without a second logging path: Ray Tune's MLflow and TensorBoard callbacks.
+    # Off by default (each logger costs the driver time per result, and a file or a server per trial).
+    track: Track = Track()
 
     @property
     def verifies_front(self) -> bool:

@@ -11,12 +11,13 @@ Standard library, pydantic and the torch-free config modules only: nothing here 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import ValidationError
 
@@ -51,6 +52,7 @@ def check_spec(spec: SearchSpec, *, check_paths: bool = True) -> None:
     check_early_stopping(spec)
     check_stop_rules(spec)
     check_warm_start(spec)
+    check_track(spec)
     check_grid(spec)
     check_constraints_leave_something(spec)
 
@@ -193,6 +195,51 @@ def check_warm_start(spec: SearchSpec) -> None:
             "search.warm_start.store",
             "carries a password, which would be stored with the spec; give it through PGPASSWORD or ~/.pgpass",
         )
+
+
+TRACK_EXTRA = "needs the 'track' extra: pip install 'archsearch[track]'"
+
+
+def tracking_secret_route(uri: str) -> str | None:
+    """How the password of an MLflow tracking URI reaches MLflow without being stored with the spec.
+
+    ``"mlflow"``: a tracking server (http, https), user and password through MLflow's
+    ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``; ``"libpq"``: a PostgreSQL database
+    (any driver), the password through ``PGPASSWORD`` as the store's; ``None``: no password.
+    A password elsewhere (another database, a query string of a server URL) has no such route:
+    :func:`check_track` refuses it. harness.trackers does the handing over.
+    """
+    try:
+        parts = urlsplit(uri)
+        password = parts.password
+    except ValueError as error:  # e.g. an unclosed IPv6 bracket
+        raise ConfigError("search.track.mlflow.tracking_uri", f"is not a URL: {error}") from None
+    scheme = parts.scheme.lower()
+    queried = any(key.lower() == "password" for key, _ in parse_qsl(parts.query))
+    if scheme.split("+")[0] == "postgresql" and (password is not None or queried):
+        return "libpq"
+    if scheme in ("http", "https") and password is not None and not queried:
+        return "mlflow"
+    if password is not None or queried:
+        raise ConfigError(
+            "search.track.mlflow.tracking_uri",
+            "carries a password, which would be stored with the spec; archsearch hands one over only for "
+            "http(s) servers (MLFLOW_TRACKING_PASSWORD) and PostgreSQL (PGPASSWORD): give it through the "
+            "database driver's own settings",
+        )
+    return None
+
+
+def check_track(spec: SearchSpec) -> None:
+    """The trackers the spec asks for are installed, and a tracking URI's password has a way to MLflow
+    that keeps it off the stored spec (checked before anything is written)."""
+    track = spec.search.track
+    if track.mlflow is not None:
+        if importlib.util.find_spec("mlflow") is None:
+            raise ConfigError("search.track.mlflow", TRACK_EXTRA)
+        tracking_secret_route(track.mlflow.tracking_uri)
+    if track.tensorboard and importlib.util.find_spec("tensorboardX") is None:
+        raise ConfigError("search.track.tensorboard", TRACK_EXTRA)
 
 
 def _random_params(spec: SearchSpec, rng: random.Random) -> dict[str, Any]:

@@ -109,7 +109,8 @@ def test_report_of_two_studies_has_the_differences_and_one_combined_scatter(tmp_
     assert "studies differ: dataset synthetic (syn) vs digits (dig)" in combined
     table = re.search(r'<table class="spec-differences">(.*?)</table>', combined, re.S).group(1)
     assert "data.name" in table and "synthetic" in table and "digits" in table and "training.epochs" not in table
-    assert combined.count('<figure class="combined">') == 1 and "coloured by study" in combined
+    assert combined.count('<figure class="combined interactive">') == 1 and "coloured by study" in combined
+    assert '"name":"study = syn"' in combined and '"name":"study = dig"' in combined  # one trace per study
     assert (pngs / "studies-pareto.png").stat().st_size > 0
     single = tmp_path / "single.html"
     assert CliRunner().invoke(main, ["report", "syn", "--store", url, "-o", str(single)]).exit_code == 0

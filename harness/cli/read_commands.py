@@ -248,8 +248,11 @@ def _with_verified(store_url: str | None, front, objectives: dict[str, str]):
 @click.argument("studies", nargs=-1, required=True)
 @click.option("-o", "--output", "output", default="report.html", show_default=True, type=click.Path(dir_okay=False))
 @click.option("--objectives", default=None, help="METRIC:max|min,... (default: each study's own objectives).")
-@click.option("--png", "png_dir", default=None, type=click.Path(file_okay=False), help="Also write the figures here.")
+@click.option(
+    "--png", "png_dir", default=None, type=click.Path(file_okay=False), help="Also write the figures here, as PNGs."
+)
 @click.option("--color-by", default=None, help="Config key to colour the Pareto scatter by (e.g. config.model.layout).")
+@click.option("--static", is_flag=True, help="PNG figures and no script in the page (smaller; no hover).")
 @store_option
 def report_command(
     studies: tuple[str, ...],
@@ -257,15 +260,19 @@ def report_command(
     objectives: str | None,
     png_dir: str | None,
     color_by: str | None,
+    static: bool,
     store_url: str | None,
 ) -> None:
-    """A self-contained HTML report of STUDY...: spec, hardware, counts, Pareto front, figures."""
+    """A self-contained HTML report of STUDY...: spec, hardware, counts, Pareto front, interactive figures
+    (hover a point for its trial), parameter importance; one offline file."""
     try:
         wanted = pareto.parse_objectives(objectives) if objectives else None
         with open_store(store_url, create=False, read_only=True) as store:
             for study in studies:
                 store.study(study)  # unknown study: a one-line error before any work
-            path = report.write_report(store, list(studies), wanted, output, png_dir=png_dir, color_by=color_by)
+            path = report.write_report(
+                store, list(studies), wanted, output, png_dir=png_dir, color_by=color_by, static=static
+            )
     except (pareto.ParetoError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
     except OSError as error:  # a non-directory or read-only place, a full disk: one line, exit 2
