@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-LIBRARIES = ("__init__", "hostinfo", "steps", "table", "search_quality_syne")  # used by benchmarks, not run
+LIBRARIES = ("__init__", "browser", "hostinfo", "steps", "table", "search_quality_syne")  # used by benchmarks, not run
 MODULES = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem not in LIBRARIES)
 
 
@@ -21,6 +21,7 @@ def test_every_benchmark_is_listed_here():
         "gpu",
         "measure",
         "models",
+        "report_page",
         "search",
         "search_quality",
         "store",
