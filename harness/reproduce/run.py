@@ -98,7 +98,12 @@ def reproduce(
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
             atomic_write(summary, text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"
-            report = write_report(store, present, dict(spec.objectives), output / f"{spec.name}.html", color_by=color)
+            # The static page (PNGs, ~0.3 MB): a reproduction's report is an archive committed beside its
+            # summary, five of them in the repository; `archsearch report` on the study's store gives the
+            # interactive one (plotly.js alone is 4.6 MB a page).
+            report = write_report(
+                store, present, dict(spec.objectives), output / f"{spec.name}.html", color_by=color, static=True
+            )
             records = write_records(output, spec.name, runs, verdicts, metric)
         written += [summary, *records, report, *(path for _, path in figures)]
     return written
