@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_report import OBJECTIVES, STATUSES, _trial, brute_force_front, front_table_numbers
+from test_report import OBJECTIVES, _trial, brute_force_front, fill_tiny, front_table_numbers
 
 from benchmarks import browser
 from dashboards import interactive
@@ -31,26 +31,15 @@ SPEC = {
 HOSTILE = "</script><script>alert('hover')</script>"
 
 
+def _hostile_note(number: int, config: dict) -> None:
+    if number == 1:
+        config["model"]["note"] = HOSTILE  # a free-text config value a hover label shows
+
+
 @pytest.fixture
 def store(tmp_path: Path):
     with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as s:
-        s.create_study("tiny", SPEC, OBJECTIVES, hardware={"gpu": "none", "cpu_count": 2})
-        for number, status in enumerate(STATUSES):
-            t = _trial(number)
-            if number == 1:
-                t["config"]["model"]["note"] = HOSTILE  # a free-text config value a hover label shows
-            has_result = status in ("completed", "pruned")
-            s.finish_trial(
-                "tiny",
-                number,
-                status=status,
-                config=t["config"],
-                measurement=None if status == "infeasible" else {"params": 1e6, "flops": t["flops"], "throughput": 10},
-                epochs=[{"epoch": e, "top1": t["top1"] * e / 3, "train_loss": 2.5 / e} for e in (1, 2, 3)]
-                if has_result
-                else (),
-                final={"top1": t["top1"]} if has_result else None,
-            )
+        fill_tiny(s, SPEC, _hostile_note)
         yield s
 
 

@@ -35,28 +35,33 @@ def _trial(number: int) -> dict:
     return {"config": config, "flops": flops, "top1": top1}
 
 
+def fill_tiny(s: Store, spec: dict, edit=None) -> None:
+    """Study ``tiny``: the trials of STATUSES (8 completed, then pruned, failed, diverged, infeasible);
+    ``edit(number, config)`` may change a trial's config before it is stored."""
+    s.create_study("tiny", spec, OBJECTIVES, hardware={"gpu": "none", "cpu_count": 2})
+    for number, status in enumerate(STATUSES):
+        t = _trial(number)
+        if edit is not None:
+            edit(number, t["config"])
+        has_result = status in ("completed", "pruned")
+        n_epochs = 3 if status == "completed" else 1
+        epochs = [{"epoch": e, "top1": t["top1"] * e / n_epochs, "train_loss": 2.5 / e} for e in range(1, n_epochs + 1)]
+        s.finish_trial(
+            "tiny",
+            number,
+            status=status,
+            config=t["config"],
+            measurement=None if status == "infeasible" else {"params": 1e6, "flops": t["flops"], "throughput": 10},
+            epochs=epochs if has_result else (),
+            final={"top1": t["top1"], "best_top1": t["top1"]} if has_result else None,
+            error="boom" if status == "failed" else None,
+        )
+
+
 @pytest.fixture
 def store(tmp_path: Path):
     with Store.open(f"sqlite:///{tmp_path / 'store.db'}") as s:
-        spec = {"name": "tiny", "description": "<script>alert('x')</script> & friends", "budget": {"trials": 12}}
-        s.create_study("tiny", spec, OBJECTIVES, hardware={"gpu": "none", "cpu_count": 2})
-        for number, status in enumerate(STATUSES):
-            t = _trial(number)
-            has_result = status in ("completed", "pruned")
-            n_epochs = 3 if status == "completed" else 1
-            epochs = [
-                {"epoch": e, "top1": t["top1"] * e / n_epochs, "train_loss": 2.5 / e} for e in range(1, n_epochs + 1)
-            ]
-            s.finish_trial(
-                "tiny",
-                number,
-                status=status,
-                config=t["config"],
-                measurement=None if status == "infeasible" else {"params": 1e6, "flops": t["flops"], "throughput": 10},
-                epochs=epochs if has_result else (),
-                final={"top1": t["top1"], "best_top1": t["top1"]} if has_result else None,
-                error="boom" if status == "failed" else None,
-            )
+        fill_tiny(s, {"name": "tiny", "description": "<script>alert('x')</script> & friends", "budget": {"trials": 12}})
         yield s
 
 
