@@ -115,6 +115,23 @@ def test_the_recomputation_catches_an_edited_committed_number(tmp_path):
         _same(recompute(tmp_path / f"{name}{RUNS_SUFFIX}", _protocol_of(name)), json.loads(path.read_text()))
 
 
+@pytest.mark.parametrize("path", _committed_verdicts(), ids=lambda p: p.name)
+def test_every_committed_test_split_table_recomputes_from_its_runs_file(path):
+    """The summary's exploratory pairs on the test split are the runs file's test numbers, every row."""
+    from harness.reproduce.analysis import pairs_on_test_split
+    from harness.reproduce.records import read_runs
+    from harness.reproduce.summary import _test_split_pairs
+
+    name = path.name[: -len(VERDICTS_SUFFIX)]
+    protocol = _protocol_of(name)
+    runs, _ = read_runs(DOCS / f"{name}{RUNS_SUFFIX}")
+    table = [line for line in _test_split_pairs(pairs_on_test_split(runs, list(protocol.claims)), protocol.kind)]
+    summary = (DOCS / f"{name}.md").read_text()
+    assert all(line in summary for line in table if line), name
+    if protocol.kind != "accuracy" and "test_top1" in runs and runs["test_top1"].notna().any():
+        assert table, f"{name}: its runs have test numbers, so its summary shows the pairs on them"
+
+
 PRESETS = Path(__file__).resolve().parent.parent / "search_space" / "presets"
 
 

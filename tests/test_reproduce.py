@@ -325,3 +325,32 @@ def test_the_loss_accuracy_figure_reads_the_eval_mode_loss_on_a_log_axis_with_th
     assert ax.get_xscale() == "log" and "eval mode" in ax.get_xlabel()
     assert any(line.get_label() == "level 0.05" for line in ax.get_lines())
     assert max(max(line.get_xdata()) for line in ax.get_lines()[:2]) == 2.0  # eval-mode losses, not 9.0
+
+
+def test_the_claims_pairs_on_the_test_split_are_shown_as_exploratory_and_paired_by_seed():
+    """Where the pre-registered metric is not the test number, the summary adds the claims' pairs on
+    the final test top-1 (paired by seed, two-sided, no verdict); an accuracy study does not."""
+    import pandas as pd
+
+    from harness.reproduce import pairs_on_test_split, plan
+
+    (run,) = plan("coatnet-layouts", "tiny", 7, ("generalisation",), "synthetic", None)
+    rows = []
+    for seed in range(7):  # A is ahead on 6 seeds by 1-2 points; seed 6 of B diverged (no test number)
+        rows.append({"variant": "CCTT", "seed": seed, "status": "completed", "test_top1": 95.0 + (seed % 2)})
+        status = "diverged" if seed == 6 else "completed"
+        rows.append({"variant": "CTTT", "seed": seed, "status": status, "test_top1": 94.0 - (seed % 3 == 0)})
+    runs = pd.DataFrame(rows)
+    claims = [("CCTT", ">", "CTTT"), ("CCTT", "~", "CTTT"), ("CTTT", ">", "VIT-REL")]
+    (pair,) = pairs_on_test_split(runs, claims)  # one pair, once; VIT-REL has no runs
+    assert (pair.a, pair.b, pair.n) == ("CCTT", "CTTT", 6) and (pair.a_ahead, pair.b_ahead) == (6, 0)
+    expected = [1 + (s % 2) + (s % 3 == 0) for s in range(6)]
+    assert pair.diff_mean == pytest.approx(sum(expected) / 6)
+    from scipy import stats
+
+    assert pair.p_t == pytest.approx(stats.ttest_1samp(expected, 0.0).pvalue)  # two-sided
+    assert pair.low < pair.diff_mean < pair.high
+    assert pair.p_exact == pytest.approx(2 / 64)  # two-sided sign-flip at 6 seeds: the floor, 2/2^6
+    text = markdown_summary("s", run.protocol, [], [], "cmd", test_pairs=[pair])
+    assert "Exploratory, not pre-registered" in text and "| CCTT - CTTT | " in text and "| 6 | 6 / 0 |" in text
+    assert "Exploratory" not in markdown_summary("s", "accuracy", [], [], "cmd", test_pairs=[pair])

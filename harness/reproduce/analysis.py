@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dashboards.stats import FailureComparison, assess, failure_rates, holm, mean_ci
+from dashboards.stats import FailureComparison, assess, difference, failure_rates, holm, mean_ci
 from harness.reproduce.studies import FAILED_LOSS_FRACTION, PAPER_CLAIMS, Protocol
 from trials.data_config import NUM_CLASSES
 
@@ -332,6 +332,59 @@ def summarize_runs(
     if numbers.failures:
         numbers.fisher = _fisher_pairs(claims or [], numbers.failures)
     return rows, verdicts, metric
+
+
+@dataclass(frozen=True)
+class PairOnTestSplit:
+    """A - B on the final test top-1, paired by seed: an exploratory number beside a study's verdicts.
+
+    Not a verdict (no margin, no Holm, not pre-registered): it says what the test split shows for
+    the pairs the claims compare, where the pre-registered metric is something else (validation
+    top-1 at a training-loss level, a training loss), because the test number is the one a reader
+    holds against the paper's tables and the two can disagree.
+    """
+
+    a: str
+    b: str
+    n: int  # seeds both have a completed run with a test number
+    diff_mean: float
+    low: float  # 95% t-interval
+    high: float
+    p_t: float  # paired t-test, two-sided, of A - B = 0
+    p_exact: float  # sign-flip test of the same, two-sided
+    a_ahead: int  # seeds on which A scored higher
+    b_ahead: int
+
+
+def pairs_on_test_split(runs: pd.DataFrame, claims: list[tuple[str, str, str]]) -> list[PairOnTestSplit]:
+    """Each distinct pair of plain variants the claims compare, on the final test top-1 of their
+    completed runs (paired over the seeds both have); pairs without two such seeds are left out."""
+    if "test_top1" not in runs:
+        return []
+    completed = runs[(runs["status"] == "completed") & runs["test_top1"].notna()]
+    by_variant = {
+        str(variant): {int(s): float(v) for s, v in zip(group["seed"], group["test_top1"], strict=True)}
+        for variant, group in completed.groupby("variant")
+    }
+    pairs, seen = [], set()
+    for a, _, b in claims:
+        if (a, b) in seen or a not in by_variant or b not in by_variant:
+            continue  # an interaction claim's sides are not variants: no test-split pair
+        seen.add((a, b))
+        diff = difference(by_variant[a], by_variant[b])
+        if not diff.paired or diff.n_a < 2:
+            continue
+        interval = diff.interval()
+        per_seed = np.asarray(diff.per_seed)
+        p_t = min(1.0, 2 * min(diff.p_above(0.0), diff.p_below(0.0)))
+        p_exact = min(1.0, 2 * min(diff.exact_p(0.0, True), diff.exact_p(0.0, False)))
+        pairs.append(
+            PairOnTestSplit(
+                a, b, diff.n_a, diff.estimate, interval.low, interval.high, p_t, p_exact,
+                int((per_seed > 0).sum()), int((per_seed < 0).sum()),
+            )
+        )  # fmt: skip
+    return pairs
 
 
 def _fisher_pairs(

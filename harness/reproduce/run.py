@@ -9,7 +9,7 @@ from typing import Any
 from dashboards.files import atomic_write
 from dashboards.report import write_report
 from harness.ray_setup import experiment_path, storage_location
-from harness.reproduce.analysis import StudyNumbers, run_table, summarize_runs
+from harness.reproduce.analysis import StudyNumbers, pairs_on_test_split, run_table, summarize_runs
 from harness.reproduce.records import write_records
 from harness.reproduce.registry import plan
 from harness.reproduce.studies import DEFAULT_DATASET
@@ -93,8 +93,9 @@ def reproduce(
                             "(the next `reproduce` with this store runs the rest)"
                         )
             text = markdown_summary(
-                spec.name, protocol, rows, verdicts, command, None, outcomes, numbers, deviations=deviations
-            )
+                spec.name, protocol, rows, verdicts, command, None, outcomes, numbers, deviations=deviations,
+                test_pairs=pairs_on_test_split(runs, list(protocol.claims)),
+            )  # fmt: skip
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
             atomic_write(summary, text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"

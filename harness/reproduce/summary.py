@@ -13,7 +13,7 @@ import pandas as pd
 
 from dashboards.figures import loss_vs_accuracy, variant_intervals
 from dashboards.files import atomic_write
-from harness.reproduce.analysis import StudyNumbers, VariantSummary
+from harness.reproduce.analysis import PairOnTestSplit, StudyNumbers, VariantSummary
 from harness.reproduce.studies import PAPER_RANKING, Protocol
 from trials.data_config import MNIST5K_TEST_SIZE
 
@@ -42,6 +42,7 @@ def markdown_summary(
     numbers: StudyNumbers | None = None,
     *,
     deviations: list[str] | None = None,
+    test_pairs: list[PairOnTestSplit] | None = None,
 ) -> str:
     """The study's summary: its pre-registered protocol first (and any deviation from it), then
     per-variant means and intervals, the ranking next to the paper's, the verdicts, runs left out
@@ -113,6 +114,7 @@ def markdown_summary(
         "file; the verdicts recomputed from it: the `.verdicts.json`.",
     ]
     lines += _test_split_error(rows, pre)
+    lines += _test_split_pairs(test_pairs or [], kind)
     if outcomes:
         lines += ["", "| variant | completed | diverged | failed |", "|---|---|---|---|"]
         for variant, counts in sorted(outcomes.items()):
@@ -141,6 +143,29 @@ def _test_split_error(rows: list[VariantSummary], pre: Protocol | None) -> list[
         "accuracy estimates its accuracy on unseen digits to within about twice that, whatever the seeds; "
         "paired differences between variants share the split, so this error does not enter them.",
     ]
+
+
+def _test_split_pairs(pairs: list[PairOnTestSplit], kind: str) -> list[str]:
+    """The claims' pairs on the final test top-1, marked exploratory: where the pre-registered
+    metric is another number (validation at a loss level, a training loss), a reader still holds the
+    test number against the paper's tables, and the two can disagree; they decide nothing here."""
+    if not pairs or kind == "accuracy":  # an accuracy study's metric is the test number itself
+        return []
+    lines = [
+        "",
+        "Exploratory, not pre-registered (no margin, no Holm, no verdict): the claims' pairs on the final "
+        "test top-1 (every completed run, after the whole budget, paired by seed). The verdicts above rest "
+        "on the protocol's metric alone.",
+        "",
+        "| A - B on test top-1 | points | 95% CI | seeds | A ahead / B ahead | p t (two-sided) | p sign-flip |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pair in pairs:
+        lines.append(
+            f"| {pair.a} - {pair.b} | {_number(pair.diff_mean)} | [{_number(pair.low)}, {_number(pair.high)}] "
+            f"| {pair.n} | {pair.a_ahead} / {pair.b_ahead} | {_p(pair.p_t)} | {_p(pair.p_exact)} |"
+        )
+    return lines
 
 
 def _left_out(numbers: StudyNumbers | None) -> list[str]:
