@@ -37,8 +37,10 @@ PAPER_RANKING = {
     "capacity": "CCTT ~ CTTT > VIT-REL > CCCT > CCCC",
 }
 
-# Seeds per variant when --seeds is not given: cpu-scale studies at least 7, the fewest at which the
-# exact sign-flip test (floor 1/2^n) can decide a claim after Holm over five (1/128 x 5 = 0.039).
+# Seeds per variant when --seeds is not given: cpu-scale studies at least 7. Verdicts rest on the
+# paired t-test; the sign-flip p beside it cannot go below 1/2^n, and at 7 seeds its floor times
+# Holm's five (1/128 x 5 = 0.039) clears a one-sided 5% but not the 2.5% per direction of the
+# two-sided tests used here (that takes 8 seeds): it checks the t-test, it does not decide alone.
 DEFAULT_SEEDS = {"tiny": 2, "cpu": 7, "small": 10, "paper": 3}
 MARGIN = 1.0  # points of top-1 (or units of loss for the capacity protocol): '~' and '>=' margins
 LARGE_MARGIN = 5.0  # points of top-1: what the paper's "much better" ('>>') needs here
