@@ -447,3 +447,35 @@ def test_every_datasheet_name_finds_its_own_peak_not_one_it_contains():
     for key, _, _ in gpu.DATASHEET_BF16_DENSE_TFLOPS:  # no key shadowed by an earlier one it contains
         assert gpu.datasheet_peak(f"NVIDIA {key}")[0].startswith(key), key
     assert gpu.datasheet_peak("Tesla T4") is None
+
+
+def test_a_resident_batch_on_the_current_gpu_counts_as_on_cuda_and_only_host_tensors_are_pinned(monkeypatch):
+    """Found on an H200: ``torch.device("cuda:0") != torch.device("cuda")``, so data built for
+    ``"cuda"`` was sent through the host copy and pinning a CUDA tensor raised."""
+    from trials.data.sources import _to_device, is_on
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    on = SimpleNamespace  # is_on reads only ``.device``
+    assert is_on(on(device=torch.device("cuda", 1)), torch.device("cuda"))
+    assert is_on(on(device=torch.device("cuda", 1)), torch.device("cuda", 1))
+    assert not is_on(on(device=torch.device("cuda", 0)), torch.device("cuda"))
+    assert not is_on(on(device=torch.device("cpu")), torch.device("cuda"))
+    assert is_on(on(device=torch.device("cpu")), torch.device("cpu"))
+
+    calls = []
+
+    class Batch:
+        def __init__(self, device):
+            self.device = torch.device(device)
+
+        def pin_memory(self):
+            calls.append("pin")
+            return self
+
+        def to(self, device, non_blocking=False):
+            calls.append(("to", str(device), non_blocking))
+            return self
+
+    _to_device(Batch("cpu"), torch.device("cuda"))
+    _to_device(Batch("cuda:0"), torch.device("cuda", 1))
+    assert calls == ["pin", ("to", "cuda", True), ("to", "cuda:1", True)]

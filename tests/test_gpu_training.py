@@ -105,8 +105,12 @@ def test_a_bf16_trial_on_cuda_learns_keeps_data_on_the_device_and_records_memory
 @pytest.mark.cuda
 @CUDA
 def test_an_out_of_memory_trial_is_failed_not_a_crash():
-    config = tiny(device="cuda", gpu_memory_fraction=0.0001)
-    config["data"] = {**config["data"], "batch_size": 64}
+    # The smallest share the search accepts (the 1 GiB a CUDA process needs outside the allocator,
+    # plus 256 MiB for it), then a model that needs far more than 256 MiB.
+    total = torch.cuda.get_device_properties(0).total_memory
+    config = tiny(device="cuda", gpu_memory_fraction=(1.25 * 2**30) / total)
+    config["model"] = {**config["model"], "embed_dim": 1024, "depth": 12, "num_heads": 16}
+    config["data"] = {**config["data"], "train_size": 1024, "batch_size": 1024, "image_size": 224}
     result = run_trial(config)
     assert result.status == "failed" and "out of memory" in result.error.lower()
     after = run_trial(tiny(device="cuda"))  # the process (a reused worker) can still train

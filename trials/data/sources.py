@@ -178,17 +178,33 @@ class TensorBatches(BatchSource):
         for part in self._slices():
             index = order[part]
             x, y = self.images[index], self.labels[index]
-            if x.device != self.device:
+            if not is_on(x, self.device):
                 x, y = _to_device(x, self.device), _to_device(y, self.device)
             if self.padding or self.hflip:
                 x = crop_flip_batch(x, offsets[part], flips[part], self.padding)
             yield self.normalize(x), y
 
 
+def is_on(x: Tensor, device: torch.device) -> bool:
+    """Whether ``x`` already lives on ``device``; ``cuda`` (no index) means the current GPU.
+
+    ``torch.device("cuda:0") != torch.device("cuda")``, so comparing devices with ``!=`` sent a
+    device-resident dataset built for ``"cuda"`` through the host copy, where pinning a CUDA tensor
+    raises (seen on an H200)."""
+    if x.device.type != device.type:
+        return False
+    if device.type != "cuda":
+        return True
+    wanted = device.index if device.index is not None else int(torch.cuda.current_device())
+    return x.device.index == wanted
+
+
 def _to_device(x: Tensor, device: torch.device) -> Tensor:
-    if device.type == "cuda":
+    """Copy a batch to ``device``: from the host through pinned memory without blocking; a tensor on
+    another GPU directly (only dense CPU tensors can be pinned)."""
+    if device.type == "cuda" and x.device.type == "cpu":
         return x.pin_memory().to(device, non_blocking=True)
-    return x.to(device)
+    return x.to(device, non_blocking=device.type == "cuda")
 
 
 class LoaderBatches(BatchSource):
