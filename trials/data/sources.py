@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from trials.lazy import lazy_import
 
 from ..data_config import AugmentConfig
+from ..gpu import cuda_index
 from .loading import Stats
 from .seeding import make_epoch_plan
 
@@ -193,10 +194,7 @@ def is_on(x: Tensor, device: torch.device) -> bool:
     raises (seen on an H200)."""
     if x.device.type != device.type:
         return False
-    if device.type != "cuda":
-        return True
-    wanted = device.index if device.index is not None else int(torch.cuda.current_device())
-    return x.device.index == wanted
+    return device.type != "cuda" or x.device.index == cuda_index(device)
 
 
 def _to_device(x: Tensor, device: torch.device) -> Tensor:
