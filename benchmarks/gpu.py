@@ -46,6 +46,7 @@ from search_space.cost_model import estimate_cost
 from trials.gpu import configure_backends, datasheet_peak, mfu
 from trials.measure import inference_fn, inference_layout, random_images
 from trials.models import build_model, resolve_config
+from trials.models.regions import compile_regions
 from trials.timing import synchronize, time_once
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,59 +103,100 @@ def _rate(fn, device: torch.device, batch: int, warmup: int, repeats: int) -> tu
     return batch / statistics.median(times), statistics.median(times)
 
 
-def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float] | None) -> list[dict[str, Any]]:
-    """Training throughput and MFU at 224, ours vs timm, eager and compiled."""
-    rows = []
+COMPILE_MODES = ("eager", "regional", "whole")  # part (a)'s variants of our models, in order of value
+
+
+def _compiled_forward(model: torch.nn.Module, how: str) -> torch.nn.Module:
+    """``model`` run as ``how`` says: eager, per-block compiled (what a trial runs), or whole-graph."""
+    if how == "regional":
+        compile_regions(model)
+        return model
+    if how == "whole":
+        return torch.compile(model, dynamic=False)
+    return model
+
+
+def _set_softmax_upcast(model: torch.nn.Module, upcast: bool) -> None:
+    for module in model.modules():
+        if hasattr(module, "softmax_in_input_dtype"):
+            module.softmax_in_input_dtype = not upcast
+
+
+def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float] | None, emit) -> list[dict[str, Any]]:
+    """Training throughput and MFU at 224, ours (eager, regional and whole-graph compiled; CaiT's
+    talking heads also with autocast's fp32 softmax) vs timm eager. Each row goes to ``emit`` the
+    moment it is measured, so a part cut off by a time limit keeps what it had."""
+    rows: list[dict[str, Any]] = []
     size, batch = args.image_size, args.batch_size
     images = torch.randn(batch, 3, size, size, device=device)
     if device.type == "cuda":
         images = images.contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (batch,), device=device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    memory_format = torch.channels_last if device.type == "cuda" else torch.preserve_format
+    plan: list[tuple[str, Any, str, str, Any, bool]] = []  # every eager row first, then each compile mode
     for ours_name, timm_name in PAIRS:
         config = resolve_config(ours_name).replace(image_size=size)
+        plan.append((timm_name, config, "timm", "eager", lambda n=timm_name: _timm(n, size), False))
+        plan.append((ours_name, config, "archsearch", "eager", lambda c=config: build_model(c), False))
+        if getattr(config, "talking_heads", False):
+            plan.append((ours_name, config, "archsearch", "eager", lambda c=config: build_model(c), True))
+    for how in args.compile_modes if args.compile else ():
+        if how != "eager":
+            for ours_name, _ in PAIRS:
+                config = resolve_config(ours_name).replace(image_size=size)
+                plan.append((ours_name, config, "archsearch", how, lambda c=config: build_model(c), False))
+    eager_rates: dict[str, float] = {}
+    timm_rates = {}  # ours -> timm's eager rate
+    timm_of = dict((t, o) for o, t in PAIRS)
+    for name, config, side, how, make, upcast in plan:
         macs = estimate_cost(config).flops
-        candidates = [("archsearch", lambda c=config: build_model(c))]
-        candidates.append(("timm", lambda n=timm_name: _timm(n, size)))
-        for side, make in candidates:
-            for compiled in (False, True) if args.compile else (False,):
-                model = make()
-                if model is None:
-                    rows.append({"model": timm_name, "side": side, "note": "timm not installed"})
-                    break
-                memory_format = torch.channels_last if device.type == "cuda" else torch.preserve_format
-                model = model.to(device, memory_format=memory_format).train()
-                forward = torch.compile(model) if compiled else model
-                try:
-                    rate, step = _rate(train_step(forward, images, labels, dtype, device), device, batch,
-                                       args.warmup, args.repeats)  # fmt: skip
-                except Exception as error:  # a compile failure is a row, not the end of the benchmark
-                    rows.append({"model": ours_name if side == "archsearch" else timm_name, "side": side,
-                                 "compiled": compiled, "note": f"{type(error).__name__}: {error}"[:80]})  # fmt: skip
-                    continue
-                rows.append(
-                    {
-                        "model": ours_name if side == "archsearch" else timm_name,
-                        "side": side,
-                        "compiled": compiled,
-                        "batch": batch,
-                        "dtype": str(dtype).removeprefix("torch."),
-                        "train img/s": rate,
-                        "step ms": step * 1e3,
-                        "GMACs/img": macs / 1e9,
-                        "MFU % (measured peak)": mfu(macs, rate, peak),
-                        "MFU % (datasheet)": mfu(macs, rate, datasheet[1]) if datasheet else None,
-                    }
-                )
-                del model, forward
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-    for ours_name, timm_name in PAIRS:  # ratios, same compile setting
-        for compiled in (False, True):
-            ours = next((r for r in rows if r["model"] == ours_name and r.get("compiled") is compiled), None)
-            theirs = next((r for r in rows if r["model"] == timm_name and r.get("compiled") is compiled), None)
-            if ours and theirs and "train img/s" in ours and "train img/s" in theirs:
-                ours["vs timm"] = ours["train img/s"] / theirs["train img/s"]
+        row: dict[str, Any] = {"model": name, "side": side, "compile": how}
+        if upcast:
+            row["softmax"] = "fp32 (autocast)"
+        elif side == "archsearch" and getattr(config, "talking_heads", False):
+            row["softmax"] = "input dtype"
+        model = make()
+        if model is None:
+            emit({**row, "note": "timm not installed"}, rows)
+            continue
+        model = model.to(device, memory_format=memory_format).train()
+        _set_softmax_upcast(model, upcast)
+        started = time.perf_counter()
+        try:
+            forward = _compiled_forward(model, how)
+            step = train_step(forward, images, labels, dtype, device)
+            step()  # the first step compiles (forward and backward)
+            synchronize(device)
+            first_step_s = time.perf_counter() - started
+            rate, step_s = _rate(step, device, batch, args.warmup, args.repeats)
+        except Exception as error:  # a compile failure is a row, not the end of the benchmark
+            emit({**row, "note": f"{type(error).__name__}: {error}"[:120]}, rows)
+            continue
+        row.update({
+            "batch": batch,
+            "dtype": str(dtype).removeprefix("torch."),
+            "train img/s": rate,
+            "step ms": step_s * 1e3,
+            "first step s": first_step_s,
+            "GMACs/img": macs / 1e9,
+            "MFU % (measured peak)": mfu(macs, rate, peak),
+            "MFU % (datasheet)": mfu(macs, rate, datasheet[1]) if datasheet else None,
+        })  # fmt: skip
+        if side == "timm":
+            timm_rates[timm_of[name]] = rate
+        elif name in timm_rates:
+            row["vs timm eager"] = rate / timm_rates[name]
+        if side == "archsearch" and how == "eager" and not upcast:
+            eager_rates[name] = rate
+        elif side == "archsearch" and name in eager_rates:
+            row["vs our eager"] = rate / eager_rates[name]
+        emit(row, rows)
+        del model, forward, step
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        if how != "eager":
+            torch.compiler.reset()
     return rows
 
 
@@ -218,39 +260,131 @@ def packed_trial_config(config: dict[str, Any], device: torch.device, n: int) ->
     return dict(config)
 
 
-def part_c(args, device: torch.device) -> list[dict[str, Any]]:
-    """Trials per hour with N packed 32x32 trials on one device (separate processes)."""
-    rows = []
-    base = None
-    for n in args.packing:
-        config = _small_trial_config("coatnet_tiny32", str(device), False, args.small_train_size, args.small_epochs)
-        config = packed_trial_config(config, device, n)
-        started = time.perf_counter()
-        children = [
-            subprocess.Popen(
-                [sys.executable, "-c", _PACKED_CHILD, json.dumps(config)],
-                cwd=ROOT,  # `python -c` puts the working directory first on sys.path
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            for _ in range(n)
-        ]
-        outcomes = [json.loads(child.communicate()[0].strip().splitlines()[-1]) for child in children]
-        wall = time.perf_counter() - started
-        done = sum(o["status"] == "completed" for o in outcomes)
-        per_hour = 3600 * done / wall
-        base = base or per_hour
-        rows.append(
-            {
-                "packed trials": n,
-                "completed": done,
-                "wall s": wall,
-                "trials/hour": per_hour,
-                "vs 1": per_hour / base if base else None,
-                "median trial s": statistics.median(o["seconds"] for o in outcomes),
-            }
+def _packed_wall(config: dict[str, Any], n: int, env: dict[str, str] | None) -> tuple[float, list[dict[str, Any]]]:
+    started = time.perf_counter()
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PACKED_CHILD, json.dumps(config)],
+            cwd=ROOT,  # `python -c` puts the working directory first on sys.path
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
         )
+        for _ in range(n)
+    ]
+    outcomes = []
+    for child in children:
+        lines = child.communicate()[0].strip().splitlines()
+        outcomes.append(json.loads(lines[-1]) if lines else {"status": "crashed", "seconds": float("nan")})
+    return time.perf_counter() - started, outcomes
+
+
+def _mps(command: str) -> str | None:
+    """Start (``-d``) or stop (``quit``) the CUDA MPS control daemon; None if it worked, else why not."""
+    try:
+        if command == "start":
+            done = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True, timeout=20)
+        else:
+            done = subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", capture_output=True, text=True,
+                                  timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"{type(error).__name__}: {error}"[:100]
+    return None if done.returncode == 0 else (done.stderr or done.stdout or f"exit {done.returncode}").strip()[:100]
+
+
+def part_c(args, device: torch.device, emit) -> list[dict[str, Any]]:
+    """Trials per hour with N packed 32x32 trials on one device (separate processes), without and
+    (``--mps``, CUDA only) with the MPS daemon, whose clients' kernels can run concurrently."""
+    rows: list[dict[str, Any]] = []
+    modes = [False] + ([True] if args.mps and device.type == "cuda" else [])
+    base = None
+    for mps in modes:
+        if mps and (why := _mps("start")):
+            emit({"mps": True, "note": f"MPS daemon did not start: {why}"}, rows)
+            break
+        try:
+            for n in args.packing:
+                config = _small_trial_config("coatnet_tiny32", str(device), False, args.small_train_size,
+                                             args.small_epochs)  # fmt: skip
+                wall, outcomes = _packed_wall(packed_trial_config(config, device, n), n, None)
+                done = sum(o["status"] == "completed" for o in outcomes)
+                per_hour = 3600 * done / wall
+                base = base or per_hour
+                emit({
+                    "mps": mps,
+                    "packed trials": n,
+                    "completed": done,
+                    "wall s": wall,
+                    "trials/hour": per_hour,
+                    "vs 1 alone": per_hour / base if base else None,
+                    "median trial s": statistics.median(o["seconds"] for o in outcomes),
+                }, rows)  # fmt: skip
+        finally:
+            if mps:
+                _mps("quit")
+    return rows
+
+
+_WARM_CHILD = """
+import json, sys, time, torch
+from benchmarks.steps import train_step
+from trials.models import build_model, resolve_config
+from trials.models.regions import compile_regions
+from trials.timing import synchronize
+mode, path, name, size, batch, device = sys.argv[1:7]
+size, batch, device = int(size), int(batch), torch.device(device)
+started = time.perf_counter()
+if mode == "warm":
+    with open(path, "rb") as f:
+        torch.compiler.load_cache_artifacts(f.read())
+loaded = time.perf_counter() - started
+model = build_model(resolve_config(name).replace(image_size=size)).to(device).train()
+images = torch.randn(batch, 3, size, size, device=device)
+labels = torch.randint(0, 10, (batch,), device=device)
+dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+t = time.perf_counter()
+compile_regions(model)
+step = train_step(model, images, labels, dtype, device)
+step()
+synchronize(device)
+first = time.perf_counter() - t
+t = time.perf_counter()
+step()
+synchronize(device)
+second = time.perf_counter() - t
+if mode == "cold":
+    artifacts = torch.compiler.save_cache_artifacts()
+    with open(path, "wb") as f:
+        f.write(artifacts[0] if artifacts else b"")
+print(json.dumps({"first step s": first, "second step s": second, "load s": loaded}))
+"""
+
+
+def part_w(args, device: torch.device, emit) -> list[dict[str, Any]]:
+    """Compile cold vs warm from cache artifacts, each in a fresh process with an empty Inductor cache
+    directory of its own: what a trial on another node pays once the architecture's first compile
+    shared its artifacts (``torch.compiler.save_cache_artifacts`` / ``load_cache_artifacts``)."""
+    import tempfile
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "artifacts.bin")
+        for mode in ("cold", "warm"):
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / f"inductor-{mode}")}
+            argv = [mode, path, args.warm_model, str(args.warm_image_size), str(args.warm_batch), str(device)]
+            done = subprocess.run([sys.executable, "-c", _WARM_CHILD, *argv], cwd=ROOT, env=env,
+                                  capture_output=True, text=True)  # fmt: skip
+            row: dict[str, Any] = {"model": args.warm_model, "compile": "regional", "cache": mode}
+            lines = done.stdout.strip().splitlines()
+            if done.returncode or not lines:
+                emit({**row, "note": (done.stderr.strip().splitlines() or ["?"])[-1][:120]}, rows)
+                break
+            row.update(json.loads(lines[-1]))
+            if mode == "warm" and rows and "first step s" in rows[0]:
+                row["vs cold"] = row["first step s"] / rows[0]["first step s"]
+            row["artifacts MB"] = Path(path).stat().st_size / 2**20 if Path(path).exists() else None
+            emit(row, rows)
     return rows
 
 
@@ -297,6 +431,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--small-epochs", type=int, default=2)
     parser.add_argument("--packing", default="1,2,4,8")
     parser.add_argument("--parts", default="abcd")
+    parser.add_argument("--compile-modes", default=",".join(COMPILE_MODES), help="part (a)'s variants")
+    parser.add_argument("--mps", action="store_true", help="part (c) again under the CUDA MPS daemon")
+    parser.add_argument("--warm-model", default="cait_s24", help="part (w)'s model")
+    parser.add_argument("--warm-image-size", type=int, default=224)
+    parser.add_argument("--warm-batch", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run (e.g. on a CPU)")
     parser.add_argument(
         "--compile", action=argparse.BooleanOptionalAction, default=None, help="compiled rows too (default: on CUDA)"
@@ -306,6 +445,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.batch_size, args.image_size, args.warmup, args.repeats = 2, 64, 1, 2
         args.small_train_size, args.small_epochs, args.packing = 512, 2, "1,2"
+        args.warm_model, args.warm_image_size, args.warm_batch = "cait_tiny32", 32, 2
+    args.compile_modes = [m for m in str(args.compile_modes).split(",") if m]
     args.packing = [int(n) for n in str(args.packing).split(",") if n]
     device = torch.device(args.device)
     if args.compile is None:
@@ -325,19 +466,47 @@ def main(argv: list[str] | None = None) -> None:
     }
     print(" | ".join(f"{k}: {_cell(v)}" for k, v in header.items()), flush=True)
     results: dict[str, Any] = {"header": header}
+    sink = RowSink(Path(args.json_out), results)
+    sink.save()
     parts = {
-        "a": ("(a) training at 224: ours vs timm, MFU", lambda: part_a(args, device, peak, datasheet)),
-        "b": ("(b) one 32x32 trial: images/s, data wait, step time", lambda: part_b(args, device)),
-        "c": ("(c) packed 32x32 trials per GPU", lambda: part_c(args, device)),
-        "d": ("(d) inference fp32/bf16 and batch-1 latency: ours vs timm", lambda: part_d(args, device)),
+        "a": ("(a) training at 224: ours vs timm, MFU", lambda emit: part_a(args, device, peak, datasheet, emit)),
+        "b": ("(b) one 32x32 trial: images/s, data wait, step time", lambda emit: part_b(args, device)),
+        "c": ("(c) packed 32x32 trials per GPU", lambda emit: part_c(args, device, emit)),
+        "d": ("(d) inference fp32/bf16 and batch-1 latency: ours vs timm", lambda emit: part_d(args, device)),
+        "w": ("(w) regional compile: cold vs warm from cache artifacts", lambda emit: part_w(args, device, emit)),
     }
     for key in args.parts:
         title, run = parts[key]
-        rows = run()
-        results[key] = rows
-        print(f"\n{title}\n{_table(rows)}", flush=True)
-    Path(args.json_out).write_text(json.dumps(results, indent=2, default=str))
+        print(f"\n{title}", flush=True)
+        rows = run(sink.emitter(key))
+        sink.part(key, rows)
+        print(_table(rows), flush=True)
     print(f"\nwrote {args.json_out}")
+
+
+class RowSink:
+    """The benchmark's JSON, rewritten (temporary file, then rename) after every row, so a run cut
+    off by a time limit keeps every row it measured."""
+
+    def __init__(self, path: Path, results: dict[str, Any]):
+        self.path, self.results = path, results
+
+    def save(self) -> None:
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        temporary.write_text(json.dumps(self.results, indent=2, default=str))
+        os.replace(temporary, self.path)
+
+    def emitter(self, key: str):
+        def emit(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+            rows.append(row)
+            print("  row: " + json.dumps(row, default=str), flush=True)
+            self.part(key, rows)
+
+        return emit
+
+    def part(self, key: str, rows: list[dict[str, Any]]) -> None:
+        self.results[key] = list(rows)
+        self.save()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The GPU machine's checks as one prepared run (DEVELOPERS.md: "run the cuda tests and
-# python -m benchmarks.gpu there first"): the device's facts, the cuda-marked tests, then
-# benchmarks.gpu one part per process, so a part cut off by a time limit loses only itself.
-# Every table lands in $OUT/gpu.log and each part's numbers in $OUT/gpu-PART.json.
+# The GPU machine's prepared check, one run, in order of value, each step in its own process with
+# its own time limit so a step cut off loses only itself; benchmarks.gpu also rewrites its JSON
+# after every row, so even a cut-off step keeps the rows it measured. Fits 8 minutes on one H100:
+#   a      CaiT-S24 and CoAtNet-0 at 224, bf16 training: timm eager, ours eager (CaiT also with
+#          autocast's fp32 softmax), ours regional-compiled, ours whole-graph compiled; MFU
+#   w      regional compile of CaiT-S24 cold vs warm from cache artifacts (fresh processes)
+#   c      1 vs 4 packed 32x32 trials, without and with the MPS daemon
+#   tests  the cuda-marked tests (the OOM contract among them)
 #
-#   OUT=gpu-check STEPS="tests d a" bash benchmarks/gpu_check.sh      # on a GPU machine (torch + timm)
-#   OUT=gpu-check STEPS="b c" SMALL_TRAIN=20000 BENCH_ARGS=--no-compile bash benchmarks/gpu_check.sh
+#   OUT=gpu-check bash benchmarks/gpu_check.sh                   # on a GPU machine (torch + timm)
+#   OUT=gpu-check STEPS="a:200 tests:90" bash benchmarks/gpu_check.sh
 set -u -o pipefail
 out=${OUT:-gpu-check}
 mkdir -p "$out"
@@ -16,15 +20,25 @@ python=${PYTHON:-python3}
   "$python" -c "import torch, timm; print('torch', torch.__version__, 'timm', timm.__version__, 'cuda', torch.version.cuda)"
   nproc
 } 2>&1 | tee -a "$out/device.txt"
+declare -A args=(
+  [a]="--compile-modes eager,regional,whole"
+  [w]=""
+  [c]="--packing 1,4 --mps --small-epochs 2"
+  [b]=""
+  [d]=""
+)
 status=0
-for step in ${STEPS:-tests d a b c}; do
+for item in ${STEPS:-a:210 w:90 c:110 tests:60}; do
+  step=${item%%:*}
+  limit=${item#*:}
+  [ "$limit" = "$item" ] && limit=300
   if [ "$step" = tests ]; then
-    timeout "${TESTS_TIMEOUT:-300}" "$python" -m pytest -p no:cacheprovider -q -rs -m cuda tests/test_gpu_training.py \
+    timeout "$limit" "$python" -m pytest -p no:cacheprovider -q -rs -m cuda tests/test_gpu_training.py tests/test_regional_and_softmax.py \
       2>&1 | tee -a "$out/cuda-tests.log" || status=1
   else
-    echo "== part $step" | tee -a "$out/gpu.log"
-    timeout "${PART_TIMEOUT:-300}" "$python" -m benchmarks.gpu --parts "$step" --json "$out/gpu-$step.json" \
-      --small-train-size "${SMALL_TRAIN:-50000}" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log" || status=1
+    echo "== part $step (limit ${limit}s)" | tee -a "$out/gpu.log"
+    timeout "$limit" "$python" -m benchmarks.gpu --parts "$step" --json "$out/gpu-$step.json" \
+      --small-train-size "${SMALL_TRAIN:-20000}" ${args[$step]:-} ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log" || status=1
   fi
 done
 exit $status

@@ -38,7 +38,16 @@ class HeadMix(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention; SDPA unless talking heads (which need the explicit logits)."""
+    """Multi-head self-attention; SDPA unless talking heads (which need the explicit logits).
+
+    Talking heads' softmax runs in the logits' own dtype (``softmax_in_input_dtype``): under bf16
+    autocast the logits are bf16 and autocast would otherwise upcast the softmax to fp32, an extra
+    fp32 round trip of the N^2 scores (ATen accumulates in fp32 inside the kernel either way). In
+    fp32 (every CPU trial) the two are the same computation. The benchmark flips the flag per
+    instance to measure the upcast path beside it.
+    """
+
+    softmax_in_input_dtype: bool = True
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool, talking_heads: bool, scalar_bias: bool = False):
         super().__init__()
@@ -58,7 +67,8 @@ class SelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if self.talking_heads:
             logits = self.mix_logits((q * self.scale) @ k.transpose(-2, -1))
-            weights = self.mix_weights(logits.softmax(dim=-1))
+            dtype = logits.dtype if self.softmax_in_input_dtype else None
+            weights = self.mix_weights(logits.softmax(dim=-1, dtype=dtype))
             out = weights @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v)
