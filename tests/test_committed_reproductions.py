@@ -1,11 +1,12 @@
 """The runs committed in docs/reproductions are there, complete, and match the study they claim to be.
 
 Every study `archsearch reproduce` offers (the registry) has its `cpu`-scale run on `mnist5k`
-committed (summary, report and both figures) and linked from the README. A run under today's
-protocol has its per-seed runs file and verdicts file beside it: its summary's protocol section is
-the protocol the code pre-registers today, and every committed verdict is decided again from the
-runs file alone (an edited number fails here). A run that predates today's protocol says so at its
-top, with the command that re-runs it, and the README lists it as awaiting a re-run.
+committed (summary, report and both figures) and linked from docs/reproductions/README.md. A run
+under today's protocol has its per-seed runs file and verdicts file beside it and is linked from the
+manual's page on reproductions (docs/reproducing.md) too: its summary's protocol section is the
+protocol the code pre-registers today, and every committed verdict is decided again from the runs
+file alone (an edited number fails here). A run that predates today's protocol says so at its top,
+with the command that re-runs it, and docs/reproductions/README.md lists it as awaiting a re-run.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from harness.reproduce.records import RUNS_SUFFIX, VERDICTS_SUFFIX, recompute
 from harness.reproduce.registry import STUDIES, plan
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reproductions"
+MANUAL = DOCS.parent / "reproducing.md"
 SUPERSEDED = "> **Run under an earlier protocol; awaiting a re-run.**"
 
 
@@ -51,6 +53,7 @@ def test_every_study_has_its_cpu_run_committed_with_its_command_and_protocol(stu
         assert "\n".join(run.protocol.markdown()) in summary, f"{name}.md was run under another protocol"
         assert (DOCS / f"{name}{VERDICTS_SUFFIX}").is_file()
         assert SUPERSEDED not in summary
+        assert f"](reproductions/{name}.md)" in MANUAL.read_text(), f"docs/reproducing.md does not link {name}.md"
     else:  # an earlier protocol's run: marked, with the command that re-runs it, and listed as such
         assert summary.startswith(f"# {name}\n\n{SUPERSEDED}"), f"{name}.md predates the protocol unmarked"
         assert f"archsearch reproduce {study} --scale cpu" in summary.split("\n\n")[1]

@@ -1,7 +1,10 @@
-"""README claims that no other test pinned down: each test names the claim it guards.
+"""Claims of the README and of the manual under docs/ that no other test pinned down: each test names
+the claim it guards and the page it lives on, and checks that the page still says it.
 
 Small and fast on purpose: they check the stated property directly (a value, a limit, a shipped
-file), so the README and the code cannot drift apart silently.
+file), so the pages and the code cannot drift apart silently. The last tests keep the README a front
+door: short, linking every page of the manual, every relative link resolving, every command it shows
+a real one.
 """
 
 from __future__ import annotations
@@ -22,6 +25,15 @@ from trials.configio import ConfigError
 
 ROOT = Path(__file__).parents[1]
 QUICKSTART = ROOT / "search_space" / "presets" / "quickstart.yaml"
+DOCS = ROOT / "docs"
+README_MAX_LINES = 260
+
+
+def _says(page: str, *phrases: str) -> None:
+    """The claim is still written on the page the test names (whitespace compared as Markdown reads it)."""
+    text = " ".join((ROOT / page).read_text().split())
+    missing = [phrase for phrase in phrases if " ".join(phrase.split()) not in text]
+    assert missing == [], f"{page} no longer says {missing}: the claim moved or changed; move the test with it"
 
 
 def _spec(**params) -> dict:
@@ -33,6 +45,10 @@ def _spec(**params) -> dict:
 
 def test_quickstart_is_the_small_cpu_search_the_readme_describes():
     """README set-up: 8 CoAtNet trials on the built-in synthetic data, top-1 against FLOPs, on a CPU."""
+    _says(
+        "README.md",
+        "8 CoAtNet trials over layouts, depths and widths on the built-in `synthetic` dataset, top-1 vs FLOPs",
+    )
     spec = load_spec(QUICKSTART)
     assert spec.family == "coatnet" and spec.search.n_trials == 8
     assert spec.data["name"] == "synthetic"
@@ -41,7 +57,12 @@ def test_quickstart_is_the_small_cpu_search_the_readme_describes():
 
 
 def test_every_domain_form_the_readme_lists_loads_and_samples():
-    """``{int: [lo, hi], step, log}``, ``{float: ..., log}``, ``{choice: [...]}``, ``{fixed: v}`` or a bare value."""
+    """docs/searching.md: ``{int: [lo, hi], step, log}``, ``{float: ..., log}``, ``{choice: [...]}``, ``{fixed: v}``
+    or a bare value."""
+    _says(
+        "docs/searching.md",
+        "`{int: [lo, hi], step, log}`, `{float: [lo, hi], log}`, `{choice: [...]}`, `{fixed: v}` or a bare value",
+    )
     spec = load_spec(
         _spec(
             **{
@@ -77,6 +98,8 @@ def test_every_domain_form_the_readme_lists_loads_and_samples():
     ],
 )
 def test_the_spec_refuses_empty_choices_zero_steps_and_a_negative_learning_rate(params, extra, key):
+    """docs/searching.md: nothing bad gets past the spec: empty choices, a budget or lr out of range."""
+    _says("docs/searching.md", "empty choices", "training: `epochs`/`steps` >= 1, `lr` > 0")
     raw = _spec(**params)
     for section, values in extra.items():
         raw[section] = {**raw.get(section, {}), **values}
@@ -87,6 +110,8 @@ def test_the_spec_refuses_empty_choices_zero_steps_and_a_negative_learning_rate(
 
 @pytest.mark.parametrize("name", ["a", "study.v2", "cait_depth-3", "x" * 128])
 def test_study_names_of_letters_digits_dots_underscores_and_dashes_are_accepted(name):
+    """docs/searching.md: study names are 1-128 letters, digits, dots, underscores and dashes."""
+    _says("docs/searching.md", "Study names are 1-128 letters, digits, `.`, `_`, `-` (no `..`)")
     from harness.ray_setup import check_study_name
 
     assert check_study_name(name) == name
@@ -101,8 +126,14 @@ def test_other_study_names_are_refused(name):
 
 
 def test_the_data_loader_workers_are_the_trials_cpus_less_one(monkeypatch):
-    """README: workers = CPUs - 1 of the trial's allocation, no fixed cap; 8 at most without one; a
+    """docs/gpus.md: workers = CPUs - 1 of the trial's allocation, no fixed cap; 8 at most without one; a
     cpus: 1 trial loads in its own process on the CPU, with one worker on a GPU."""
+    _says(
+        "docs/gpus.md",
+        "CPUs - 1, one core left to the training process, with no fixed cap",
+        "8 at most only without an allocation",
+        "A `cpus: 1` trial loads in its own process on the CPU, and with one worker on a GPU",
+    )
     from trials.data import bundle
 
     monkeypatch.setattr(bundle, "usable_cpus", lambda: 64)
@@ -112,13 +143,22 @@ def test_the_data_loader_workers_are_the_trials_cpus_less_one(monkeypatch):
 
 
 def test_the_report_thresholds_are_the_readmes():
-    """README: above 2,000 trials a density; 10 curves; 50 front rows; a 2,000-trial parameter sample."""
+    """docs/fronts-and-reports.md: above 2,000 trials a density; 10 curves; 50 front rows; a 2,000-trial sample."""
+    _says(
+        "docs/fronts-and-reports.md",
+        "above 2,000 trials the static scatter draws a density",
+        "learning curves are those of the 10 front members",
+        "the front table shows the 50 best",
+        "a stated random sample of 2,000 completed trials",
+    )
     from dashboards import report
 
     assert (report.LARGE_STUDY, report.MAX_CURVES, report.MAX_FRONT_ROWS, report.PARAM_SAMPLE) == (2000, 10, 50, 2000)
 
 
 def test_trial_configs_are_frozen_dataclasses():
+    """docs/fronts-and-reports.md: a study's ``trial_config`` is a frozen ``TrialConfig``."""
+    _says("docs/fronts-and-reports.md", "a frozen `TrialConfig` that `trials.runner.run_trial` takes")
     from trials.trial_config import load_trial_config
 
     config = load_trial_config({"model": "cait_tiny32"})
@@ -135,9 +175,21 @@ def test_the_shipped_example_trials_load(path):
     assert config.training.epochs >= 1
 
 
+def test_the_example_trials_the_manual_runs_are_shipped():
+    """docs/models-and-trials.md runs ``archsearch trial examples/...``: each file it names is shipped."""
+    named = re.findall(r"examples/([\w.-]+\.yaml)", (DOCS / "models-and-trials.md").read_text())
+    assert named and [name for name in named if not (ROOT / "examples" / name).is_file()] == []
+
+
 @pytest.mark.parametrize("scale", ["tiny", "cpu", "small", "paper"])
 def test_every_reproduction_scale_builds_a_valid_spec(scale):
-    """README: the layout and CaiT studies at tiny, cpu, small and paper scale are ordinary specs."""
+    """docs/reproducing.md: the layout and CaiT studies at tiny, cpu, small and paper scale are ordinary specs."""
+    _says(
+        "docs/reproducing.md",
+        "Scales: `tiny` (a smoke run: decides nothing), `cpu`",
+        "`small` (one GPU",
+        "`paper` (the",
+    )
     from harness.reproduce import cait_class_attention_spec, cait_depth_spec, coatnet_layouts_spec
     from search_space.sampling import grid_points
 
@@ -152,6 +204,10 @@ def test_every_reproduction_scale_builds_a_valid_spec(scale):
 
 def test_architecture_md_names_every_module():
     """README: ARCHITECTURE.md has one line per module (packages listed by their modules)."""
+    _says(
+        "README.md",
+        "[ARCHITECTURE.md](ARCHITECTURE.md) is the map: the layers and the direction of imports, one line per module",
+    )
     text = (ROOT / "ARCHITECTURE.md").read_text()
     missing = []
     for package in ("trials", "search_space", "dashboards", "harness", "benchmarks"):
@@ -164,8 +220,8 @@ def test_architecture_md_names_every_module():
 
 
 def test_every_test_named_in_architecture_md_exists():
-    """ARCHITECTURE.md's claims table names the tests that guard each README claim: each must exist,
-    or the table vouches for a claim nothing checks."""
+    """ARCHITECTURE.md's claims table names the tests that guard each claim of the README and the manual:
+    each must exist, or the table vouches for a claim nothing checks."""
     text = (ROOT / "ARCHITECTURE.md").read_text()
     named = set(re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?", text))
     assert len(named) > 50
@@ -180,7 +236,12 @@ def test_every_test_named_in_architecture_md_exists():
 
 
 def test_the_gpu_benchmark_imports_nothing_but_torch_and_the_project():
-    """README: benchmarks/gpu.py needs only torch (and timm) on the GPU machine: no fvcore, Optuna, Ray, SQL."""
+    """docs/gpus.md: benchmarks/gpu.py needs only torch (and timm) on the GPU machine: no fvcore, Optuna, Ray, SQL."""
+    _says(
+        "docs/gpus.md",
+        "`benchmarks/gpu.py` needs only torch (and timm for the side-by-side rows) on the GPU machine",
+        "so fvcore, Optuna, Ray, SQLAlchemy and pydantic are not needed",
+    )
     tree = ast.parse((ROOT / "benchmarks" / "gpu.py").read_text())
     top = set()
     for node in ast.walk(tree):
@@ -195,7 +256,8 @@ def test_the_gpu_benchmark_imports_nothing_but_torch_and_the_project():
 
 
 def test_a_different_seed_is_a_different_configuration_not_a_duplicate():
-    """README: a duplicate is the same configuration, seed included."""
+    """docs/searching.md: a duplicate is the same configuration, seed included."""
+    _says("docs/searching.md", "(the full trial config, seed included")
     from harness.optuna_searcher import config_key
 
     spec = load_spec(_spec(layout={"choice": ["CCTT"]}))
@@ -206,6 +268,109 @@ def test_a_different_seed_is_a_different_configuration_not_a_duplicate():
 
 @pytest.mark.parametrize(("n_trials", "after"), [(1, 1), (2, 2), (3, 3), (50, 3)])
 def test_a_hopeless_search_stops_after_three_failures_or_n_trials_if_fewer(n_trials, after):
+    """docs/searching.md: a search whose first trials all fail the same way stops (3, or n_trials if fewer)."""
+    _says("docs/searching.md", "(at least 3, or `n_trials` if fewer)")
     from harness.study_outcome import hopeless_after
 
     assert hopeless_after(load_spec(_spec(layout={"choice": ["CCTT"]}) | {"search": {"n_trials": n_trials}})) == after
+
+
+# The README is a front door; the manual lives under docs/.
+
+_FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target); text may wrap
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+
+
+def _links(markdown: str) -> list[str]:
+    return _LINK.findall(_FENCE.sub("", markdown))
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
+    headings = re.findall(r"^#{1,6} +(.+?) *$", _FENCE.sub("", markdown), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def _code_blocks(markdown: str) -> list[str]:
+    return re.findall(r"^```(?:bash|sh)?\n(.*?)^```", markdown, re.MULTILINE | re.DOTALL)
+
+
+def test_the_readme_is_a_front_door_that_links_every_page_of_the_manual():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES, "the README is a front door: the manual goes under docs/"
+    for heading in ("Set-up on a fresh machine", "A five-minute tour", "Where to go next"):
+        assert re.search(rf"^## {heading}$", text, re.MULTILINE), heading
+    linked = {(ROOT / target.partition("#")[0]).resolve() for target in _links(text)}
+    pages = {page.resolve() for page in DOCS.glob("*.md")}
+    assert len(pages) >= 5 and sorted(p.name for p in pages - linked) == []
+    assert (ROOT / "ARCHITECTURE.md").resolve() in linked
+
+
+def test_every_relative_link_in_the_readme_and_the_manual_resolves():
+    """Files and heading anchors alike: a page moved or a heading renamed breaks no link silently."""
+    broken, checked = [], 0
+    for page in _pages():
+        for target in _links(page.read_text()):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+                continue
+            checked += 1
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.is_file() or ROOT.resolve() not in file.parents:
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and file.suffix == ".md" and anchor not in _anchors(file.read_text()):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert checked > 40 and broken == []
+
+
+def test_the_readmes_two_commands_are_the_makefiles():
+    """README set-up: `make demo` installs and runs the quickstart search and its report; `make test` installs
+    and runs ruff and the whole suite."""
+    _says(
+        "README.md",
+        "make demo   # install, then run the main job",
+        "make test   # install, then run ruff and the whole test suite",
+    )
+    make = (ROOT / "Makefile").read_text()
+    recipe = {
+        m.group(1): m.group(2) for m in re.finditer(r"^(demo|test): (.*?)(?=^\S|\Z)", make, re.MULTILINE | re.DOTALL)
+    }
+    assert recipe["demo"].startswith("$(STAMP)") and recipe["test"].startswith("$(STAMP)")
+    assert "archsearch search search_space/presets/quickstart.yaml" in recipe["demo"]
+    assert "archsearch report" in recipe["demo"]
+    assert "ruff check ." in recipe["test"] and re.search(r"pytest -q\s*$", recipe["test"])
+
+
+def _archsearch_commands(markdown: str) -> list[str]:
+    commands = []
+    for block in _code_blocks(markdown):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line.startswith("archsearch "):
+                commands.append(line)
+    return commands
+
+
+def test_every_archsearch_command_the_readme_and_the_manual_show_exists_with_its_options():
+    """The tour and the manual's command lines name real subcommands and options (as installed)."""
+    from importlib.metadata import entry_points
+
+    (entry,) = entry_points(group="console_scripts", name="archsearch")
+    cli = entry.load()
+    wrong, seen = [], 0
+    for page in _pages():
+        for command in _archsearch_commands(page.read_text()):
+            seen += 1
+            name = command.split()[1]
+            sub = cli.commands.get(name)
+            if sub is None:
+                wrong.append(f"{page.name}: {command} (no command {name!r})")
+                continue
+            options = {opt for param in sub.params for opt in (*param.opts, *param.secondary_opts)} | {"-h", "--help"}
+            flags = re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", command)
+            wrong += [f"{page.name}: {command} ({flag})" for flag in flags if flag not in options]
+    assert seen > 20 and wrong == []

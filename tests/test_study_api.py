@@ -1,5 +1,6 @@
 """The read-only study seam (``dashboards.reader.StudyReader``, ``StudyCounts``) and the public Python
-API over it (``dashboards.load_study``), with the README's example run as written."""
+API over it (``dashboards.load_study``), with the manual's example (docs/fronts-and-reports.md, linked from
+the README) run as written."""
 
 from __future__ import annotations
 
@@ -124,11 +125,14 @@ def test_load_study_takes_a_url_and_refuses_an_unknown_study_without_writing(tmp
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
+MANUAL_PAGE = ROOT / "docs" / "fronts-and-reports.md"  # the manual's page the README's tour links for Python
+
+
 def _readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### From Python: load a study", 1)[1]
+    text = MANUAL_PAGE.read_text()
+    section = text.split("\n## From Python: load a study", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "the README's load_study example is gone"
+    assert match, "the manual's load_study example (docs/fronts-and-reports.md) is gone"
     return match.group(1)
 
 
@@ -138,7 +142,7 @@ def test_the_readme_example_runs_on_a_real_study(tmp_path, monkeypatch, capsys):
     _fill(url)
     monkeypatch.setenv("ARCHSEARCH_STORE", url)
     namespace: dict = {}
-    exec(compile(_readme_example(), "README.md", "exec"), namespace)
+    exec(compile(_readme_example(), "docs/fronts-and-reports.md", "exec"), namespace)
     result, member, config = namespace["result"], namespace["member"], namespace["config"]
     assert member == 0 and config.training.epochs == 1
     assert result.status == "completed", result.error
