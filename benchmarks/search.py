@@ -3,7 +3,7 @@
 1. Per-trial overhead. The same number of trials (``--trials``, default 20) at concurrency 1 and 2,
    one Ray instance for every run (its start-up is reported once, outside the per-trial numbers):
 
-   - ``archsearch``: :func:`harness.search.run_search` (its real path: ArchsearchSearch with an
+   - ``archsearch``: :func:`harness.search.driver.run_search` (its real path: ArchsearchSearch with an
      Optuna RDBStorage in the SQLite store, the trainable with its per-epoch checkpoint, the
      store and progress callbacks) on a spec whose trials do almost nothing: CaiT depth 1,
      embed_dim 16, 1 head, patch 16 on 32x32 synthetic images (32 train / 16 val, batch 32),
@@ -133,7 +133,7 @@ def body_seconds(repeats: int) -> float:
 # module imported), then the body's first run: torch, the trial code, torch's first optimizer.
 _FIRST_BODY = """
 import json, sys, time
-import ray.tune, harness.trainable
+import ray.tune, harness.search.worker.trainable
 from search_space.sampling import build_trial_config
 from search_space.validation import load_spec
 started = time.perf_counter()
@@ -158,7 +158,7 @@ def first_body_seconds(warm_body: float) -> float:
 
 
 def run_archsearch(n_trials: int, concurrency: int, workdir: Path) -> dict[str, Any]:
-    from harness.search import run_search
+    from harness.search.driver import run_search
     from harness.store import Store
     from search_space.validation import load_spec
 
@@ -341,7 +341,7 @@ def overhead_ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def main_job_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from harness.search import run_search
+    from harness.search.driver import run_search
     from harness.store import Store
     from search_space.validation import load_spec
     from trials.trial_config import read_yaml

@@ -6,7 +6,7 @@
 Every configuration of the table was trained once (``benchmarks/tables/README.md``), so its true
 front is known. Each method runs the project's real searcher stack (:class:`ArchsearchSearch`:
 Optuna's samplers as ``make_sampler`` builds them, duplicate handling, the budget rules; with
-``-es`` the early-stopping rule a search uses, :class:`harness.early_stopping.RungDecider`) with a
+``-es`` the early-stopping rule a search uses, :class:`harness.search.stop.early_stopping.RungDecider`) with a
 trainable that looks each epoch up in the table, in simulated time: ``--workers`` W workers run
 asynchronously and an epoch takes its recorded ``epoch_s``. Nothing is trained.
 
@@ -45,12 +45,12 @@ from ray.tune.search import Searcher
 
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
 from dashboards.multiobjective import hypervolume, non_dominated
-from harness import initial_design
-from harness import optuna_fields as fields
-from harness.early_stopping import RungDecider, rung_epochs
-from harness.optuna_searcher import ArchsearchSearch
-from harness.result_keys import STATUS_KEY, split_tune_config
-from harness.samplers import make_sampler
+from harness.search import adapter as fields
+from harness.search.propose import initial_design
+from harness.search.propose.samplers import make_sampler
+from harness.search.propose.searcher import ArchsearchSearch
+from harness.search.result_keys import STATUS_KEY, split_tune_config
+from harness.search.stop.early_stopping import RungDecider, rung_epochs
 from harness.store import Store
 from search_space.sampling import Feasibility, SpaceFunction
 from search_space.spec import EarlyStopping, SearchSpec

@@ -173,7 +173,7 @@ class Resources(_Strict):
     """What one trial process asks Ray for, and how many processes a trial is.
 
     ``workers`` > 1: each trial runs data-parallel as that many processes (DDP), each with these
-    CPUs and GPUs (``harness.data_parallel``). ``gpus`` per process: 0 (the CPU, on any node),
+    CPUs and GPUs (``harness.search.worker.data_parallel``). ``gpus`` per process: 0 (the CPU, on any node),
     1, or 1/k to pack k trials on one GPU; a process uses one GPU, so more than one per process
     would sit idle (ask for workers instead), and a share that is not 1/k would strand the rest.
     """
@@ -208,7 +208,7 @@ class Resources(_Strict):
 
 class HypervolumePlateau(_Strict):
     """End the study when the front stops moving: the hypervolume gained less than ``min_gain``
-    (a fraction) over the last ``window`` completed trials (see harness.stop_rules)."""
+    (a fraction) over the last ``window`` completed trials (see harness.search.stop.rules)."""
 
     window: int = Field(50, ge=1)
     min_gain: float = Field(0.001, ge=0, allow_inf_nan=False)
@@ -223,7 +223,7 @@ class StopRules(_Strict):
 
 class WarmStart(_Strict):
     """Start from an earlier study: its Pareto front and up to ``top`` best completed trials are
-    the first trials proposed (see harness.warm_start)."""
+    the first trials proposed (see harness.search.propose.warm_start)."""
 
     study: str = Field(min_length=1)
     store: str | None = None  # default: the store this search writes to
@@ -240,7 +240,7 @@ class MlflowTracking(_Strict):
 
 class Track(_Strict):
     """Experiment trackers beside the store (the optional ``track`` extra), through Ray Tune's own
-    logger callbacks (harness.trackers): ``mlflow`` sends each trial to an MLflow tracking store,
+    logger callbacks (harness.search.record.trackers): ``mlflow`` sends each trial to an MLflow tracking store,
     ``tensorboard`` writes TensorBoard event files into each trial's directory under the results dir."""
 
     mlflow: MlflowTracking | None = None
@@ -257,7 +257,8 @@ class SearchSettings(_Strict):
     retries: int = Field(1, ge=0)
     stop: StopRules = StopRules()
     warm_start: WarmStart | None = None
-    # the first K trials at evenly spaced quantiles of the priced cost objective (harness.initial_design);
+    # the first K trials at evenly spaced quantiles of the priced cost objective
+    # (harness.search.propose.initial_design);
     # None: 8 where it pays (a priced objective, 32 trials or more, no grid or warm start), else none
     initial_spread: int | None = Field(None, ge=0)
     # re-measure the front alone at the end (archsearch verify, on a whole GPU of the cluster);

@@ -207,7 +207,7 @@ def tracking_secret_route(uri: str) -> str | None:
     ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``; ``"libpq"``: a PostgreSQL database
     (any driver), the password through ``PGPASSWORD`` as the store's; ``None``: no password.
     A password elsewhere (another database, a query string of a server URL) has no such route:
-    :func:`check_track` refuses it. harness.trackers does the handing over.
+    :func:`check_track` refuses it. harness.search.record.trackers does the handing over.
     """
     try:
         parts = urlsplit(uri)

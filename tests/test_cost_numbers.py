@@ -154,7 +154,7 @@ class _RecordingRay:
 
 
 def test_verify_of_a_cpu_study_runs_as_a_ray_task_on_one_cpu(tmp_path, local_ray, monkeypatch):
-    from harness import verify
+    from harness.search import verify
     from harness.store import Store
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
@@ -174,8 +174,8 @@ def test_verify_of_a_gpu_study_on_a_cluster_without_gpus_is_refused_not_timed_on
     from click.testing import CliRunner
 
     from harness.cli import main
+    from harness.search.verify import VerifyError, VerifySettings, verify_front
     from harness.store import Store
-    from harness.verify import VerifyError, VerifySettings, verify_front
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     _study(url, gpus=0.25, device="NVIDIA H100 80GB HBM3")
@@ -188,7 +188,7 @@ def test_verify_of_a_gpu_study_on_a_cluster_without_gpus_is_refused_not_timed_on
 
 
 def test_verify_waits_for_no_one_a_cluster_whose_gpus_are_all_busy_is_refused(monkeypatch):
-    from harness import verify
+    from harness.search import verify
 
     busy = SimpleNamespace(cluster_resources=lambda: {"GPU": 4.0}, available_resources=lambda: {"GPU": 0.75})
     monkeypatch.setattr(verify, "ray", busy)
@@ -200,7 +200,7 @@ def test_verify_waits_for_no_one_a_cluster_whose_gpus_are_all_busy_is_refused(mo
 
 
 def test_a_study_ran_on_gpus_when_its_spec_asked_or_a_member_was_measured_on_one():
-    from harness.verify import _gpu_study
+    from harness.search.verify import _gpu_study
 
     cpu = [{"measurement": {"device": "cpu (x86_64, 2 threads)"}}]
     assert not _gpu_study({"search": {"resources": {"gpus": 0}}}, cpu)
@@ -286,7 +286,7 @@ def test_an_fp16_trial_trains_under_a_gradient_scaler_and_an_overflow_is_not_div
 
 
 def test_checkpoints_follow_the_pace_in_epochs_and_seconds():
-    from harness.trainable import CheckpointPace
+    from harness.search.worker.trainable import CheckpointPace
 
     now = [0.0]
     every_epoch = CheckpointPace(clock=lambda: now[0])
@@ -302,8 +302,8 @@ def test_checkpoints_follow_the_pace_in_epochs_and_seconds():
 
 
 def test_the_trainable_writes_checkpoints_at_the_specs_pace(monkeypatch):
-    from harness import trainable
-    from harness.result_keys import NUMBER_KEY
+    from harness.search.result_keys import NUMBER_KEY
+    from harness.search.worker import trainable
     from search_space.spec import SearchSpec
 
     reports = []

@@ -320,7 +320,7 @@ def test_a_resumed_trial_drops_the_loaded_state_once_applied():
 
 
 def test_checkpoints_load_onto_the_cpu_and_as_weights_only(tmp_path, monkeypatch):
-    from harness.trainable import CHECKPOINT_FILE, load_checkpoint
+    from harness.search.worker.trainable import CHECKPOINT_FILE, load_checkpoint
 
     saved = {}
 
@@ -375,8 +375,8 @@ def test_a_sticky_cuda_error_marks_the_worker_unusable_and_an_oom_does_not():
 def test_the_trainable_ends_a_worker_whose_cuda_context_is_broken(monkeypatch):
     """Ray never reuses the actor of a trial that raised; the trainable raises for exactly this case
     (run for real on a stubbed Ray: a grep of its source let a mutant that returned first survive)."""
-    from harness import trainable
-    from harness.result_keys import NUMBER_KEY
+    from harness.search.result_keys import NUMBER_KEY
+    from harness.search.worker import trainable
     from search_space.spec import SearchSpec
     from trials.runner import TrialResult
 

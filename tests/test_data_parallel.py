@@ -15,10 +15,10 @@ import ray
 import torch
 from conftest import tiny_search_spec
 
-from harness.data_parallel import trial_bundles
-from harness.search import run_search
+from harness.search.driver import run_search
+from harness.search.worker.data_parallel import trial_bundles
+from harness.search.worker.trainable import place_trial
 from harness.store import Store
-from harness.trainable import place_trial
 from search_space.spec import Resources
 from search_space.validation import load_spec
 from trials.configio import ConfigError, from_mapping

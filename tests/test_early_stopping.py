@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from ray.tune.schedulers import ASHAScheduler
 
-from harness.early_stopping import ParetoASHA, RungDecider, make_scheduler, promotion_order, rung_epochs
+from harness.search.stop.early_stopping import ParetoASHA, RungDecider, make_scheduler, promotion_order, rung_epochs
 from search_space.spec import SearchSpec
 
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import tiny_search_spec
 
-from harness.experiment_guard import check_experiment_for_resume, check_new_experiment, remove_stale_experiment
-from harness.ray_setup import SearchError
+from harness.search.cluster.ray_setup import SearchError
+from harness.search.experiment_guard import check_experiment_for_resume, check_new_experiment, remove_stale_experiment
 from harness.store import Store
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from conftest import tiny_search_spec
 
 from harness.cli import main
+from harness.search.worker.trainable import place_trial
 from harness.store import Store
-from harness.trainable import place_trial
 from search_space.sampling import build_trial_config
 from search_space.validation import load_spec
 from trials.runner import run_trial

@@ -6,7 +6,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from harness.samplers import TuneGridSampler, make_sampler
+from harness.search.propose.samplers import TuneGridSampler, make_sampler
 from search_space.sampling import discrete_space_size, grid_points, grid_space
 from search_space.validation import load_spec
 from trials.configio import ConfigError

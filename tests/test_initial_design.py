@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import optuna
 
-from harness import initial_design
-from harness.optuna_searcher import ArchsearchSearch
-from harness.result_keys import split_tune_config
-from harness.samplers import make_sampler
+from harness.search.propose import initial_design
+from harness.search.propose.samplers import make_sampler
+from harness.search.propose.searcher import ArchsearchSearch
+from harness.search.result_keys import split_tune_config
 from harness.store import Store
 from search_space.sampling import SpaceFunction, build_trial_config, cost_violations
 from search_space.validation import load_spec

@@ -24,9 +24,10 @@ import torchvision.io
 from PIL import Image
 
 from dashboards.report import write_report
-from harness.result_keys import NUMBER_KEY
+from harness.search.record.progress import ProgressCallback
+from harness.search.result_keys import NUMBER_KEY
+from harness.search.session import SearchSession
 from harness.store import Store
-from harness.tune_callbacks import ProgressCallback
 from trials.configio import ConfigError
 from trials.data import build_data, bundle
 from trials.data.augmentation import eval_transform, normalize_transform, train_transform
@@ -258,7 +259,9 @@ def test_the_progress_line_names_a_trial_with_starved_epochs(store_url):
     stream = io.StringIO()
     with Store.open(store_url) as store:
         store.create_study("feed", {}, {"top1": "max", "flops": "min"})
-        progress = ProgressCallback(store_url, "feed", {"top1": "max", "flops": "min"}, stream=stream)
+        progress = ProgressCallback(
+            store_url, "feed", {"top1": "max", "flops": "min"}, stream=stream, session=SearchSession("progress")
+        )
         starved, fed = SimpleNamespace(trial_id="a"), SimpleNamespace(trial_id="b")
         for epoch, wait in enumerate([0.45, 0.1, 0.3], start=1):
             progress.on_trial_result(0, [], starved, {"epoch": epoch, "data_wait_fraction": wait, NUMBER_KEY: 7})

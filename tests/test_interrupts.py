@@ -125,7 +125,7 @@ def test_study_names_that_could_leave_the_results_dir_are_refused(tmp_path, name
 
 
 def test_the_experiment_path_stays_under_its_root(tmp_path):
-    from harness.ray_setup import SearchError, check_study_name, experiment_path
+    from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path
 
     assert experiment_path(str(tmp_path), "study-1.a_b") == str(tmp_path / "study-1.a_b")
     with pytest.raises(SearchError):
@@ -201,9 +201,10 @@ def test_a_store_that_fills_its_disk_mid_search_stops_it_in_one_line_and_resume_
 
     fs = tmp_path / "fs"
     fs.mkdir()
-    if shutil.which("mount") is None or subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(fs)], capture_output=True
-    ).returncode:
+    if (
+        shutil.which("mount") is None
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(fs)], capture_output=True).returncode
+    ):
         pytest.skip("cannot mount a tmpfs here")
     try:
         spec_path = tmp_path / "spec.yaml"
@@ -249,41 +250,38 @@ def test_a_store_that_fills_its_disk_mid_search_stops_it_in_one_line_and_resume_
 def test_a_storage_error_while_asking_optuna_stops_the_search_with_one_line(tmp_path):
     """Optuna wraps a failed commit (a full disk, a server gone) in StorageInternalError, not a
     SQLAlchemy error; the searcher must turn it into the graceful, resumable stop, not raise into Tune."""
-    from harness import interrupts
-    from harness.optuna_searcher import ArchsearchSearch
-    from harness.samplers import make_sampler
+    from harness.search.propose.samplers import make_sampler
+    from harness.search.propose.searcher import ArchsearchSearch
+    from harness.search.session import SearchSession
     from search_space.validation import load_spec
 
     spec = load_spec(_spec("faulty"))
     url = f"sqlite:///{tmp_path / 'store.db'}"
     storage = optuna.storages.RDBStorage(url)
-    searcher = ArchsearchSearch(spec, url, "faulty", storage, make_sampler(spec))
+    session = SearchSession("faulty")
+    searcher = ArchsearchSearch(spec, url, "faulty", storage, make_sampler(spec), session)
     assert searcher.suggest("t0") is not None  # the storage works
 
     def disk_full(*args, **kwargs):
         raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.")
 
     searcher._ot_study._storage.set_trial_param = disk_full
-    interrupts.reset()
-    try:
-        assert searcher.suggest("t1") is None
-        request = interrupts.current()
-        assert request is not None and request.exit_code == 1
-        assert "StorageInternalError" in request.reason and "\n" not in request.reason
-    finally:
-        interrupts.reset()
+    assert searcher.suggest("t1") is None
+    request = session.stop_request
+    assert request is not None and request.exit_code == 1
+    assert "StorageInternalError" in request.reason and "\n" not in request.reason
 
 
 def test_a_grid_searcher_pickled_under_its_old_module_names_still_unpickles():
     """Experiments saved before the rename (``harness.searcher``, ``search_space.grid_sampler``)
-    hold those names in Ray's pickles; resume aliases them (harness.optuna_searcher.LEGACY_MODULES)."""
+    hold those names in Ray's pickles; resume aliases them (harness.search.legacy.LEGACY_MODULES)."""
     import pickle
 
-    from harness.optuna_searcher import LEGACY_MODULES, alias_legacy_modules
-    from harness.samplers import TuneGridSampler
+    from harness.search.legacy import LEGACY_MODULES, alias_legacy_modules
+    from harness.search.propose.samplers import TuneGridSampler
 
     data = pickle.dumps(TuneGridSampler({"depth": [1, 2, 3]}, seed=0), protocol=0)
-    old = data.replace(b"charness.samplers\n", b"csearch_space.grid_sampler\n")
+    old = data.replace(b"charness.search.propose.samplers\n", b"csearch_space.grid_sampler\n")
     assert old != data  # the pickle names the old module
     for name in LEGACY_MODULES:
         sys.modules.pop(name, None)
@@ -301,9 +299,9 @@ def test_a_searcher_restored_from_an_old_snapshot_counts_the_store_and_reruns_wh
     its budget slot is dispatched again, so exactly n_trials end with an outcome."""
     from ray.tune.search import Searcher
 
-    from harness.optuna_searcher import ArchsearchSearch
-    from harness.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
-    from harness.samplers import make_sampler
+    from harness.search.propose.samplers import make_sampler
+    from harness.search.propose.searcher import ArchsearchSearch
+    from harness.search.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
     from harness.store import Store
     from search_space.sampling import build_trial_config
     from search_space.validation import load_spec
@@ -413,7 +411,8 @@ def test_a_signal_while_ray_starts_is_acted_on_once_it_has_started(signum, code)
     starts, the signal is recorded; the start completes; then the search ends in one resumable line."""
     import signal
 
-    from harness import interrupts
+    from harness.search import interrupts
+    from harness.search.session import SearchSession
 
     finished = []
 
@@ -421,21 +420,20 @@ def test_a_signal_while_ray_starts_is_acted_on_once_it_has_started(signum, code)
         os.kill(os.getpid(), getattr(signal, signum))  # delivered here, in the middle of the start
         finished.append("the start ran to its end")
 
-    interrupts.reset()
+    session = SearchSession("starting")
     with (
-        interrupts.handling_signals(),
+        session.handling_signals(),
         pytest.raises(interrupts.SearchInterrupted) as stopped,
-        interrupts.deferring_signals(),
+        session.deferring_signals(),
     ):
         starting_ray()
     assert finished == ["the start ran to its end"]
     assert stopped.value.exit_code == code and f"interrupted by {signum} while Ray started" in str(stopped.value)
-    interrupts.reset()
-    with interrupts.handling_signals(), pytest.raises(KeyboardInterrupt):  # outside the start: at once
+    session = SearchSession("started")  # a new search: no stop yet
+    with session.handling_signals(), pytest.raises(KeyboardInterrupt):  # outside the start: at once
         os.kill(os.getpid(), getattr(signal, signum))
         finished.append("not reached")
     assert finished == ["the start ran to its end"]
-    interrupts.reset()
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import optuna
 import pytest
 from ray.tune.search.optuna import OptunaSearch
 
-from harness import optuna_fields as fields
+from harness.search import adapter as fields
 
 
 def _space(trial):

@@ -1,4 +1,4 @@
-"""The progress line a search prints per finished trial (harness.tune_callbacks.ProgressCallback).
+"""The progress line a search prints per finished trial (harness.search.record.progress.ProgressCallback).
 
 Driven directly against a real store, the way Tune calls it: one line per trial end with the
 store's counts, and the front's size refreshed at most once a second (a fast search ends trials
@@ -15,10 +15,10 @@ import pytest
 from ray.tune.experiment import Trial
 
 from dashboards.multiobjective import plateau_check
-from harness import stop_rules
-from harness.stop_rules import StopRulesStopper
+from harness.search.record.progress import ProgressCallback, compact_duration, compact_number, eta_seconds
+from harness.search.session import SearchSession
+from harness.search.stop.rules import StopRulesStopper
 from harness.store import Store
-from harness.tune_callbacks import ProgressCallback, compact_duration, compact_number, eta_seconds
 
 OBJECTIVES = {"top1": "max", "flops": "min"}
 
@@ -39,11 +39,11 @@ def test_one_line_per_trial_end_with_the_stores_counts_and_a_front_refreshed_at_
     store_url, monkeypatch
 ):
     clock = [100.0]
-    monkeypatch.setattr("harness.tune_callbacks.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("harness.search.record.progress.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     with Store.open(store_url) as store:
         store.create_study("progress", {}, OBJECTIVES)
-        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream)
+        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, session=SearchSession("progress"))
 
         _finish(store, 0, top1=50.0, flops=2.0)
         progress.on_trial_complete(0, [], None)
@@ -75,7 +75,13 @@ def test_one_line_per_trial_end_with_the_stores_counts_and_a_front_refreshed_at_
 
 def test_a_progress_line_that_cannot_be_computed_says_so_and_never_raises(tmp_path):
     stream = io.StringIO()
-    progress = ProgressCallback(f"sqlite:///{tmp_path / 'missing' / 'store.db'}", "gone", OBJECTIVES, stream=stream)
+    progress = ProgressCallback(
+        f"sqlite:///{tmp_path / 'missing' / 'store.db'}",
+        "gone",
+        OBJECTIVES,
+        stream=stream,
+        session=SearchSession("progress"),
+    )
     progress.on_trial_complete(0, [], None)
     assert _lines(stream) == [_lines(stream)[0]] and "(progress unavailable:" in _lines(stream)[0]
 
@@ -86,36 +92,33 @@ def test_the_plateau_reading_on_a_trials_line_counts_that_trial(store_url):
     previous trial end's ("done 6 ... hv +287%" right above "stopping: ... gained 0.000%"). The
     line for each trial end must carry the reading over the trials the store holds at that end,
     and the stop the reading decides is the stopper's at its next look."""
-    stop_rules.reset()
-    try:
-        stream = io.StringIO()
-        with Store.open(store_url) as store:
-            store.create_study("progress", {}, OBJECTIVES)
-            stopper = StopRulesStopper(
-                store_url, "progress", OBJECTIVES, {"hypervolume_plateau": {"window": 1, "min_gain": 0.001}}
-            )
-            progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream)
-            points = []
-            for number, (top1, flops) in enumerate([(50.0, 2.0), (60.0, 1.0), (55.0, 1.5)]):
-                _finish(store, number, top1=top1, flops=flops)
-                points.append((top1, flops))
-                progress.on_trial_complete(0, [], None)  # Tune: the callbacks first ...
-                check = plateau_check(np.array(points), list(OBJECTIVES.values()), window=1)
-                line = _lines(stream)[-1]
-                assert line.startswith(f"[progress] done {number + 1}  ")
-                if check is None:
-                    assert " hv " not in line
-                else:
-                    assert line.endswith(f"  hv {check.gain:+.2%} over the last 1")
-                stopped = stopper.stop_all()  # ... then the stoppers, at the end of the same step
-                assert stopped == (number == 2)  # the dominated third trial adds nothing to the front
-            assert check.gain == 0.0 and "hypervolume plateau" in stop_rules.current()
-            assert "hv +0.00% over the last 1" in _lines(stream)[-1]
-            assert float(_lines(stream)[-2].split("hv ")[1].split("%")[0]) > 0  # the second trial moved it
-            progress._store.close()
-            stopper._store.close()
-    finally:
-        stop_rules.reset()
+    session = SearchSession("progress")  # what the stopper and the line share, as in a search
+    stream = io.StringIO()
+    with Store.open(store_url) as store:
+        store.create_study("progress", {}, OBJECTIVES)
+        stopper = StopRulesStopper(
+            store_url, "progress", OBJECTIVES, {"hypervolume_plateau": {"window": 1, "min_gain": 0.001}}, session
+        )
+        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, session=session)
+        points = []
+        for number, (top1, flops) in enumerate([(50.0, 2.0), (60.0, 1.0), (55.0, 1.5)]):
+            _finish(store, number, top1=top1, flops=flops)
+            points.append((top1, flops))
+            progress.on_trial_complete(0, [], None)  # Tune: the callbacks first ...
+            check = plateau_check(np.array(points), list(OBJECTIVES.values()), window=1)
+            line = _lines(stream)[-1]
+            assert line.startswith(f"[progress] done {number + 1}  ")
+            if check is None:
+                assert " hv " not in line
+            else:
+                assert line.endswith(f"  hv {check.gain:+.2%} over the last 1")
+            stopped = stopper.stop_all()  # ... then the stoppers, at the end of the same step
+            assert stopped == (number == 2)  # the dominated third trial adds nothing to the front
+        assert check.gain == 0.0 and "hypervolume plateau" in session.rule_reason
+        assert "hv +0.00% over the last 1" in _lines(stream)[-1]
+        assert float(_lines(stream)[-2].split("hv ")[1].split("%")[0]) > 0  # the second trial moved it
+        progress._store.close()
+        stopper._store.close()
 
 
 @pytest.mark.parametrize(
@@ -157,12 +160,20 @@ def _counted_line(stream: io.StringIO) -> dict[str, str]:
 
 def test_elapsed_eta_and_best_values_on_a_fake_clock(store_url, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("harness.tune_callbacks.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("harness.search.record.progress.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     a, b = Trial("__fake", stub=True), Trial("__fake", stub=True)
     with Store.open(store_url) as store:
         store.create_study("progress", {}, OBJECTIVES)
-        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, n_trials=6, concurrency=2)
+        progress = ProgressCallback(
+            store_url,
+            "progress",
+            OBJECTIVES,
+            stream=stream,
+            n_trials=6,
+            concurrency=2,
+            session=SearchSession("progress"),
+        )
         progress.setup()
         store.start_trial("progress", 0, {"lr": 0.001})
         progress.on_trial_start(0, [a], a)
@@ -183,18 +194,26 @@ def test_elapsed_eta_and_best_values_on_a_fake_clock(store_url, monkeypatch):
 
 def test_before_any_trial_ended_the_eta_is_unknown_and_without_n_trials_only_elapsed_shows(store_url, monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr("harness.tune_callbacks.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("harness.search.record.progress.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     a = Trial("__fake", stub=True)
     with Store.open(store_url) as store:
         store.create_study("progress", {}, OBJECTIVES)
-        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, n_trials=4, concurrency=2)
+        progress = ProgressCallback(
+            store_url,
+            "progress",
+            OBJECTIVES,
+            stream=stream,
+            n_trials=4,
+            concurrency=2,
+            session=SearchSession("progress"),
+        )
         progress.setup()
         progress.on_trial_start(0, [a], a)
         clock[0] += ProgressCallback._HEARTBEAT_S
         progress.on_step_end(0, [a])
         assert _lines(stream)[-1].endswith("pareto front 0  elapsed 1m00s  eta ?")  # no best: nothing completed
-        bare = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream)
+        bare = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, session=SearchSession("progress"))
         bare.on_trial_complete(0, [], None)
         assert _lines(stream)[-1].endswith("pareto front 0  elapsed 0s")
         progress._store.close()
@@ -208,12 +227,20 @@ def test_running_is_the_trials_ray_runs_not_the_stores_rows(store_url, monkeypat
     every line saw one fewer than ran. ``running`` now counts Tune's start and end events, and a
     heartbeat line shows both while both run and none ends."""
     clock = [0.0]
-    monkeypatch.setattr("harness.tune_callbacks.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("harness.search.record.progress.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     a, b, c = (Trial("__fake", stub=True) for _ in range(3))
     with Store.open(store_url) as store:
         store.create_study("progress", {}, OBJECTIVES)
-        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, n_trials=3, concurrency=2)
+        progress = ProgressCallback(
+            store_url,
+            "progress",
+            OBJECTIVES,
+            stream=stream,
+            n_trials=3,
+            concurrency=2,
+            session=SearchSession("progress"),
+        )
         progress.setup()
         for number, trial in enumerate((a, b)):
             store.start_trial("progress", number, {"lr": 0.001 * (number + 1)})
@@ -258,7 +285,7 @@ def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path
     import ray
     from test_search import tiny_spec
 
-    from harness.search import run_search
+    from harness.search.driver import run_search
     from search_space.validation import load_spec
 
     monkeypatch.setattr(ProgressCallback, "_HEARTBEAT_S", 0.0)

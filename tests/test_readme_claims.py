@@ -112,14 +112,14 @@ def test_the_spec_refuses_empty_choices_zero_steps_and_a_negative_learning_rate(
 def test_study_names_of_letters_digits_dots_underscores_and_dashes_are_accepted(name):
     """docs/searching.md: study names are 1-128 letters, digits, dots, underscores and dashes."""
     _says("docs/searching.md", "Study names are 1-128 letters, digits, `.`, `_`, `-` (no `..`)")
-    from harness.ray_setup import check_study_name
+    from harness.search.cluster.ray_setup import check_study_name
 
     assert check_study_name(name) == name
 
 
 @pytest.mark.parametrize("name", ["", "x" * 129, "a/b", "a..b", ".hidden", "sp ace", "é"])
 def test_other_study_names_are_refused(name):
-    from harness.ray_setup import SearchError, check_study_name
+    from harness.search.cluster.ray_setup import SearchError, check_study_name
 
     with pytest.raises(SearchError, match="not a valid study name"):
         check_study_name(name)
@@ -258,7 +258,7 @@ def test_the_gpu_benchmark_imports_nothing_but_torch_and_the_project():
 def test_a_different_seed_is_a_different_configuration_not_a_duplicate():
     """docs/searching.md: a duplicate is the same configuration, seed included."""
     _says("docs/searching.md", "(the full trial config, seed included")
-    from harness.optuna_searcher import config_key
+    from harness.search.propose.searcher import config_key
 
     spec = load_spec(_spec(layout={"choice": ["CCTT"]}))
     config = build_trial_config(spec, {"layout": "CCTT"})
@@ -270,7 +270,7 @@ def test_a_different_seed_is_a_different_configuration_not_a_duplicate():
 def test_a_hopeless_search_stops_after_three_failures_or_n_trials_if_fewer(n_trials, after):
     """docs/searching.md: a search whose first trials all fail the same way stops (3, or n_trials if fewer)."""
     _says("docs/searching.md", "(at least 3, or `n_trials` if fewer)")
-    from harness.study_outcome import hopeless_after
+    from harness.search.stop.hopeless import hopeless_after
 
     assert hopeless_after(load_spec(_spec(layout={"choice": ["CCTT"]}) | {"search": {"n_trials": n_trials}})) == after
 

@@ -38,7 +38,7 @@ def tiny_spec(**changes) -> dict:
 
 
 def run(spec_dict: dict, tmp_path, name: str):
-    from harness.search import run_search
+    from harness.search.driver import run_search
     from harness.store import Store
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
@@ -473,7 +473,7 @@ def test_a_warm_start_enqueues_the_earlier_front_first_skips_what_the_new_space_
     run(narrowed, tmp_path, "narrow")
     kept = list((tmp_path / "ray" / "narrow").glob("*/checkpoint_*"))  # two epochs each, the last one kept
     assert len(kept) == 2 and len({path.parent for path in kept}) == 2
-    from harness.trainable import load_checkpoint
+    from harness.search.worker.trainable import load_checkpoint
 
     assert [load_checkpoint(path)["epoch"] for path in kept] == [2, 2]  # the trained weights: the final epoch's
     err = capfd.readouterr().err

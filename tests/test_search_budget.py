@@ -10,9 +10,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from harness.optuna_searcher import ArchsearchSearch
-from harness.result_keys import STATUS_KEY, split_tune_config
-from harness.samplers import make_sampler
+from harness.search.propose.samplers import make_sampler
+from harness.search.propose.searcher import ArchsearchSearch
+from harness.search.result_keys import STATUS_KEY, split_tune_config
 from harness.store import Store
 from search_space.sampling import discrete_space_size
 from search_space.spec import SearchSpec

@@ -15,7 +15,7 @@ from search_space.validation import load_spec
 
 @pytest.mark.slow
 def test_one_gpu_per_trial_and_a_lost_node_is_retried_from_its_checkpoint(tmp_path):
-    from harness.search import run_search
+    from harness.search.driver import run_search
     from harness.store import Store
 
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})
@@ -98,7 +98,7 @@ def test_one_gpu_per_trial_and_a_lost_node_is_retried_from_its_checkpoint(tmp_pa
 def test_a_data_parallel_trial_spans_two_nodes(tmp_path):
     """``workers: 2, gpus: 1`` on nodes with one (logical) GPU each: the trial's placement group
     can only be met by two nodes, so its ranks meet across nodes (gloo here: no CUDA)."""
-    from harness.search import run_search
+    from harness.search.driver import run_search
     from harness.store import Store
 
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0})

@@ -3,10 +3,10 @@ sampled values say, and what was priced before dispatch is what was trained.
 
 Specs are generated (every domain kind: int, float, choice, fixed, bare value; on every target kind:
 model fields, CoAtNet per-stage entries, ``training.*``, ``data.*``; both families) and run through
-the real searcher (:class:`harness.optuna_searcher.ArchsearchSearch` over Optuna's RDB storage and
+the real searcher (:class:`harness.search.propose.searcher.ArchsearchSearch` over Optuna's RDB storage and
 the store), a few trials each. For every dispatched trial:
 
-- the config the worker builds (the trainable's own :func:`harness.trainable.worker_trial_config`)
+- the config the worker builds (the trainable's own :func:`harness.search.worker.trainable.worker_trial_config`)
   holds, at every parameter's target, the value Optuna sampled or the spec fixed, and the spec's
   base everywhere else (checked with this file's own reading of a config, not the product's);
 - the model the worker builds (the trial runner's own build, on the trial's data) has exactly the
@@ -27,13 +27,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import optuna_fields as fields
-from harness.optuna_searcher import ArchsearchSearch
-from harness.result_keys import PRICED_KEY, STATUS_KEY
-from harness.samplers import make_sampler
+from harness.search import adapter as fields
+from harness.search.propose.samplers import make_sampler
+from harness.search.propose.searcher import ArchsearchSearch
+from harness.search.record.outcome import record_outcome
+from harness.search.result_keys import PRICED_KEY, STATUS_KEY
+from harness.search.worker.trainable import worker_trial_config
 from harness.store import Store
-from harness.study_outcome import record_outcome
-from harness.trainable import worker_trial_config
 from search_space.spec import SearchSpec
 from trials import runner
 from trials.measure import count_flops_or_none
@@ -301,7 +301,7 @@ def test_a_warm_start_enqueues_what_the_earlier_trials_trained_and_reuses_them_w
     """The earlier study fixed mlp_ratio; the new one searches it: the enqueued trials take the value
     the earlier trials trained (Optuna's record of them has no fixed values), and the new spec's own
     fixed value (ca_depth) applies to them. With reuse_results, an identical config is copied."""
-    from harness import warm_start
+    from harness.search.propose import warm_start
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     earlier = _spec("cait", {"depth": {"choice": [2, 3]}, "mlp_ratio": {"fixed": 3.0}}, "random", "earlier")

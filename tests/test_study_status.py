@@ -22,10 +22,10 @@ from click.testing import CliRunner
 from sqlalchemy import update
 
 from harness.cli import main
-from harness.failures import common_error, error_reason
+from harness.search.record.outcome import final_status
+from harness.search.stop.failures import common_error, error_reason
 from harness.store import Store
 from harness.store.schema import Study
-from harness.study_outcome import final_status
 from search_space.validation import load_spec
 
 
@@ -126,7 +126,7 @@ def test_final_status_of_a_search(store, rows, expected, fragment, spec_problem)
 
 
 def test_a_shared_sampled_value_keeps_a_failing_search_going():
-    from harness.failures import shared_searched_value
+    from harness.search.stop.failures import shared_searched_value
 
     spec = {"family": "cait", "params": {"data.name": {"choice": ["synthetic", "cifar10"]}, "depth": {"int": [1, 4]}}}
     same_data = [{"data": {"name": "cifar10"}, "model": {"depth": d}} for d in (1, 2, 3)]

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from conftest import fresh_postgres_database, tiny_search_spec
 from sqlalchemy.engine import make_url
 
-from harness import trackers
-from harness.result_keys import NUMBER_KEY
+from harness.search.record import trackers
+from harness.search.result_keys import NUMBER_KEY
 from search_space.validation import load_spec
 from trials.configio import ConfigError
 
@@ -215,7 +215,7 @@ def _scalars(event_file: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def _search(spec: dict, tmp_path: Path, name: str):
-    from harness.search import run_search
+    from harness.search.driver import run_search
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)

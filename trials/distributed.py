@@ -5,7 +5,7 @@ and checkpoints exactly as a one-process trial does, so everything downstream of
 Tune's reports and checkpoints, retries, the store) is unchanged. Ranks 1..N-1 are *peers*,
 started by a :class:`PeerLauncher` before rank 0 joins the group: local processes here
 (:class:`LocalPeers`, for ``archsearch trial``), Ray actors in the trial's placement group in a
-search (``harness.data_parallel``). Peers train only: they skip measurement, evaluation and
+search (``harness.search.worker.data_parallel``). Peers train only: they skip measurement, evaluation and
 reporting, and follow rank 0's decision at the end of every epoch (:func:`agree`).
 
 ``data.batch_size`` is the global batch: every rank draws the same epoch plan and trains on its

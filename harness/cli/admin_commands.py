@@ -18,8 +18,8 @@ import yaml
 
 from dashboards.files import atomic_write
 from harness.cli.common import UsageError, open_store, store_option
-from harness.experiment_guard import check_purgeable, purge_experiment
-from harness.ray_setup import SearchError, check_study_name, experiment_path, storage_location
+from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, storage_location
+from harness.search.experiment_guard import check_purgeable, purge_experiment
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
 from trials.trial_config import load_trial_config

@@ -12,20 +12,20 @@ import click
 from dashboards.columns import searched_config_columns
 from harness.cli.common import UsageError, check_utf8_arguments, config_error, open_store, records, store_option
 from harness.output import render
-from harness.ray_setup import SearchError, check_study_name
 from harness.reproduce import registry as reproduce_registry
+from harness.search.cluster.ray_setup import SearchError, check_study_name
 from search_space.validation import load_spec
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
 
 # Ray, Optuna and SQLAlchemy: only once a command runs (``--help`` stays instant).
-cluster = lazy_import("harness.cluster")
-interrupts = lazy_import("harness.interrupts")
+cluster = lazy_import("harness.search.cluster.join")
+interrupts = lazy_import("harness.search.interrupts")
 reproduction = lazy_import("harness.reproduce")
 planning = lazy_import("harness.reproduce.planning")
-search = lazy_import("harness.search")
+search = lazy_import("harness.search.driver")
 store_package = lazy_import("harness.store")
-verification = lazy_import("harness.verify")  # torch and the models: only when a front is re-measured
+verification = lazy_import("harness.search.verify")  # torch and the models: only when a front is re-measured
 
 VERIFY_COLUMNS = ("throughput", "throughput_verified", "throughput_verified_min", "throughput_verified_max",
                   "latency_ms", "latency_ms_verified", "latency_ms_verified_min", "latency_ms_verified_max",

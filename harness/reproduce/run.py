@@ -8,13 +8,13 @@ from typing import Any
 
 from dashboards.files import atomic_write
 from dashboards.report import write_report
-from harness.ray_setup import experiment_path, storage_location
 from harness.reproduce.analysis import StudyNumbers, pairs_on_test_split, run_table, summarize_runs
 from harness.reproduce.records import write_records
 from harness.reproduce.registry import plan
 from harness.reproduce.studies import DEFAULT_DATASET
 from harness.reproduce.summary import markdown_summary, study_figures
-from harness.search import run_search
+from harness.search.cluster.ray_setup import experiment_path, storage_location
+from harness.search.driver import run_search
 from harness.store import Store, StoreError
 from search_space.sampling import grid_points
 from search_space.validation import load_spec

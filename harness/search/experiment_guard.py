@@ -21,7 +21,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from harness.ray_setup import SearchError, is_uri
+from harness.search.cluster.ray_setup import SearchError, is_uri
 
 
 def _owned_and_private(path: Path, info: os.stat_result) -> str | None:

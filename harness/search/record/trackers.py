@@ -11,7 +11,7 @@ A tracking URI may carry a password (``https://user:pw@host``, ``postgresql://us
 The spec is stored with the study and pickled by Ray (the trainable's parameters, the callbacks,
 the searcher), so :func:`without_secrets` takes the password out of the spec before anything sees
 it; :func:`set_driver_environment` hands it to MLflow in the driver process only, as the store's
-password goes to libpq (harness.search): a server's user and password through
+password goes to libpq (harness.search.driver): a server's user and password through
 ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``, a PostgreSQL database's through
 ``PGPASSWORD``. Where there is no such route, the spec is refused (search_space.validation).
 """
@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ray.tune.logger import TBXLoggerCallback
 
-from harness.result_keys import NUMBER_KEY
+from harness.search.result_keys import NUMBER_KEY
 from harness.store.urls import split_secret
 from search_space.spec import SearchSpec
 from search_space.validation import TRACK_EXTRA, tracking_secret_route

@@ -1,10 +1,11 @@
-"""``archsearch search``: Optuna proposes, Ray Tune dispatches, the store records.
+"""The search driver: ``run_search`` wires Optuna, Ray Tune and the store into one Tuner and runs it.
 
-One Tuner over :func:`harness.trainable.search_trainable`, with :class:`ArchsearchSearch`
-(OptunaSearch, multi-objective when the spec says so), optional early stopping (MO-ASHA, or ASHA on one metric),
-``max_concurrent_trials``, per-trial resources, ``reuse_actors`` and ``FailureConfig`` retries.
-The Optuna study lives in the same database as the store (Optuna's own tables beside ours), so
-``optuna-dashboard STORE_URL`` shows it too.
+One Tuner over :func:`harness.search.worker.trainable.search_trainable`, with the searcher of
+:mod:`harness.search.propose` (Optuna's ask/tell, multi-objective when the spec says so), optional early
+stopping (:mod:`harness.search.stop`), ``max_concurrent_trials``, per-trial resources, ``reuse_actors`` and
+``FailureConfig`` retries; the callbacks of :mod:`harness.search.record` write the store. The Optuna study
+lives in the same database as the store (Optuna's own tables beside ours), so ``optuna-dashboard STORE_URL``
+shows it too. What the hooks share during one search is a :class:`harness.search.session.SearchSession`.
 """
 
 from __future__ import annotations
@@ -12,26 +13,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-import ray
 from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
-from harness import experiment_guard, initial_design, interrupts, stop_rules, trackers, verify, warm_start
-from harness.data_parallel import trial_bundles
-from harness.early_stopping import make_scheduler
-from harness.interrupts import InterruptCallback, SearchInterrupted
-from harness.optuna_searcher import ArchsearchSearch, alias_legacy_modules
-from harness.ray_setup import (
+from harness.search import experiment_guard, verify
+from harness.search.cluster.ray_setup import (
     check_resources,
     check_storage,
     check_study_name,
@@ -43,14 +36,31 @@ from harness.ray_setup import (
     ray_hardware,
     storage_location,
 )
-from harness.samplers import make_sampler
-from harness.stop_rules import StopRulesStopper
+from harness.search.legacy import alias_legacy_modules
+from harness.search.propose import initial_design, warm_start
+from harness.search.propose.samplers import make_sampler
+from harness.search.propose.searcher import ArchsearchSearch
+from harness.search.record import trackers
+from harness.search.record.outcome import final_status
+from harness.search.record.progress import ProgressCallback
+from harness.search.record.reconcile import reconcile, replay_finished
+from harness.search.record.store_writer import StoreCallback
+from harness.search.session import SearchSession
+from harness.search.stop.early_stopping import make_scheduler
+from harness.search.stop.hopeless import HopelessSearchStopper, hopeless_after, hopeless_reason
+from harness.search.stop.rules import StopRulesStopper
+from harness.search.watch import (
+    Heartbeat,
+    InterruptCallback,
+    RayWatch,
+    StopWatchdog,
+    record_interruption,
+    set_study_status,
+)
+from harness.search.worker.data_parallel import trial_bundles
+from harness.search.worker.trainable import search_trainable
 from harness.store import Store, StoreError, mask_url
-from harness.store.liveness import HEARTBEAT_S
 from harness.store.urls import optuna_storage_url, split_secret
-from harness.study_outcome import final_status, hopeless_after, hopeless_reason, reconcile, replay_finished
-from harness.trainable import search_trainable
-from harness.tune_callbacks import HopelessSearchStopper, ProgressCallback, StoreCallback
 from search_space.spec import SearchSpec
 from trials.errors import ArchsearchError
 
@@ -72,7 +82,7 @@ class SearchSummary:
     status: str = "completed"  # the study's final status: completed, or failed (no trial completed)
     message: str | None = None  # why it failed, in one line
     spec_problem: bool = False  # the failure is the spec's (nothing feasible), not the trials'
-    verified: Any = None  # with search.verify_front: the front re-measured alone (harness.verify)
+    verified: Any = None  # with search.verify_front: the front re-measured alone (harness.search.verify)
 
 
 def _trainable(spec: SearchSpec):
@@ -85,14 +95,22 @@ def _trainable(spec: SearchSpec):
     return tune.with_resources(trainable, {"cpu": wanted.cpus, "gpu": wanted.gpus})
 
 
-def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str, tracking: list | None = None):
+def _new_tuner(
+    spec: SearchSpec,
+    store_url: str,
+    name: str,
+    storage_path: str,
+    session: SearchSession,
+    tracking: list | None = None,
+):
     """A new search's Tuner, and the Optuna storage its searcher asks and tells through (the driver
     reuses it to reconcile the study at the end: opening a storage checks Optuna's schema, ~20 ms).
 
-    ``tracking``: the spec's experiment trackers as Tune callbacks (:func:`harness.trackers.tracker_callbacks`).
+    ``tracking``: the spec's experiment trackers as Tune callbacks
+    (:func:`harness.search.record.trackers.tracker_callbacks`).
     """
     storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
-    searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec))
+    searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec), session)
     if spec.search.warm_start is not None:
         warm_start.apply(searcher, spec, store_url)
     elif initial_design.planned_spread(spec):
@@ -100,18 +118,23 @@ def _new_tuner(spec: SearchSpec, store_url: str, name: str, storage_path: str, t
     scheduler = make_scheduler(spec)  # MO-ASHA, Ray's ASHA (mode single), or None
     spec_dict = spec.model_dump(mode="json")
     callbacks = [
-        InterruptCallback(),
-        StoreCallback(store_url, name, spec_dict),
+        InterruptCallback(session),
+        StoreCallback(store_url, name, spec_dict, session),
         ProgressCallback(
-            store_url, name, dict(spec.objectives), n_trials=spec.search.n_trials, concurrency=spec.search.concurrency
+            store_url,
+            name,
+            dict(spec.objectives),
+            n_trials=spec.search.n_trials,
+            concurrency=spec.search.concurrency,
+            session=session,
         ),
         JsonLoggerCallback(),  # the one per-trial log Tune needs (see ray_setup.json_results_only)
         *(tracking or []),  # search.track: MLflow, TensorBoard (pickled with the run config: no password)
     ]
-    stoppers = [HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict)]
+    stoppers = [HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict, session)]
     rules = spec.search.stop.model_dump(exclude_none=True)
     if rules:
-        stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules))
+        stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules, session))
     tuner = tune.Tuner(
         _trainable(spec),
         tune_config=tune.TuneConfig(
@@ -161,13 +184,13 @@ def run_search(
     storage_path, chosen = storage_location(results_dir)
     experiment = experiment_path(storage_path, name)
     command = resume_command(name, store_url, address, storage_path, chosen)
-    watchdog = _StopWatchdog(store_url, name, command)
-    interrupts.reset(on_stop=watchdog.arm)
-    stop_rules.reset()
+    watchdog = StopWatchdog(store_url, name, command)
+    session = SearchSession(name, on_stop=watchdog.arm)  # what this search's hooks share, and nothing else's
     previous_umask = os.umask(0o077)  # checkpoints, tuner and searcher state on a shared results dir: ours only
     try:
-        with interrupts.handling_signals():
+        with session.active(), session.handling_signals():
             return _run_search(
+                session,
                 spec,
                 store_url,
                 name,
@@ -195,41 +218,8 @@ def _hand_password_to_libpq(password: str | None) -> None:
         os.environ["PGPASSWORD"] = password
 
 
-HARD_STOP_AFTER_S = 45.0  # a graceful stop that takes longer than this (Ray's processes gone too) ends the driver
-
-
-class _StopWatchdog:
-    """When a stop is requested, record the study as interrupted at once; end the driver if Ray cannot stop.
-
-    SIGTERM sent to a whole process group (a batch scheduler, ``kill -- -PGID``) also ends the local
-    Ray's own processes, and the driver would then wait a minute for Ray's control store before dying
-    with exit 1. The store is marked first (the running trials and the study ``interrupted``); if
-    ``fit()`` has not returned after :data:`HARD_STOP_AFTER_S`, the driver prints the resume line
-    and exits with the signal's code. Ray's experiment state, saved as the search went, resumes.
-    """
-
-    def __init__(self, store_url: str, name: str, command: str):
-        self.store_url, self.name, self.command = store_url, name, command
-        self._cancelled = threading.Event()
-
-    def arm(self, request) -> None:
-        """Called from the signal handler: the work happens on a thread (the main thread may hold a
-        store transaction that this must not wait for)."""
-        threading.Thread(target=self._run, args=(request,), name="archsearch-stop", daemon=True).start()
-
-    def _run(self, request) -> None:
-        _interrupted(self.store_url, self.name, request, self.command)
-        if self._cancelled.wait(HARD_STOP_AFTER_S):
-            return
-        message = _interrupted(self.store_url, self.name, request, self.command)
-        print(f"\n{message}", file=sys.stderr, flush=True)
-        os._exit(request.exit_code)
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-
 def _run_search(
+    session: SearchSession,
     spec: SearchSpec,
     store_url: str,
     name: str,
@@ -276,7 +266,7 @@ def _run_search(
         if name in store.study_names():
             store.claim_study(name)  # one driver per study: refused while another live driver holds it
         quiet_ray(verbose)
-        with interrupts.deferring_signals():  # a Ctrl-C while Ray starts acts once it has started
+        with session.deferring_signals():  # a Ctrl-C while Ray starts acts once it has started
             init_ray(address, spec)
         check_resources(spec)
         if address:
@@ -302,27 +292,27 @@ def _run_search(
         replay_finished(tuner, spec, public_url, name)
     else:
         if resume:
-            _set_status(
+            set_study_status(
                 store_url, name, "interrupted", f"cannot resume: no Ray Tune experiment state under {experiment}"
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
-        tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, callbacks)
+        tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, session, callbacks)
     command = resume_command(name, store_url, address, storage_path, chosen)
-    with _Heartbeat(store_url, name), _RayWatch(store_url, name, command), json_results_only():
+    with Heartbeat(store_url, name), RayWatch(store_url, name, command, session), json_results_only():
         try:
             tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands
-            interrupts.request_stop("interrupted by a second signal", interrupts.current_signal() or 2)
+            session.request_stop("interrupted by a second signal", session.stop_signal or 2)
         except BaseException as error:  # a crash in Ray: the study did not finish
-            _set_status(store_url, name, "interrupted", f"interrupted: {type(error).__name__}: {error}"[:500])
+            set_study_status(store_url, name, "interrupted", f"interrupted: {type(error).__name__}: {error}"[:500])
             raise
-    stop = interrupts.current()
+    stop = session.stop_request
     if stop is not None:
-        raise _interrupted(store_url, name, stop, resume_command(name, store_url, address, storage_path, chosen))
+        raise record_interruption(store_url, name, stop, resume_command(name, store_url, address, storage_path, chosen))
     # The search ran to its end: no trial of it may stay running in Optuna or in the store.
     with Store.open(store_url) as store:
         stopped = hopeless_reason(store, name, hopeless_after(spec), spec.model_dump(mode="json"))
-        ruled = stop_rules.current()
+        ruled = session.rule_reason
         if stopped:  # trials still in flight were stopped with the search, not lost
             reconcile(store, name, optuna_storage, stopped=f"stopped: every trial failed with: {stopped}")
         elif ruled:
@@ -366,129 +356,6 @@ def resume_command(name: str, store_url: str, address: str | None, storage_path:
     if chosen:
         parts += ["--results-dir", storage_path]
     return " ".join(parts)
-
-
-def _interrupted(store_url: str, name: str, stop, command: str):
-    """Record an interrupted search (running trials and the study ``interrupted``) and say how to resume."""
-    counts: dict[str, int] = {}
-    try:
-        with Store.open(store_url) as store:
-            store.interrupt_running_trials(name)
-            store.set_study_status(name, "interrupted", message=f"{stop.reason}; resume with: {command}")
-            counts = store.counts(name, epochs=False)
-    except Exception:  # the store may be what failed: the message still says how to resume
-        pass
-    done = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-    return SearchInterrupted(stop, f"search {stop.reason}{f' ({done})' if done else ''}; resume with: {command}")
-
-
-def _set_status(store_url: str, name: str, status: str, message: str | None) -> None:
-    try:
-        with Store.open(store_url) as store:
-            store.set_study_status(name, status, message=message)
-    except Exception:  # recording the status must never hide the original error
-        pass
-
-
-class _Heartbeat:
-    """Touches the study every ``HEARTBEAT_S`` while the search runs, so that a driver that dies on
-    another host is recognised (no heartbeat) and its study shown ``interrupted``."""
-
-    def __init__(self, store_url: str, name: str):
-        self.store_url, self.name = store_url, name
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="archsearch-heartbeat", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            with Store.open(self.store_url) as store:
-                while not self._stop.wait(HEARTBEAT_S):
-                    store.heartbeat(self.name)
-        except Exception:  # a missed heartbeat must never stop the search
-            return
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-RAY_WATCH_S = 1.0  # how often the driver checks that the local Ray it started is still alive
-RAY_WATCH_GRACE_S = 2.0  # after a death is seen, before it is reported (a signal may explain it)
-RAY_CORE = ("gcs_server", "raylet")  # without either, no trial can finish and Ray's driver only waits
-
-
-class _RayWatch:
-    """Ends the driver in one line when the local Ray it started dies under it (its GCS or raylet
-    killed: the OOM killer, a user's ``kill``), instead of Ray's core worker waiting a minute and
-    printing its own lines ("Failed to connect to GCS within 60 seconds") before aborting.
-
-    The study and its running trials are marked ``interrupted``, the resume command is printed,
-    and the driver exits 1. A cluster joined with ``--address`` has its processes elsewhere: not
-    watched here (its head's failure surfaces through Ray).
-    """
-
-    def __init__(self, store_url: str, name: str, command: str):
-        self.store_url, self.name, self.command = store_url, name, command
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="archsearch-ray-watch", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(RAY_WATCH_S):
-            if interrupts.current() is not None:  # a stop was asked for (a signal to the whole group
-                continue  # ends Ray too): the stop's own path reports it, with its exit code
-            dead = dead_local_ray_processes()
-            if not dead:
-                continue
-            # Ray's processes ended by SIGINT/SIGTERM: a signal to the whole process group (a batch
-            # scheduler, Ctrl-C in a terminal), which this driver got too, even if its handler has not
-            # run yet (the main thread may be inside Ray's C++): stopped as that signal asks.
-            signalled = [-code for _, code in dead if code < 0 and -code in interrupts.EXIT_CODES]
-            if signalled:
-                interrupts.request_stop(f"interrupted by {signal.Signals(signalled[0]).name}", signalled[0])
-                continue
-            if self._stop.wait(RAY_WATCH_GRACE_S) or interrupts.current() is not None:
-                continue
-            if not self._stop.is_set():
-                what = ", ".join(f"{kind} (exit {code})" for kind, code in dead)
-                request = interrupts.StopRequest(f"stopped: Ray's local processes died under the driver: {what}")
-                message = _interrupted(self.store_url, self.name, request, self.command)
-                print(f"\n{message}", file=sys.stderr, flush=True)
-                _kill_local_ray()  # what is left of it: nothing would stop it after os._exit
-                os._exit(request.exit_code)
-
-    def __enter__(self) -> _RayWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-def dead_local_ray_processes() -> list[tuple[str, int]]:
-    """(kind, exit code) of the local Ray's core processes that have exited; empty when this driver
-    did not start Ray itself (a cluster) or everything is alive."""
-    node = getattr(ray._private.worker, "_global_node", None)
-    if node is None or not getattr(node, "head", False):
-        return []
-    dead = []
-    for kind in RAY_CORE:
-        for info in node.all_processes.get(kind, ()):
-            code = info.process.poll()
-            if code is not None:
-                dead.append((kind, code))
-    return dead
-
-
-def _kill_local_ray() -> None:
-    node = getattr(ray._private.worker, "_global_node", None)
-    with contextlib.suppress(Exception):
-        if node is not None and node.head:
-            node.kill_all_processes(check_alive=False, allow_graceful=False)
 
 
 def _forget_optuna_study(store_url: str, name: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import optuna_fields as fields
+from harness.search import adapter as fields
 from search_space.spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec
 
 PRICED_OBJECTIVES = ("flops", "params")  # what the cost model prices before training

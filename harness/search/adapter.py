@@ -1,6 +1,6 @@
 """The one place that reads private fields of Ray Tune's OptunaSearch and of Optuna's Study.
 
-The searcher (:class:`harness.optuna_searcher.ArchsearchSearch`) extends Ray Tune's
+The searcher (:class:`harness.search.propose.searcher.ArchsearchSearch`) extends Ray Tune's
 ``OptunaSearch``, which keeps what it needs in private attributes: the Optuna trial asked for
 each Tune trial (``_ot_trials``), the study (``_ot_study``), the trials it was told about
 (``_completed_trials``), the define-by-run function (``_space``) and the sampler (``_sampler``).
@@ -13,9 +13,11 @@ upgrade fails a test instead of every search.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import optuna
+import ray
 
 from trials.errors import EnvironmentProblem
 
@@ -88,3 +90,30 @@ def frozen_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
     """One trial of ``study`` by number, read alone (``study.trials[number]`` would load them all)."""
     storage = study._storage
     return storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
+
+
+# Ray: the local node this driver started (ray._private.worker._global_node); no public API
+# says whether its GCS or raylet died, or kills them when the driver must exit at once.
+
+
+def dead_local_ray_processes(kinds: tuple[str, ...]) -> list[tuple[str, int]]:
+    """(kind, exit code) of the local Ray's core processes that have exited; empty when this driver
+    did not start Ray itself (a cluster) or everything is alive."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None or not getattr(node, "head", False):
+        return []
+    dead = []
+    for kind in kinds:
+        for info in node.all_processes.get(kind, ()):
+            code = info.process.poll()
+            if code is not None:
+                dead.append((kind, code))
+    return dead
+
+
+def kill_local_ray() -> None:
+    """Kill what is left of the local Ray this driver started (a head node), ungracefully."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    with contextlib.suppress(Exception):
+        if node is not None and node.head:
+            node.kill_all_processes(check_alive=False, allow_graceful=False)

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.data_parallel import RayPeers
-from harness.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
+from harness.search.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
+from harness.search.worker.data_parallel import RayPeers
 from search_space.sampling import build_trial_config, cost_violations
 from search_space.spec import Resources, SearchSpec
 from trials.lazy import lazy_import

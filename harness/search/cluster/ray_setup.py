@@ -2,7 +2,7 @@
 anything is written (resources some node can meet, storage every node reads), and where its
 experiment lives (a study name that is safe as a directory, a path that stays under its root).
 
-Kept apart from :mod:`harness.search`, which holds the search's life cycle; :mod:`harness.cluster`
+Kept apart from :mod:`harness.search.driver`, which holds the search's life cycle; :mod:`harness.search.cluster.join`
 does the first contact with a cluster (token, pre-flight).
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.cluster import alive_nodes, join
+from harness.search.cluster.join import alive_nodes, join
 from search_space.spec import SearchSpec
 from trials.errors import RunError
 from trials.lazy import lazy_import

@@ -8,12 +8,13 @@ against a reference point fixed at the start of that window
 (:func:`dashboards.multiobjective.plateau_check`); a relative gain below ``min_gain`` ends the
 study. ``max_hours`` counts this driver's wall time (a resumed search starts a new budget).
 
-The stopper runs in the driver (Tune calls ``stop_all`` in its loop), so the reason is kept in
-this module for :func:`harness.search.run_search` to record as the study's message; trials still
-running when it fires are stopped with the search and recorded ``interrupted``. Tune runs the
-callbacks of a trial's end before its loop step asks the stoppers, so the progress line brings the
-reading up to date itself (:func:`refresh`): the line printed for the N-th completed trial shows
-the reading that counts it, and a plateau found there ends the search at that step's look.
+The stopper runs in the driver (Tune calls ``stop_all`` in its loop) and keeps its reason in the
+search's :class:`harness.search.session.SearchSession` (``rule_reason``), which the driver records as the
+study's message; trials still running when it fires are stopped with the search and recorded
+``interrupted``. Tune runs the callbacks of a trial's end before its loop step asks the stoppers, so
+the progress line brings the reading up to date itself (``session.refresh_plateau()``): the line
+printed for the N-th completed trial shows the reading that counts it, and a plateau found there
+ends the search at that step's look.
 """
 
 from __future__ import annotations
@@ -26,34 +27,9 @@ import numpy as np
 from ray.tune.stopper import Stopper
 
 from dashboards.multiobjective import PlateauCheck, plateau_check
-from harness.interrupts import stop_on_store_failure, store_failures
+from harness.search.interrupts import store_failures
+from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
-
-_state: dict[str, Any] = {"reason": None, "started": time.monotonic(), "note": None, "stopper": None}
-
-
-def reset() -> None:
-    """A new driver session: no stop yet, and the wall-clock budget starts now."""
-    _state.update(reason=None, started=time.monotonic(), note=None, stopper=None)
-
-
-def refresh() -> None:
-    """Bring the plateau reading up to date with the trials the store holds now. The progress
-    line calls it after a trial's end is recorded; without it the line would show the reading
-    of the previous trial end (Tune asks the stoppers after the callbacks of a step)."""
-    stopper = _state["stopper"]
-    if stopper is not None and current() is None:
-        stopper.look()
-
-
-def progress_note() -> str | None:
-    """The plateau rule's last reading, for the progress line ("hv +1.2% over the last 50")."""
-    return _state["note"]
-
-
-def current() -> str | None:
-    """Why a stop rule ended this search (one line), or None."""
-    return _state["reason"]
 
 
 def completed_points(store, study: str, objectives: dict[str, str]) -> np.ndarray:
@@ -75,45 +51,57 @@ def plateau_reason(check: PlateauCheck | None, min_gain: float) -> str | None:
     )
 
 
-class StopRulesStopper(Stopper):
+class StopRulesStopper(SessionBound, Stopper):
     """Tune stopper for ``search.stop`` (see the module docstring). Each check is one COUNT query;
     the hypervolume is computed only when another trial has completed."""
 
-    def __init__(self, store_url: str, study: str, objectives: dict[str, str], rules: dict[str, Any]):
+    def __init__(
+        self,
+        store_url: str,
+        study: str,
+        objectives: dict[str, str],
+        rules: dict[str, Any],
+        session: SearchSession | None = None,
+    ):
         self.store_url = store_url
         self.study = study
         self.objectives = objectives
         self.rules = rules
         self._store = None
         self._completed = -1
-        self._found: str | None = None  # a plateau found by refresh(), announced at the next stop_all
-        _state["stopper"] = self
+        self._found: str | None = None  # a plateau found by a refresh, announced at the next stop_all
+        if session is not None:
+            self.bind(session)
+
+    def bind(self, session: SearchSession) -> None:
+        super().bind(session)
+        session.watch_plateau(self)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None, "_completed": -1, "_found": None}
+        return self._unbound_state({**self.__dict__, "_store": None, "_completed": -1, "_found": None})
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False
 
     def look(self) -> None:
-        """Check the plateau now (see :func:`refresh`); the stop itself is announced by ``stop_all``."""
+        """Check the plateau now (``session.refresh_plateau``); the stop itself is announced by ``stop_all``."""
         if self._found is None:
             self._found = self._plateau()
 
     def stop_all(self) -> bool:
-        _state["stopper"] = self  # a stopper restored with a resumed experiment is this driver's too
-        if current() is not None:
+        session = self._session()
+        if session.rule_reason is not None:
             return True
         reason = self._found or self._over_time() or self._plateau()
         if reason is None:
             return False
-        _state["reason"] = reason
+        session.rule_reason = reason
         print(f"[{self.study}] stopping: {reason}", file=sys.stderr, flush=True)
         return True
 
     def _over_time(self) -> str | None:
         hours = self.rules.get("max_hours")
-        if hours and time.monotonic() - _state["started"] > hours * 3600:
+        if hours and time.monotonic() - self._session().started > hours * 3600:
             return f"max_hours: {hours:g} h of wall time reached"
         return None
 
@@ -130,9 +118,9 @@ class StopRulesStopper(Stopper):
             self._completed = completed
             points = completed_points(self._store, self.study, self.objectives)
         except store_failures() as error:
-            stop_on_store_failure("checking the hypervolume plateau", error)
+            self._session().stop_on_store_failure("checking the hypervolume plateau", error)
             return None
         check = plateau_check(points, list(self.objectives.values()), plateau["window"])
         if check is not None:
-            _state["note"] = f"hv {check.gain:+.2%} over the last {check.window}"
+            self._session().rule_note = f"hv {check.gain:+.2%} over the last {check.window}"
         return plateau_reason(check, plateau["min_gain"])

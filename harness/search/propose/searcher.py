@@ -30,7 +30,6 @@ The searcher is pickled for ``Tuner.restore``; it holds a store URL, never an op
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from typing import Any
@@ -39,31 +38,25 @@ import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from harness import optuna_fields as fields
-from harness.interrupts import stop_on_store_failure, store_failures
-from harness.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
-from harness.samplers import TuneGridSampler
+from harness.search import adapter as fields
+from harness.search.interrupts import store_failures
+from harness.search.propose.samplers import TuneGridSampler
+from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
+from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import SearchSpec
 
 MAX_INFEASIBLE_IN_A_ROW = 200
 
-# Where classes that Ray pickles into an experiment (tuner.pkl, searcher-state-*.pkl) lived before
-# they moved: an experiment saved by an older archsearch still resumes (see alias_legacy_modules).
-LEGACY_MODULES = {"harness.searcher": "harness.optuna_searcher", "search_space.grid_sampler": "harness.samplers"}
 
-
-def alias_legacy_modules() -> None:
-    """Make the old module names importable as the new modules, for unpickling older experiments."""
-    for old, new in LEGACY_MODULES.items():
-        sys.modules.setdefault(old, importlib.import_module(new))
-
-
-class ArchsearchSearch(OptunaSearch):
+class ArchsearchSearch(SessionBound, OptunaSearch):
     """Ray Tune's OptunaSearch plus infeasible and duplicate configurations (see the module docstring)."""
 
-    def __init__(self, spec: SearchSpec, store_url: str, study_name: str, storage, sampler):
+    def __init__(
+        self, spec: SearchSpec, store_url: str, study_name: str, storage, sampler, session: SearchSession | None = None
+    ):
+        self.session = session
         self.spec = spec
         self.store_url = store_url
         self.archsearch_study = study_name
@@ -92,17 +85,23 @@ class ArchsearchSearch(OptunaSearch):
         state = self.__dict__.copy()
         state["_store"] = None
         state["_synced"] = False
-        return state
+        return self._unbound_state(state)
 
     def save(self, checkpoint_path: str) -> None:
-        # OptunaSearch.save pickles __dict__ directly (not __getstate__): drop the open store, and
-        # the sync flag (the searcher restored from this file must sync with the store again).
-        store, synced = self._store, getattr(self, "_synced", False)
-        self._store, self._synced = None, False
+        # OptunaSearch.save pickles __dict__ directly (not __getstate__): drop the open store, the
+        # session (this driver's), and the sync flag (a searcher restored from this file syncs again).
+        store, synced, session = self._store, getattr(self, "_synced", False), self.session
+        self._store, self._synced, self.session = None, False, None
         try:
             super().save(checkpoint_path)
         finally:
-            self._store, self._synced = store, synced
+            self._store, self._synced, self.session = store, synced, session
+
+    def restore(self, checkpoint_path: str) -> None:
+        # OptunaSearch.restore updates __dict__ from the file: the session bound by this driver stays.
+        session = self.session
+        super().restore(checkpoint_path)
+        self.session = session
 
     @property
     def store(self):
@@ -303,7 +302,7 @@ class ArchsearchSearch(OptunaSearch):
             study.tell(number, state=state.FAIL if outcome[0] == "failed" else state.PRUNED)
 
     def _grid_done(self) -> bool:
-        """A grid search ends when every grid point has been dispatched (see harness.samplers)."""
+        """A grid search ends when every grid point has been dispatched (see harness.search.propose.samplers)."""
         return (
             isinstance(fields.sampler_of(self), TuneGridSampler)
             and fields.study_of(self) is not None
@@ -346,8 +345,8 @@ class ArchsearchSearch(OptunaSearch):
                 self._outcomes[ot_trial.number] = outcome
                 for duplicate in self._waiting.pop(ot_trial.number, []):
                     self._tell_copy(duplicate, outcome)
-        except store_failures() as failure:  # the database is down: stop, resumable (see harness.interrupts)
-            stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
+        except store_failures() as failure:  # the database is down: stop, resumable (see harness.search.interrupts)
+            self._session().stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
         finally:
             fields.mark_told(self, trial_id)
 
@@ -355,7 +354,7 @@ class ArchsearchSearch(OptunaSearch):
         try:
             return self._suggest(trial_id)
         except store_failures() as failure:
-            stop_on_store_failure("asking Optuna for a configuration", failure)
+            self._session().stop_on_store_failure("asking Optuna for a configuration", failure)
             return None
 
 

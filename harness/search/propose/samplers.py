@@ -14,7 +14,7 @@ search of more trials than points runs each point once rather than re-running vi
 
 The sampler classes are at module level so that the searcher (pickled by ``Tuner.restore``) can
 be pickled with them. Before this module moved here (from ``search_space.grid_sampler``), grid
-experiments pickled it under that name: :data:`harness.optuna_searcher.LEGACY_MODULES` maps it.
+experiments pickled it under that name: :data:`harness.search.legacy.LEGACY_MODULES` maps it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""Tune callbacks that run in the driver: the store writer and the live progress line.
-
-The driver is the store's only writer (workers need no database access), which is also what
-keeps SQLite happy. Callbacks are pickled with the experiment state, so they keep a store URL
-and open the store lazily.
-"""
+"""The live progress line: counts, the front's best values, data wait and an ETA, every few seconds."""
 
 from __future__ import annotations
 
 import math
-import socket
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,110 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from ray.tune import Callback
-from ray.tune.stopper import Stopper
 
 from dashboards.pareto import front_mask
-from harness import interrupts, stop_rules
-from harness.interrupts import stop_on_store_failure, store_failures
-from harness.result_keys import NUMBER_KEY, STATUS_KEY
+from harness.search.result_keys import NUMBER_KEY
+from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
-from harness.study_outcome import DispatchedTrial, dispatched_trial, hopeless_reason, record_outcome
 from trials.data_config import DATA_STARVED_FRACTION, is_data_starved
-
-# Trials whose end this driver process recorded, per study: the hopeless-search check runs again
-# only when this moved (a search turns hopeless only when a trial ends).
-_ENDED: Counter[str] = Counter()
-
-EPOCH_KEYS = (
-    "epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction",
-    "train_eval_loss",
-)  # fmt: skip
-
-
-class StoreCallback(Callback):
-    """Writes every trial's start, each epoch, and its outcome into the store."""
-
-    def __init__(self, store_url: str, study: str, spec: dict[str, Any]):
-        self.store_url = store_url
-        self.study = study
-        self.spec = spec
-        self._store = None
-        self._last: dict[str, dict[str, Any]] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None}
-
-    @property
-    def store(self):
-        if self._store is None:
-            self._store = Store.open(self.store_url)
-        return self._store
-
-    def _trial_config(self, trial) -> DispatchedTrial:
-        return dispatched_trial(self.spec, dict(trial.config))
-
-    def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        try:
-            number, config, parameters = self._trial_config(trial)
-            self.store.start_trial(
-                self.study,
-                number,
-                config,
-                seed=config.get("seed"),
-                optuna_number=number,
-                host=socket.gethostname(),
-                parameters=parameters,
-            )
-        except store_failures() as error:
-            stop_on_store_failure("recording a trial's start", error)
-
-    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
-        self._last[trial.trial_id] = result
-        if result.get("epoch"):
-            number = result[NUMBER_KEY]
-            row = {k: result.get(k) for k in EPOCH_KEYS}
-            row["images_per_s"] = result.get("train_images_per_s")
-            row["wall_time"] = result.get("time_total_s")
-            try:
-                self.store.record_epoch(self.study, number, row)
-            except store_failures() as error:
-                stop_on_store_failure(f"recording an epoch of trial {number}", error)
-
-    def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        result = self._last.pop(trial.trial_id, None) or trial.last_result or {}
-        ruled = stop_rules.current()
-        if ruled and not result.get(STATUS_KEY):  # cut short by a stop rule: cancelled, not pruned
-            result = {**result, STATUS_KEY: "interrupted", "error": f"stopped with the search: {ruled}"}
-        try:
-            record_outcome(self.store, self.study, self.spec, dict(trial.config), result)
-        except store_failures() as error:
-            stop_on_store_failure("recording a finished trial", error)
-        _ENDED[self.study] += 1
-
-    def on_trial_error(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        self._last.pop(trial.trial_id, None)
-        error = None
-        error_file = getattr(trial, "error_file", None)
-        if error_file:
-            try:
-                with open(error_file) as handle:
-                    error = handle.read()[-4000:]
-            except OSError:
-                error = None
-        try:
-            number, config, parameters = self._trial_config(trial)
-            self.store.finish_trial(
-                self.study,
-                number,
-                status="failed",
-                config=config,
-                error=error or "the trial raised",
-                optuna_number=number,
-                parameters=parameters,
-            )
-        except store_failures() as failure:
-            stop_on_store_failure("recording a failed trial", failure)
-        _ENDED[self.study] += 1
 
 
 @dataclass
@@ -235,7 +130,7 @@ def best_values(outcomes: pd.DataFrame, objectives: Mapping[str, str]) -> dict[s
     return best
 
 
-class ProgressCallback(Callback):
+class ProgressCallback(SessionBound, Callback):
     """One status line per finished trial: done / running / pruned / failed / infeasible / front
     size / best value of each objective / elapsed time / ETA.
 
@@ -274,7 +169,9 @@ class ProgressCallback(Callback):
         *,
         n_trials: int | None = None,
         concurrency: int = 1,
+        session: SearchSession | None = None,
     ):
+        self.session = session
         self.store_url = store_url
         self.study = study
         self.objectives = objectives
@@ -302,7 +199,7 @@ class ProgressCallback(Callback):
             "_data_wait": {},
         }  # fmt: skip
         state.update(_started=None, _last_line=None, _running={}, _durations=[], _peak_running=0)
-        return state
+        return self._unbound_state(state)
 
     def _now(self) -> float:
         now = time.monotonic()
@@ -314,11 +211,11 @@ class ProgressCallback(Callback):
         self._now()  # the search's clock starts with Tune's
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        self._running[_trial_id(trial)] = self._now()
+        self._running[tune_trial_id(trial)] = self._now()
         self._peak_running = max(self._peak_running, len(self._running))
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        self._running.pop(_trial_id(trial), None)  # retried: Tune starts it again (on_trial_start)
+        self._running.pop(tune_trial_id(trial), None)  # retried: Tune starts it again (on_trial_start)
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
         if result.get("epoch"):
@@ -326,7 +223,7 @@ class ProgressCallback(Callback):
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         """The heartbeat: a line when trials run and none has ended for ``_HEARTBEAT_S`` seconds."""
-        if not self._running or interrupts.current() is not None:
+        if not self._running or self._session().stop_request is not None:
             return
         now = self._now()
         if now - (self._last_line if self._last_line is not None else self._started) < self._HEARTBEAT_S:
@@ -361,7 +258,7 @@ class ProgressCallback(Callback):
         now = self._now()
         counts = self._store.counts(self.study, epochs=False)
         if at_trial_end:
-            stop_rules.refresh()  # the plateau reading that counts this trial end
+            self._session().refresh_plateau()  # the plateau reading that counts this trial end
         front = self._front()
         best = "  ".join(
             f"{direction} {name} {compact_number(self._best[name])}"
@@ -375,7 +272,7 @@ class ProgressCallback(Callback):
             f"pareto front {front}"
             + (f"  best {best}" if best else "")
             + f"  {self._timing(counts, now)}"
-            + (f"  {note}" if (note := stop_rules.progress_note()) else "")
+            + (f"  {note}" if (note := self._session().rule_note) else "")
         )
 
     def _safe_line(self, *, at_trial_end: bool = True) -> str:
@@ -389,13 +286,13 @@ class ProgressCallback(Callback):
         print(line, file=self.stream or sys.stderr, flush=True)
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        trial_id = _trial_id(trial)
+        trial_id = tune_trial_id(trial)
         data_wait = self._data_wait.pop(trial_id, None) or DataWait()
         now = self._now()
         started = self._running.pop(trial_id, None)
         if started is not None:
             self._durations.append(now - started)
-        if interrupts.current() is not None:  # stopping: the one line that says why comes at the end
+        if self._session().stop_request is not None:  # stopping: the one line that says why comes at the end
             return
         line = self._safe_line()
         if note := data_wait.note():
@@ -405,54 +302,6 @@ class ProgressCallback(Callback):
     on_trial_error = on_trial_complete
 
 
-def _trial_id(trial) -> str | None:
+def tune_trial_id(trial) -> str | None:
     """Tune's id of a trial (None for the bare calls of a unit test: one anonymous trial)."""
     return getattr(trial, "trial_id", None)
-
-
-class HopelessSearchStopper(Stopper):
-    """Stops the whole search when every trial so far failed, the last ``after`` of them (and all
-    the others) for the same reason: a broken environment or config that no sampled value fixes
-    would otherwise burn the whole budget. Trials that fail at once fail in bursts, so it is asked at
-    every step of Tune's loop (about ten a second), and it queries the store (a COUNT, about a
-    millisecond) only when :class:`StoreCallback` recorded a trial's end since its last look, and once
-    at the start (a resumed study may be hopeless already)."""
-
-    def __init__(self, store_url: str, study: str, after: int = 3, spec: dict | None = None):
-        self.store_url = store_url
-        self.study = study
-        self.after = max(1, after)
-        self.spec = spec
-        self._store = None
-        self._looked_at: int | None = None  # _ENDED[study] at the last look
-        self.reason: str | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None, "_looked_at": None}
-
-    def __call__(self, trial_id: str, result: dict) -> bool:
-        return False
-
-    def stop_all(self) -> bool:
-        if self.reason is not None:
-            return True
-        if self._looked_at == _ENDED[self.study]:
-            return False
-        self._looked_at = _ENDED[self.study]
-        try:
-            if self._store is None:
-                self._store = Store.open(self.store_url)
-            reason = hopeless_reason(self._store, self.study, self.after, self.spec)
-            failed = self._store.counts(self.study, epochs=False)["failed"] if reason else 0
-        except store_failures() as error:
-            stop_on_store_failure("counting the trials", error)
-            return False
-        if reason is None:
-            return False
-        self.reason = reason
-        print(
-            f"[{self.study}] stopping: the first {failed} trials all failed with: {reason}",
-            file=sys.stderr,
-            flush=True,
-        )
-        return True

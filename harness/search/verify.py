@@ -28,7 +28,7 @@ import pandas as pd
 
 from dashboards.pareto import study_front
 from dashboards.verified import compare_fronts
-from harness import cluster
+from harness.search.cluster import join as cluster
 from harness.store import Store, StoreError
 from search_space.sampling import data_shape
 from trials.configio import ConfigError

@@ -8,7 +8,7 @@ the new spec fixes takes the new spec's value. A trial with a value outside the 
 is skipped (and counted). With ``reuse_results``, a proposed trial whose whole config (model, data,
 budget, seed) equals that of any trial the earlier study completed (enqueued or not: a sampler with
 the earlier seed proposes the earlier trials again) is not retrained: its record is copied
-(``final.reused_from``) and Optuna told its values (see :class:`harness.optuna_searcher.ArchsearchSearch`).
+(``final.reused_from``) and Optuna told its values (see :class:`harness.search.propose.searcher.ArchsearchSearch`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dashboards.pareto import study_front
-from harness import optuna_fields as fields
-from harness.optuna_searcher import config_key
+from harness.search import adapter as fields
+from harness.search.propose.searcher import config_key
 from harness.store import Store, StoreError, mask_url
 from search_space.sampling import build_trial_config, fixed_params, params_of_config
 from search_space.spec import SearchSpec

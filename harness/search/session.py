@@ -1,0 +1,222 @@
+"""One search's shared state, passed explicitly to every hook that needs it.
+
+Ray Tune calls a search's hooks (the searcher, the callbacks, the stoppers) from its loop in an order
+it does not promise, and a program may run several searches one after another in one process. So
+what the hooks share lives in one :class:`SearchSession` that the driver creates per search and
+hands to each hook (``bind``), never in module globals:
+
+* the **stop request**: why the search is stopping (a signal, a store failure), first one wins, and
+  Ray Tune's graceful-stop handler that a request triggers;
+* the **stop rules' reading**: the rule that ended the search and the progress line's plateau note;
+* the **trial ends** this driver recorded, which the hopeless-search stopper watches;
+* when this driver's session **started**, the origin of ``search.stop.max_hours``.
+
+Hooks are pickled into Ray's experiment state; the session is not (:class:`SessionBound` drops it).
+Ray Tune unpickles hooks inside the driver at two moments it gives no seam for: ``Tuner.restore``
+(the searcher and callbacks of ``tuner.pkl``) and inside ``fit()``, where a resumed controller replaces
+the stoppers it was given by those of its last snapshot. So the driver runs both within
+``session.active()``, and a hook unpickled there binds itself to that session (``__setstate__``). The
+one context variable that makes this work is scoped to that block; outside it an unpickled hook is
+unbound and says so when used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from harness.search.interrupts import SearchInterrupted, StopRequest
+
+# The session of the search whose Tuner is being restored or fitted in this context (see the module
+# docstring); set only by SearchSession.active(), for the length of that block.
+_ACTIVE: ContextVar[SearchSession | None] = ContextVar("archsearch_active_search_session", default=None)
+
+
+class PlateauWatcher(Protocol):
+    def look(self) -> None: ...
+
+
+class SearchSession:
+    """What the hooks of one search share (see the module docstring). Thread-safe where threads meet:
+    a stop may be requested from a signal handler, a watcher thread or Tune's loop."""
+
+    def __init__(self, study: str, *, on_stop: Callable[[StopRequest], None] | None = None):
+        self.study = study
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._request: StopRequest | None = None
+        self._on_stop = on_stop  # called once, with the first request (the driver's stop watchdog)
+        self._graceful_stop: Any = None  # Ray Tune's SIGINT handler while fit() runs
+        self._deferring = False  # while Ray starts: a signal is recorded, acted on once it has started
+        self.rule_reason: str | None = None  # why a stop rule ended the search
+        self.rule_note: str | None = None  # the plateau rule's last reading, for the progress line
+        self._plateau_watcher: PlateauWatcher | None = None
+        self.trials_ended = 0  # trial ends this driver recorded (the hopeless-search stopper's trigger)
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("a SearchSession belongs to one driver process and is never pickled")
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[SearchSession]:
+        """The block in which Ray unpickles this search's hooks (``Tuner.restore``, ``fit()``): each
+        binds itself to this session."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    @property
+    def stop_request(self) -> StopRequest | None:
+        return self._request
+
+    @property
+    def stop_signal(self) -> int | None:
+        request = self._request
+        return request.signum if request else None
+
+    def request_stop(self, reason: str, signum: int | None = None) -> bool:
+        """Ask the search to stop gracefully; the first request wins. Returns whether it was the first."""
+        with self._lock:
+            first = self._request is None
+            if first:
+                self._request = StopRequest(reason, signum)
+            handler, on_stop = self._graceful_stop, self._on_stop
+        if first and on_stop is not None:
+            on_stop(self._request)
+        if first and callable(handler):
+            # Ray's handler only sets its "interrupted" event (and restores the default SIGINT handler,
+            # so that a second Ctrl-C stops hard): safe to call from any thread.
+            handler(signal.SIGINT, None)
+        return first
+
+    def stop_on_store_failure(self, what: str, error: BaseException) -> None:
+        """A store that fails mid-search stops the search gracefully (resumable), with one line saying why.
+
+        Raising inside a Tune callback would print Ray's tracebacks and abort the run; instead the
+        search stops as on Ctrl-C and ``archsearch search`` exits 1 with the cause and the resume command.
+        """
+        text = " ".join(str(getattr(error, "orig", None) or error).split())[:300]
+        self.request_stop(f"stopped: the store failed while {what}: {type(error).__name__}: {text}")
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """The SIGINT/SIGTERM handler while this search runs."""
+        name = signal.Signals(signum).name
+        first = self.request_stop(f"interrupted by {name}", signum)
+        if first and self._deferring:
+            return  # Ray is starting: acted on by deferring_signals() once it has
+        if not first or self._graceful_stop is None:
+            raise KeyboardInterrupt(name)  # a second signal, or no graceful path: stop now
+
+    @contextlib.contextmanager
+    def handling_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM request a graceful stop for the whole search (from the main thread);
+        the previous handlers come back afterwards. Before Ray Tune's own handler is in place a signal
+        raises KeyboardInterrupt, as Ctrl-C always did."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, self.on_signal)
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    @contextlib.contextmanager
+    def deferring_signals(self) -> Iterator[None]:
+        """While Ray starts (its processes, the driver's core worker): a first SIGINT or SIGTERM is only
+        recorded, and raised as :class:`SearchInterrupted` (exit 130 or 143) when the block ends, never
+        in the middle of it.
+
+        A KeyboardInterrupt raised inside ``ray.init`` left a half-connected core worker whose teardown
+        at exit crashed the driver (``Segmentation fault``, exit 139, about 1 start in 4).
+        """
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        request = self._request
+        if request is not None and request.signum is not None:
+            name = signal.Signals(request.signum).name
+            raise SearchInterrupted(request, f"search interrupted by {name} while Ray started, before any trial ran")
+
+    def take_over_signals_from_ray(self) -> None:
+        """Inside ``fit()``, once Ray Tune installed its graceful SIGINT handler: route SIGINT and
+        SIGTERM through this session to it (a signal that came before Ray was ready acts now)."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals are delivered to the main thread only; Ray handles nothing here either
+        ray_handler = signal.getsignal(signal.SIGINT)
+        ours = getattr(ray_handler, "__self__", None) is self
+        with self._lock:
+            self._graceful_stop = ray_handler if callable(ray_handler) and not ours else None
+            pending = self._request
+        signal.signal(signal.SIGINT, self.on_signal)
+        signal.signal(signal.SIGTERM, self.on_signal)
+        if pending is not None and self._graceful_stop is not None:
+            self._graceful_stop(signal.SIGINT, None)
+
+    # -- stop rules and trial ends ---------------------------------------------------------------
+
+    def watch_plateau(self, watcher: PlateauWatcher) -> None:
+        self._plateau_watcher = watcher
+
+    def refresh_plateau(self) -> None:
+        """Bring the plateau reading up to date with the trials the store holds now. The progress
+        line calls it after a trial's end is recorded; without it the line would show the reading
+        of the previous trial end (Tune asks the stoppers after the callbacks of a step)."""
+        if self._plateau_watcher is not None and self._request is None:
+            self._plateau_watcher.look()
+
+    def trial_ended(self) -> None:
+        with self._lock:
+            self.trials_ended += 1
+
+
+class SessionBound:
+    """A hook that uses the search's session: bound by the driver, never pickled with it.
+
+    The driver passes the session when it builds the hook; a hook Ray unpickles within
+    ``session.active()`` binds itself to it (``__setstate__``).
+    """
+
+    session: SearchSession | None = None
+
+    def bind(self, session: SearchSession) -> None:
+        self.session = session
+
+    def _unbound_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, "session": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        session = _ACTIVE.get()
+        if session is not None:
+            self.bind(session)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """A copy in this process (Ray Tune deep-copies an experiment's stoppers and callbacks before
+        it runs them) keeps the session: the copy is the hook that runs in this search. Everything
+        else is copied as pickling would (``__getstate__``)."""
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        state = self.__getstate__() if hasattr(self, "__getstate__") else dict(self.__dict__)
+        clone.__dict__.update(copy.deepcopy({k: v for k, v in state.items() if k != "session"}, memo))
+        clone.session = self.session
+        return clone
+
+    def _session(self) -> SearchSession:
+        if self.session is None:
+            raise RuntimeError(f"{type(self).__name__} used before the driver bound it to a search session")
+        return self.session

@@ -1,0 +1,169 @@
+"""What watches a running search from the driver: the store heartbeat, the stop watchdog, the local Ray.
+
+Three daemon threads that run beside ``Tuner.fit()``; each reads the search's
+:class:`harness.search.session.SearchSession` for a stop already asked for, and records an interrupted
+study (its running trials and itself ``interrupted``, the resume command in its message).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from ray.tune import Callback
+
+from harness.search import adapter
+from harness.search.interrupts import EXIT_CODES, SearchInterrupted, StopRequest
+from harness.search.session import SearchSession, SessionBound
+from harness.store import Store
+from harness.store.liveness import HEARTBEAT_S
+
+HARD_STOP_AFTER_S = 45.0  # a graceful stop that takes longer than this (Ray's processes gone too) ends the driver
+
+
+class StopWatchdog:
+    """When a stop is requested, record the study as interrupted at once; end the driver if Ray cannot stop.
+
+    SIGTERM sent to a whole process group (a batch scheduler, ``kill -- -PGID``) also ends the local
+    Ray's own processes, and the driver would then wait a minute for Ray's control store before dying
+    with exit 1. The store is marked first (the running trials and the study ``interrupted``); if
+    ``fit()`` has not returned after :data:`HARD_STOP_AFTER_S`, the driver prints the resume line
+    and exits with the signal's code. Ray's experiment state, saved as the search went, resumes.
+    """
+
+    def __init__(self, store_url: str, name: str, command: str):
+        self.store_url, self.name, self.command = store_url, name, command
+        self._cancelled = threading.Event()
+
+    def arm(self, request) -> None:
+        """Called from the signal handler: the work happens on a thread (the main thread may hold a
+        store transaction that this must not wait for)."""
+        threading.Thread(target=self._run, args=(request,), name="archsearch-stop", daemon=True).start()
+
+    def _run(self, request) -> None:
+        record_interruption(self.store_url, self.name, request, self.command)
+        if self._cancelled.wait(HARD_STOP_AFTER_S):
+            return
+        message = record_interruption(self.store_url, self.name, request, self.command)
+        print(f"\n{message}", file=sys.stderr, flush=True)
+        os._exit(request.exit_code)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+
+def record_interruption(store_url: str, name: str, stop, command: str):
+    """Record an interrupted search (running trials and the study ``interrupted``) and say how to resume."""
+    counts: dict[str, int] = {}
+    try:
+        with Store.open(store_url) as store:
+            store.interrupt_running_trials(name)
+            store.set_study_status(name, "interrupted", message=f"{stop.reason}; resume with: {command}")
+            counts = store.counts(name, epochs=False)
+    except Exception:  # the store may be what failed: the message still says how to resume
+        pass
+    done = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+    return SearchInterrupted(stop, f"search {stop.reason}{f' ({done})' if done else ''}; resume with: {command}")
+
+
+def set_study_status(store_url: str, name: str, status: str, message: str | None) -> None:
+    try:
+        with Store.open(store_url) as store:
+            store.set_study_status(name, status, message=message)
+    except Exception:  # recording the status must never hide the original error
+        pass
+
+
+class Heartbeat:
+    """Touches the study every ``HEARTBEAT_S`` while the search runs, so that a driver that dies on
+    another host is recognised (no heartbeat) and its study shown ``interrupted``."""
+
+    def __init__(self, store_url: str, name: str):
+        self.store_url, self.name = store_url, name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="archsearch-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with Store.open(self.store_url) as store:
+                while not self._stop.wait(HEARTBEAT_S):
+                    store.heartbeat(self.name)
+        except Exception:  # a missed heartbeat must never stop the search
+            return
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+RAY_WATCH_S = 1.0  # how often the driver checks that the local Ray it started is still alive
+RAY_WATCH_GRACE_S = 2.0  # after a death is seen, before it is reported (a signal may explain it)
+RAY_CORE = ("gcs_server", "raylet")  # without either, no trial can finish and Ray's driver only waits
+
+
+class RayWatch:
+    """Ends the driver in one line when the local Ray it started dies under it (its GCS or raylet
+    killed: the OOM killer, a user's ``kill``), instead of Ray's core worker waiting a minute and
+    printing its own lines ("Failed to connect to GCS within 60 seconds") before aborting.
+
+    The study and its running trials are marked ``interrupted``, the resume command is printed,
+    and the driver exits 1. A cluster joined with ``--address`` has its processes elsewhere: not
+    watched here (its head's failure surfaces through Ray).
+    """
+
+    def __init__(self, store_url: str, name: str, command: str, session: SearchSession):
+        self.store_url, self.name, self.command, self.session = store_url, name, command, session
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="archsearch-ray-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(RAY_WATCH_S):
+            if self.session.stop_request is not None:  # a stop was asked for (a signal to the whole group
+                continue  # ends Ray too): the stop's own path reports it, with its exit code
+            dead = adapter.dead_local_ray_processes(RAY_CORE)
+            if not dead:
+                continue
+            # Ray's processes ended by SIGINT/SIGTERM: a signal to the whole process group (a batch
+            # scheduler, Ctrl-C in a terminal), which this driver got too, even if its handler has not
+            # run yet (the main thread may be inside Ray's C++): stopped as that signal asks.
+            signalled = [-code for _, code in dead if code < 0 and -code in EXIT_CODES]
+            if signalled:
+                self.session.request_stop(f"interrupted by {signal.Signals(signalled[0]).name}", signalled[0])
+                continue
+            if self._stop.wait(RAY_WATCH_GRACE_S) or self.session.stop_request is not None:
+                continue
+            if not self._stop.is_set():
+                what = ", ".join(f"{kind} (exit {code})" for kind, code in dead)
+                request = StopRequest(f"stopped: Ray's local processes died under the driver: {what}")
+                message = record_interruption(self.store_url, self.name, request, self.command)
+                print(f"\n{message}", file=sys.stderr, flush=True)
+                adapter.kill_local_ray()  # what is left of it: nothing would stop it after os._exit
+                os._exit(request.exit_code)
+
+    def __enter__(self) -> RayWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class InterruptCallback(SessionBound, Callback):
+    """Routes SIGINT and SIGTERM to Ray Tune's graceful stop while ``fit()`` runs (driver side)."""
+
+    def __init__(self, session: SearchSession | None = None):
+        self.session = session
+
+    def setup(self, **info: Any) -> None:
+        self._session().take_over_signals_from_ray()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"session": None}
