@@ -42,6 +42,7 @@ from benchmarks import store as STORE_BENCH
 from benchmarks.hostinfo import cpu_model, load_average
 from dashboards.pareto import front_mask, hypervolume, hypervolume_progress
 from harness.output import render_table
+from harness.search import adapter
 from harness.store import Store
 from harness.store.schema import EpochRecord, Trial
 
@@ -110,7 +111,6 @@ def in_process(url: str, study: str, repeats: int, optuna_repeats: int) -> dict[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import optuna
-    from optuna.visualization._hypervolume_history import _get_hypervolume_history_info
 
     with Store.open(url, create=False) as store:
         load_s, outcomes = _timed(lambda: store.outcomes(study, list(OBJECTIVES)), repeats)
@@ -126,7 +126,7 @@ def in_process(url: str, study: str, repeats: int, optuna_repeats: int) -> dict[
     best_s, best = _timed(lambda: study_o.best_trials, optuna_repeats)
 
     def optuna_history():
-        return _get_hypervolume_history_info(study_o, np.array(reference))
+        return adapter.hypervolume_history_info(study_o, np.array(reference))
 
     history_s, info = _timed(optuna_history, optuna_repeats)
 
@@ -193,14 +193,13 @@ def shaped_outcomes(n: int, shape: str, seed: int = 0) -> pd.DataFrame:
 
 
 def progress_comparison(n: int, shape: str, repeats: int) -> dict[str, Any]:
-    from optuna.visualization._hypervolume_history import _get_hypervolume_history_info
 
     outcomes = shaped_outcomes(n, shape)
     done = outcomes[outcomes["status"] == "completed"]
     reference = [float(done["top1"].min()) - 1.0, float(done["flops"].max()) * 1.01]
     ours_s, progress = _timed(lambda: hypervolume_progress(outcomes, OBJECTIVES, reference), repeats)
     study_o = optuna_study(outcomes)
-    optuna_s, info = _timed(lambda: _get_hypervolume_history_info(study_o, np.array(reference)), 1)
+    optuna_s, info = _timed(lambda: adapter.hypervolume_history_info(study_o, np.array(reference)), 1)
     front = int(front_mask(outcomes, OBJECTIVES).sum())
     final = float(info.values[-1]) if len(info.values) else 0.0
     return {

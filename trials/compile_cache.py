@@ -40,14 +40,14 @@ from typing import Any
 
 import torch
 
-from trials.lazy import lazy_import
-
-inductor_config = lazy_import("torch._inductor.config")  # the compiler's settings: only when a trial compiles
-functorch_config = lazy_import("torch._functorch.config")
-async_compile = lazy_import("torch._inductor.async_compile")
-dynamo_callback = lazy_import("torch._dynamo.callback")
-dynamo_utils = lazy_import("torch._dynamo.utils")
-inductor_utils = lazy_import("torch._inductor.utils")
+from trials.torch_internals import (
+    async_compile,
+    dynamo_callback,
+    dynamo_utils,
+    functorch_config,
+    inductor_config,
+    inductor_utils,
+)
 
 CACHE_ENV = "ARCHSEARCH_COMPILE_CACHE"  # where a user puts the node-local compile cache
 TORCH_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # what Inductor reads, every time it needs the directory

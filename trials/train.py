@@ -35,9 +35,9 @@ from .distributed import EpochSignal, Group
 from .gpu import is_compile_error, peak_memory, release_memory
 from .gpu import resolve_device as resolve_device
 from .timing import synchronize
+from .torch_internals import dynamo_utils
 from .trial_config import TrainingConfig
 
-dynamo_utils = lazy_import("torch._dynamo.utils")  # the compiler's counters: only when compiling
 tqdm_auto = lazy_import("tqdm.auto")  # the progress bar: only on a terminal
 
 
@@ -70,6 +70,9 @@ class EpochMetrics:
 
 
 EpochCallback = Callable[[EpochMetrics, "Trainer"], bool | None]
+
+# Every BatchNorm torch ships (its common base class is private).
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 class Diverged(RuntimeError):
@@ -522,7 +525,7 @@ class Trainer:
         in train mode without gradients; the weights do not change. A model without BatchNorm
         (CaiT) is left as it is.
         """
-        norms = [m for m in self.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        norms = [m for m in self.model.modules() if isinstance(m, BATCH_NORMS)]
         if not norms or self.data.train_eval is None:
             return
         momenta = [m.momentum for m in norms]

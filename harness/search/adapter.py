@@ -1,4 +1,8 @@
-"""The one place that reads private fields of Ray Tune's OptunaSearch and of Optuna's Study.
+"""The one place that reads private fields or modules of Ray, Ray Tune and Optuna.
+
+Torch's private modules (Dynamo, Inductor) have their own adapter in the layer that uses them,
+:mod:`trials.torch_internals`. ``tests/test_engine_room.py`` walks the AST of every package and
+``benchmarks/`` so that no other module reaches into a private name of Ray, Optuna or torch.
 
 The searcher (:class:`harness.search.propose.searcher.ArchsearchSearch`) extends Ray Tune's
 ``OptunaSearch``, which keeps what it needs in private attributes: the Optuna trial asked for
@@ -16,10 +20,15 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import optuna
-import ray
-
 from trials.errors import EnvironmentProblem
+from trials.lazy import lazy_import
+
+# Lazy: the CLI imports this module (through harness.search.cluster.join) to check its arguments.
+optuna = lazy_import("optuna")
+ray = lazy_import("ray")
+ray_raylet = lazy_import("ray._raylet")
+ray_services = lazy_import("ray._private.services")
+optuna_hypervolume_history = lazy_import("optuna.visualization._hypervolume_history")
 
 # OptunaSearch attribute -> what it holds (checked by check_fields, named in its error)
 SEARCHER_FIELDS = {
@@ -82,11 +91,11 @@ def set_space_function(searcher: Any, function: Any) -> None:
     searcher._space = function
 
 
-def sampler_of(searcher: Any) -> optuna.samplers.BaseSampler:
+def sampler_of(searcher: Any) -> Any:
     return searcher._sampler
 
 
-def frozen_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+def frozen_trial(study: Any, number: int) -> Any:
     """One trial of ``study`` by number, read alone (``study.trials[number]`` would load them all)."""
     storage = study._storage
     return storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
@@ -117,3 +126,52 @@ def kill_local_ray() -> None:
     with contextlib.suppress(Exception):
         if node is not None and node.head:
             node.kill_all_processes(check_alive=False, allow_graceful=False)
+
+
+# Ray: its cached config, the bootstrap address of a local cluster, and a GCS client for the token
+# pre-flight check (harness.search.cluster.join); Ray has no public call for any of the three.
+
+
+def refresh_ray_config() -> None:
+    """Make Ray re-read its config (after ``RAY_AUTH_MODE`` was set in this process)."""
+    ray_raylet.Config.initialize("")
+
+
+def local_cluster_address() -> str | None:
+    """The address ``--address auto`` means (RAY_ADDRESS, else a cluster started on this machine)."""
+    return ray_services.canonicalize_bootstrap_address("auto")
+
+
+def gcs_client(address: str) -> Any:
+    return ray_raylet.GcsClient(address=address)
+
+
+# Optuna's GridSampler numbers its points by position in ``_all_grids`` and visits every position
+# below ``_n_min_trials``; keeping only the chosen tuples makes it visit just those (search.grid's
+# union of sub-grids). ``_param_names`` orders a point's values.
+GRID_FIELDS = {"_param_names": "sorted parameter names", "_all_grids": "list of value tuples",
+               "_n_min_trials": "grid points to visit"}  # fmt: skip
+
+
+def restrict_grid(sampler: Any, points: list[dict[str, Any]]) -> int:
+    """Make a GridSampler visit only ``points`` (each once); returns how many it will visit."""
+    missing = [name for name in GRID_FIELDS if not hasattr(sampler, name)]
+    if missing:
+        raise EnvironmentProblem(
+            f"this Optuna's GridSampler lacks {', '.join(missing)} that archsearch's grid relies on "
+            f"(optuna {optuna.__version__}): install the version in constraints.txt"
+        )
+    keep = {tuple(repr(point[name]) for name in sampler._param_names) for point in points}
+    sampler._all_grids = [grid for grid in sampler._all_grids if tuple(map(repr, grid)) in keep]
+    sampler._n_min_trials = len(sampler._all_grids)
+    return len(sampler._all_grids)
+
+
+def grid_size(sampler: Any) -> int:
+    return len(sampler._all_grids)
+
+
+def hypervolume_history_info(study: Any, reference_point: Any) -> Any:
+    """Optuna's own hypervolume history (what ``plot_hypervolume_history`` draws): the benchmark's
+    reference for ours; Optuna exposes it only through the plot."""
+    return optuna_hypervolume_history._get_hypervolume_history_info(study, reference_point)

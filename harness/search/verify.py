@@ -34,13 +34,13 @@ from search_space.sampling import data_shape
 from trials.configio import ConfigError
 from trials.errors import RunError
 from trials.lazy import lazy_import
+from trials.torch_internals import dynamo_config
 
 ray = lazy_import("ray")  # the timing runs as a Ray task on the cluster
 torch = lazy_import("torch")
 models = lazy_import("trials.models")
 measure = lazy_import("trials.measure")
 timing = lazy_import("trials.timing")
-dynamo_config = lazy_import("torch._dynamo.config")  # only where members compile
 gpu = lazy_import("trials.gpu")
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

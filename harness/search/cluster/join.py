@@ -18,13 +18,12 @@ import os
 import socket
 from pathlib import Path
 
+from harness.search import adapter
 from trials.errors import ArchsearchError
 from trials.lazy import lazy_import
 
 # Ray: only when a cluster is joined (the CLI imports this module to check its arguments).
 ray = lazy_import("ray")
-ray_raylet = lazy_import("ray._raylet")
-ray_services = lazy_import("ray._private.services")
 
 AUTH_MODE = "RAY_AUTH_MODE"
 TOKEN_VARIABLE = "RAY_AUTH_TOKEN"
@@ -56,7 +55,7 @@ def use_token_if_available() -> str | None:
         return source
     os.environ[AUTH_MODE] = "token"
     with contextlib.suppress(Exception):  # Ray caches its config: refresh it
-        ray_raylet.Config.initialize("")
+        adapter.refresh_ray_config()
     return source
 
 
@@ -68,7 +67,7 @@ def resolve(address: str) -> tuple[str, str, int]:
     else:
         scheme = "gcs"
         if address == "auto":
-            found = ray_services.canonicalize_bootstrap_address("auto")
+            found = adapter.local_cluster_address()
             if found is None:
                 raise ClusterError(
                     "--address auto found no running Ray cluster here (RAY_ADDRESS is unset and no cluster was "
@@ -106,7 +105,7 @@ def _check_token(host: str, port: int, source: str | None) -> None:
     """Ask the cluster's GCS for one key with the token this process would send (well under a second)."""
     try:
         with _quiet_stderr():
-            client = ray_raylet.GcsClient(address=f"{host}:{port}")
+            client = adapter.gcs_client(f"{host}:{port}")
             client.internal_kv_get(b"session_name", b"session", timeout=CONNECT_TIMEOUT_S)
     except Exception as error:
         text = str(error)

@@ -24,6 +24,7 @@ from typing import Any
 
 import optuna
 
+from harness.search import adapter
 from search_space.sampling import constraints_from_trial, grid_points, grid_space
 from search_space.spec import SearchSpec
 
@@ -62,12 +63,8 @@ class TuneGridSampler(optuna.samplers.GridSampler):
         sub-grids), each once, in the sampler's shuffled order."""
         super().__init__(dict(search_space), seed=seed)
         if points is not None:
-            # GridSampler numbers its points by position in ``_all_grids`` and visits every position
-            # below ``_n_min_trials``; keeping only the chosen tuples makes it visit just those.
-            keep = {tuple(repr(point[name]) for name in self._param_names) for point in points}
-            self._all_grids = [g for g in self._all_grids if tuple(map(repr, g)) in keep]
-            self._n_min_trials = len(self._all_grids)
-        self.size = len(self._all_grids)
+            adapter.restrict_grid(self, [dict(point) for point in points])
+        self.size = adapter.grid_size(self)
 
     def after_trial(self, study, trial, state, values) -> None:
         """No ``study.stop()``: the searcher stops suggesting (see :meth:`all_started`)."""

@@ -1,0 +1,68 @@
+"""The Python way to launch a search: ``from harness import run_search``.
+
+Optuna users call ``study.optimize``, Ray users ``Tuner.fit``; archsearch users call::
+
+    from harness import run_search
+
+    study = run_search("spec.yaml", store="sqlite:///archsearch.db", name="cait-depth")
+    study.front()                      # the same Study that dashboards.load_study returns
+
+It does what ``archsearch search`` does (the same checks, the same driver, the same store rows) and
+returns the study instead of printing it. A search that ends early (Ctrl-C, a store outage) raises
+:class:`harness.search.interrupts.SearchInterrupted`, which says how to resume; a search whose
+trials all failed returns its study, whose ``record["status"]`` is ``failed`` with the reason in ``record["status_message"]``, as
+Optuna returns a study whose trials failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dashboards.study import Study, load_study
+from harness.search import driver
+from harness.search.cluster.ray_setup import check_study_name
+from harness.store import Store, resolve_store_url
+from search_space.spec import SearchSpec
+from search_space.validation import load_spec
+
+
+def run_search(
+    spec: str | Path | Mapping[str, Any] | SearchSpec | None = None,
+    *,
+    store: str | None = None,
+    name: str | None = None,
+    address: str | None = None,
+    results_dir: str | Path | None = None,
+    resume: bool = False,
+    verbose: bool = False,
+) -> Study:
+    """Run the search ``spec`` describes and return its study (read-only, like ``load_study``).
+
+    ``spec``: a YAML path, a mapping, or a :class:`SearchSpec`; with ``resume=True`` it may be left
+    out (the store keeps the study's spec). ``store``: a URL, else ``$ARCHSEARCH_STORE``, else
+    ``sqlite:///archsearch.db``. ``name``: the study (default: the spec's name). ``address``: a Ray
+    cluster to join (default: a local Ray). ``results_dir``: where Ray Tune keeps checkpoints.
+    Bad input raises the same errors, naming the same keys, as the command line reports.
+    """
+    url = resolve_store_url(store)
+    if name is not None:
+        check_study_name(name, "name")
+    if spec is None:
+        if not resume or name is None:
+            raise ValueError("give a spec to start a search, or resume=True with the study's name to continue one")
+        with Store.open(url, create=False) as opened:
+            spec = load_spec(opened.study(name)["spec"], check_paths=address is None)
+    elif not isinstance(spec, SearchSpec):
+        spec = load_spec(spec if isinstance(spec, Mapping) else Path(spec), check_paths=address is None)
+    summary = driver.run_search(
+        spec,
+        url,
+        study_name=name,
+        address=address,
+        results_dir=results_dir,
+        resume=resume,
+        verbose=verbose,
+    )
+    return load_study(summary.study, url)
