@@ -10,8 +10,8 @@ Optuna users call ``study.optimize``, Ray users ``Tuner.fit``; archsearch users 
 It does what ``archsearch search`` does (the same checks, the same driver, the same store rows) and
 returns the study instead of printing it. A search that ends early (Ctrl-C, a store outage) raises
 :class:`harness.search.interrupts.SearchInterrupted`, which says how to resume; a search whose
-trials all failed returns its study, whose ``record["status"]`` is ``failed`` with the reason in ``record["status_message"]``, as
-Optuna returns a study whose trials failed.
+trials all failed returns its study, whose ``record["status"]`` is ``failed`` with the reason in
+``record["status_message"]``, as Optuna returns a study whose trials failed.
 """
 
 from __future__ import annotations
