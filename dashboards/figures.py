@@ -14,6 +14,8 @@ from typing import Any
 
 import matplotlib
 
+from trials.status import TrialStatus
+
 matplotlib.use("Agg")  # files, never a window: set before pyplot loads (the imports below wait for it)
 
 import matplotlib.pyplot as plt
@@ -30,7 +32,7 @@ from dashboards.values import is_categorical as _is_categorical
 from dashboards.values import numeric_values as _numeric
 
 # Trials without a usable accuracy, drawn in their own strip with one marker each so they stay visible.
-NO_RESULT_MARKERS: dict[str, str] = {"failed": "X", "diverged": "v", "infeasible": "s"}
+NO_RESULT_MARKERS: dict[str, str] = {TrialStatus.FAILED: "X", TrialStatus.DIVERGED: "v", TrialStatus.INFEASIBLE: "s"}
 _MAX_CATEGORIES = 10  # above this many distinct values a numeric color key gets a continuous color map
 
 
@@ -103,12 +105,16 @@ def pareto_scatter(
     else:
         colors, legend, mappable = ["tab:blue"] * len(frame), None, None
 
-    plotted = np.isfinite(x) & np.isfinite(y) & status.isin(["completed", "pruned", "running"]).to_numpy()
+    plotted = (
+        np.isfinite(x)
+        & np.isfinite(y)
+        & status.isin([TrialStatus.COMPLETED, TrialStatus.PRUNED, TrialStatus.RUNNING]).to_numpy()
+    )
     log_x = _log_scale(x[plotted])
     if density:
         _density(ax, x[plotted].to_numpy(), y[plotted].to_numpy(), log_x, fig)
     else:
-        for state, marker in (("completed", "o"), ("pruned", "^"), ("running", "D")):
+        for state, marker in ((TrialStatus.COMPLETED, "o"), (TrialStatus.PRUNED, "^"), (TrialStatus.RUNNING, "D")):
             rows = plotted & (status == state).to_numpy() & ~front
             if rows.any():
                 ax.scatter(
@@ -163,7 +169,7 @@ def pareto_scatter(
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     if mappable is not None:
         fig.colorbar(mappable, ax=[ax, strip], label=color_by, pad=0.25)
-    duplicates = int((status == "duplicate").sum())  # the same config as a trial shown: not drawn twice
+    duplicates = int((status == TrialStatus.DUPLICATE).sum())  # the same config as a trial shown: not drawn twice
     shown = f"{len(frame) - duplicates:,} trials" + (f" (+{duplicates} duplicates)" if duplicates else "")
     ax.set_title(f"{y_name} vs {x_name}: {shown}, {int(front.sum())} on the front")
     fig.subplots_adjust(right=0.72)
@@ -256,7 +262,7 @@ def objective_vs_params(
     ``log: true`` (``lr``), drawn on a log axis whatever their range.
     """
     sns.set_theme(style="whitegrid")
-    done = frame[(frame["status"] == "completed") & _numeric(frame[objective]).notna()].copy()
+    done = frame[(frame["status"] == TrialStatus.COMPLETED) & _numeric(frame[objective]).notna()].copy()
     done[objective] = _numeric(done[objective])
     done, params = per_stage_columns(done, params)
     dense = len(done) <= 500  # few points: big, opaque markers; many: small, translucent, rasterised

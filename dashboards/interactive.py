@@ -32,6 +32,7 @@ from plotly.subplots import make_subplots
 
 from dashboards.pareto import front_mask
 from dashboards.values import axes_order, category_labels, is_categorical, numeric_values, per_stage_columns
+from trials.status import TrialStatus
 
 WEBGL_ABOVE = 2_000  # points per trace above which the scatter draws with WebGL (SVG slows past a few thousand)
 _CONFIG = {"displaylogo": False, "responsive": True}
@@ -114,7 +115,7 @@ def pareto_scatter(
     frame = frame.reset_index(drop=True)
     x = numeric_values(frame[x_name]) if x_name in frame else pd.Series(np.nan, index=frame.index)
     y = numeric_values(frame[y_name]) if y_name in frame else pd.Series(np.nan, index=frame.index)
-    placed = (frame["status"].astype(str) == "completed") & x.notna() & y.notna()
+    placed = (frame["status"].astype(str) == TrialStatus.COMPLETED) & x.notna() & y.notna()
     done = frame[placed].assign(**{x_name: x[placed], y_name: y[placed]})
     on_front = np.asarray(front_mask(done, objectives), dtype=bool) if len(done) else np.zeros(0, dtype=bool)
     large = len(done) > WEBGL_ABOVE
@@ -250,7 +251,7 @@ def objective_vs_params(
     A parameter the spec declares ``log: true`` (``lr``) is drawn on a log axis; categorical ones
     (layouts, booleans) on a category axis in sorted order; list-valued ones one panel per stage.
     """
-    done = frame[(frame["status"] == "completed") & numeric_values(frame[objective]).notna()].copy()
+    done = frame[(frame["status"] == TrialStatus.COMPLETED) & numeric_values(frame[objective]).notna()].copy()
     done[objective] = numeric_values(done[objective])
     logged = set(log_params)
     done, panels = per_stage_columns(done, params)
@@ -361,7 +362,7 @@ def param_importances(
     the trials' parameter values), the form Optuna's ``get_param_importances`` takes; importances of
     one objective sum to 1. Empty when fewer than 4 trials or fewer than one varying parameter.
     """
-    done = frame[frame["status"] == "completed"]
+    done = frame[frame["status"] == TrialStatus.COMPLETED]
     done, stages = per_stage_columns(done, params)
     result: dict[str, dict[str, dict[str, float]]] = {}
     verbosity = optuna.logging.get_verbosity()

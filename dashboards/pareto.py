@@ -19,6 +19,7 @@ import pandas as pd
 from dashboards.multiobjective import DIRECTIONS, ObjectiveError, hypervolume, hypervolume_history, non_dominated
 from dashboards.reader import StudyReader
 from trials.errors import DataError
+from trials.status import TrialStatus
 
 __all__ = [
     "DIRECTIONS",
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 # Statuses that end a trial that ran (infeasible ones never ran; running ones have not ended).
-FINISHED_STATUSES = ("completed", "pruned", "failed", "diverged")
+FINISHED_STATUSES = (TrialStatus.COMPLETED, TrialStatus.PRUNED, TrialStatus.FAILED, TrialStatus.DIVERGED)
 
 
 class ParetoError(DataError, ValueError):
@@ -80,7 +81,7 @@ def front_mask(frame, objectives: Mapping[str, str]) -> np.ndarray:
     if len(frame) == 0 or any(m not in frame.columns for m in objectives):
         return mask
     points = np.column_stack([_numeric(frame, m) for m in objectives])
-    candidates = (frame["status"] == "completed").to_numpy() & np.all(np.isfinite(points), axis=1)
+    candidates = (frame["status"] == TrialStatus.COMPLETED).to_numpy() & np.all(np.isfinite(points), axis=1)
     if candidates.any():
         mask[np.flatnonzero(candidates)] = non_dominated(points[candidates], list(objectives.values()))
     return mask
@@ -204,7 +205,7 @@ def hypervolume_progress(frame, objectives: Mapping[str, str], reference: Sequen
     finished = finished.sort_values(order, kind="stable")
     names = list(objectives)
     points = np.column_stack([_numeric(finished, m) for m in names]) if len(finished) else np.empty((0, len(names)))
-    usable = (finished["status"] == "completed").to_numpy()
+    usable = (finished["status"] == TrialStatus.COMPLETED).to_numpy()
     try:
         values = hypervolume_history(points, usable, list(objectives.values()), reference)
     except ObjectiveError as error:

@@ -33,6 +33,7 @@ from dashboards.pareto import front_mask, hypervolume_progress
 from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts
 from trials.data_config import DATA_STARVED_FRACTION
+from trials.status import TrialStatus
 
 from .files import atomic_write
 
@@ -246,7 +247,7 @@ def _hardware_rows(hardware: Any) -> list[tuple[str, str]]:
 
 def _sample_numbers(outcomes: pd.DataFrame, size: int, seed: int = 0) -> np.ndarray:
     """A reproducible random sample of the completed trials' numbers (all of them when there are few)."""
-    completed = outcomes.loc[outcomes["status"] == "completed", "number"].to_numpy()
+    completed = outcomes.loc[outcomes["status"] == TrialStatus.COMPLETED, "number"].to_numpy()
     if len(completed) <= size:
         return completed
     return np.sort(np.random.default_rng(seed).choice(completed, size=size, replace=False))
@@ -409,7 +410,7 @@ def _study_section(
         )
     if present and varying:
         panels = varying[:_MAX_PARAM_PANELS]
-        n_completed = int((outcomes["status"] == "completed").sum())
+        n_completed = int((outcomes["status"] == TrialStatus.COMPLETED).sum())
         caption = f"{first} against the searched parameters"
         if large and n_completed > len(sample):
             caption += f" (a random sample of {len(sample):,} of {n_completed:,} completed trials, seed 0)"
@@ -428,7 +429,7 @@ def _study_section(
         if not static:
             importances = interactive.param_importances(sampled, objectives, panels, log_columns)
             if importances:
-                n_used = int((sampled["status"] == "completed").sum())
+                n_used = int((sampled["status"] == TrialStatus.COMPLETED).sum())
                 caption = (
                     f"Parameter importance per objective (Optuna's {' and '.join(importances)}) over "
                     f"{n_used:,} completed trials"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dashboards.pareto import front_mask
+from trials.status import TrialStatus
 
 TIMED_OBJECTIVES = ("throughput", "latency_ms")
 
@@ -19,7 +20,7 @@ def compare_fronts(front: pd.DataFrame, verified: pd.DataFrame, objectives: dict
             table[f"{name}_verified"] = table["number"].map(verified[name])
             table[f"{name}_verified_min"] = table["number"].map(verified[f"{name}_min"])
             table[f"{name}_verified_max"] = table["number"].map(verified[f"{name}_max"])
-    again = table[["number", *objectives]].copy().assign(status="completed")
+    again = table[["number", *objectives]].copy().assign(status=TrialStatus.COMPLETED)
     for name in TIMED_OBJECTIVES:
         if name in objectives and f"{name}_verified" in table:
             again[name] = table[f"{name}_verified"]

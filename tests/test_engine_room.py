@@ -237,3 +237,52 @@ def test_the_documented_python_example_runs(tmp_path, monkeypatch):
     assert study.name == "my-search" and study.record["status"] == "completed"
     assert study.counts.by_status["completed"] == 2 and len(study.front()) >= 1
     study.close()
+
+
+STATUS_WORDS = {"running", "completed", "pruned", "failed", "diverged", "infeasible", "duplicate", "interrupted"}
+STATUS_MAPPING = {ROOT / "trials" / "status.py"}  # the enums; the store's column mapping is harness/store/
+
+
+def bare_status_strings(source: str, filename: str = "<module>") -> list[str]:
+    """Status words used as statuses (compared, looked up, passed as ``status=``/``statuses=``)
+    instead of :class:`trials.status.TrialStatus` / ``StudyStatus`` members."""
+
+    def words(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and node.value in STATUS_WORDS:
+            return [node.value]
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return [w for element in node.elts for w in words(element)]
+        return []
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        hits: list[str] = []
+        if isinstance(node, ast.Compare):
+            hits = [w for side in (node.left, *node.comparators) for w in words(side)]
+        elif isinstance(node, ast.keyword) and node.arg in ("status", "statuses"):
+            hits = words(node.value)
+        elif isinstance(node, ast.Subscript):
+            hits = words(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "isin"):
+            hits = [w for argument in node.args[:1] for w in words(argument)]
+        found += [f"{filename}:{getattr(node, 'lineno', '?')}: {w!r}" for w in hits]
+    return found
+
+
+def test_the_status_scan_finds_each_use():
+    assert bare_status_strings('if row["status"] == "completed":\n    pass\n')
+    assert bare_status_strings('store.finish_trial(s, 1, status="failed")\n')
+    assert bare_status_strings('n = counts["pruned"]\n')
+    assert bare_status_strings('ok = status in ("running", "interrupted")\n')
+    assert bare_status_strings('frame["status"].isin(["completed"])\n')
+    assert not bare_status_strings('columns = ["name", "completed", "failed"]\nkind = "interrupted"\n')
+
+
+def test_no_bare_status_strings_outside_the_enums_and_the_store():
+    found = []
+    for package in ("harness", "dashboards", "search_space", "trials"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path in STATUS_MAPPING or (ROOT / "harness" / "store") in path.parents:
+                continue
+            found += bare_status_strings(path.read_text(), str(path.relative_to(ROOT)))
+    assert found == []

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from trials.status import TrialStatus
+
 from .configio import ConfigError
 
 # How long a rank waits for the others at a collective. Rank 0 evaluates, reports and
@@ -156,7 +158,7 @@ def peer_device(config: Mapping[str, Any], rank: int, local: bool) -> str:
 def _local_peer(target, config, rank, rendezvous, resume_state, errors) -> None:
     try:
         outcome = target(config, rank, rendezvous, resume_state)
-        if outcome["status"] == "failed":
+        if outcome["status"] == TrialStatus.FAILED:
             errors.put(f"rank {rank}: {outcome['error']}")
     except BaseException as error:  # a peer's crash is reported to rank 0, not lost
         errors.put(f"rank {rank}: {type(error).__name__}: {error}\n{traceback.format_exc()}")

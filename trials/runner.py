@@ -12,9 +12,11 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
+
+from trials.status import TrialStatus
 
 from .configio import ConfigError
 from .data import build_data
@@ -42,8 +44,6 @@ from .measure import CostMeasurement, measure_cost
 from .models import build_model
 from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
 from .trial_config import TrialConfig, load_trial_config
-
-TrialStatus = Literal["completed", "diverged", "failed"]
 
 
 @dataclass
@@ -150,7 +150,7 @@ def run_trial(
     """
     started = time.perf_counter()
     raw = config.to_dict() if isinstance(config, TrialConfig) else dict(config)
-    result = TrialResult(status="failed", config=raw)
+    result = TrialResult(status=TrialStatus.FAILED, config=raw)
     try:
         trial = load_trial_config(config)
     except Exception as error:  # a config that cannot be read is a result, not a crash
@@ -202,12 +202,12 @@ def _run_lead(trial, result, callback, progress, resume_state, launcher, started
     finally:
         state = None
         close_group()
-        if result.status == "failed":
+        if result.status == TrialStatus.FAILED:
             launcher.stop()  # a peer left waiting at a collective would wait for its timeout
         peers_failed = launcher.failures()
         launcher.stop()
     if peers_failed:
-        result.status = "failed"
+        result.status = TrialStatus.FAILED
         result.error = "; ".join([*([result.error] if result.error else []), *peers_failed])
     return result
 
@@ -249,22 +249,22 @@ def _run(
         result.final = {**final_metrics(outcome.history), **trial_facts(trainer)}
         result.stopped_early = outcome.stopped_early
         if outcome.diverged is not None:
-            result.status = "diverged"
+            result.status = TrialStatus.DIVERGED
             result.diverged_at_step = outcome.diverged.step
             result.error = str(outcome.diverged)
         else:
-            result.status = "completed"
+            result.status = TrialStatus.COMPLETED
             if lead and not outcome.stopped_early:  # the test split is touched only by a trial that ran its budget
                 result.final.update(test_metrics(trainer))
     except Exception as error:  # out of memory, a data error...: recorded, never raised
-        result.status = "failed"
+        result.status = TrialStatus.FAILED
         result.epochs = list(trainer.history)
         result.final = {**final_metrics(trainer.history), **trial_facts(trainer)}
         result.error = _error_text(error)
         result.worker_unusable = is_sticky_cuda_error(error)
     result.notes = list(trainer.notes)
     result.runtime.update(trial_facts(trainer))
-    if result.status == "failed":
+    if result.status == TrialStatus.FAILED:
         # Outside the ``except`` block: the traceback (and the frames holding activations) is gone;
         # dropping the trainer frees the model, its gradients and the optimiser state, so a reused
         # worker (or a packed neighbour) gets the memory back.

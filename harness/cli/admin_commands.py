@@ -22,6 +22,7 @@ from harness.search.cluster.ray_setup import SearchError, check_study_name, expe
 from harness.search.experiment_guard import check_purgeable, purge_experiment
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
+from trials.status import TrialStatus
 from trials.trial_config import load_trial_config
 
 store_package = lazy_import("harness.store")  # SQLAlchemy
@@ -108,7 +109,7 @@ def export_command(
         path = atomic_write(output, text)
     except OSError as error:
         raise UsageError(f"cannot write {output}: {error.strerror or error}") from None
-    if status == "infeasible":
+    if status == TrialStatus.INFEASIBLE:
         click.echo(
             f"warning: trial {number} was infeasible (never trained; it breaks the study's constraints)", err=True
         )
@@ -183,7 +184,7 @@ def _rename(store_url: str | None, old: str, new: str) -> None:
         f"renamed study {old} to {new}; its results dir keeps the name {old} (Ray's saved state names it"
         + (
             ", so --resume of the new name cannot continue it: rename it back to resume)"
-            if status == "interrupted"
+            if status == TrialStatus.INTERRUPTED
             else ")"
         )
     )

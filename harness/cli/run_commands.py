@@ -17,6 +17,7 @@ from harness.search.cluster.ray_setup import SearchError, check_study_name
 from search_space.validation import load_spec
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
+from trials.status import StudyStatus
 
 # Ray, Optuna and SQLAlchemy: only once a command runs (``--help`` stays instant).
 cluster = lazy_import("harness.search.cluster.join")
@@ -106,7 +107,7 @@ def search_command(
         raise SystemExit(130) from None
     counts = ", ".join(f"{k} {v}" for k, v in summary.counts.items() if v)
     click.echo(f"\nstudy {summary.study} in {summary.store_url}: {counts} ({summary.wall_time_s:.0f}s)")
-    if summary.status != "completed":
+    if summary.status != StudyStatus.COMPLETED:
         # The study is recorded as failed with this reason (`archsearch studies` shows it).
         click.echo(f"Error: search failed: {summary.message}", err=True)
         raise SystemExit(2 if summary.spec_problem else 1)

@@ -11,6 +11,7 @@ from harness.cli.common import UsageError, config_error
 from harness.output import FORMATS, render
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
+from trials.status import TrialStatus
 from trials.trial_config import load_trial_config, read_yaml
 
 # torch and the models: only for the commands that build one (``--help`` stays instant).
@@ -94,7 +95,7 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     else:
         click.echo(_trial_report(result))
-    if result.status == "failed":
+    if result.status == TrialStatus.FAILED:
         raise SystemExit(1)
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 from dashboards.stats import FailureComparison, assess, difference, failure_rates, holm, mean_ci
 from harness.reproduce.studies import FAILED_LOSS_FRACTION, PAPER_CLAIMS, Protocol
 from trials.data_config import NUM_CLASSES
+from trials.status import TrialStatus
 
 
 def _train_loss_column(curves: pd.DataFrame) -> str:
@@ -33,7 +34,7 @@ def accuracy_at_level(curves: pd.DataFrame, trials: pd.DataFrame, level: float |
     """
     column = _train_loss_column(curves)
     per_trial = {int(n): g.sort_values("epoch") for n, g in curves.groupby("number")}
-    completed = set(trials[trials["status"] == "completed"]["number"].astype(int))
+    completed = set(trials[trials["status"] == TrialStatus.COMPLETED]["number"].astype(int))
     per_trial = {n: g for n, g in per_trial.items() if n in completed and g[column].notna().all()}
     if level is None:
         level = max(g[column].iloc[-1] for g in per_trial.values())
@@ -160,7 +161,7 @@ def _study_runs(store, study: str, protocol: str | Protocol) -> tuple[pd.DataFra
     pre = protocol if isinstance(protocol, Protocol) else None
     kind = pre.kind if pre else protocol
     trials = store.trials(study)
-    completed = trials["status"] == "completed"
+    completed = trials["status"] == TrialStatus.COMPLETED
     left_out = pd.Series("", index=trials.index, dtype=object)
     level = None
     if kind == "generalisation":
@@ -248,7 +249,7 @@ def summarize_runs(
     numbers = numbers if numbers is not None else StudyNumbers()
     higher = kind != "capacity"
     metric_range = _metric_range(kind)
-    completed = runs[runs["status"] == "completed"]
+    completed = runs[runs["status"] == TrialStatus.COMPLETED]
     for variant, group in completed.groupby("variant"):
         missed = int((group["left_out"] == NEVER_REACHED).sum())
         if missed:
@@ -361,7 +362,7 @@ def pairs_on_test_split(runs: pd.DataFrame, claims: list[tuple[str, str, str]]) 
     completed runs (paired over the seeds both have); pairs without two such seeds are left out."""
     if "test_top1" not in runs:
         return []
-    completed = runs[(runs["status"] == "completed") & runs["test_top1"].notna()]
+    completed = runs[(runs["status"] == TrialStatus.COMPLETED) & runs["test_top1"].notna()]
     by_variant = {
         str(variant): {int(s): float(v) for s, v in zip(group["seed"], group["test_top1"], strict=True)}
         for variant, group in completed.groupby("variant")

@@ -19,6 +19,7 @@ from harness.store import Store, StoreError
 from search_space.sampling import grid_points
 from search_space.validation import load_spec
 from trials.lazy import lazy_import
+from trials.status import TrialStatus
 
 tune = lazy_import("ray.tune")
 
@@ -132,7 +133,7 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
                     "or version of the protocol): write this plan to another --store, or --report-only to "
                     "summarise it"
                 )
-            if stored["status"] == "completed":
+            if stored["status"] == TrialStatus.COMPLETED:
                 return
         pooled = pooled_names(spec.name, names)
         finished = _finished_points(store, pooled) if started else set()
@@ -161,7 +162,7 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
                address=address, results_dir=results_dir)  # fmt: skip
 
 
-FINISHED = ("completed", "diverged", "failed")  # a run with an outcome: never repeated
+FINISHED = (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.FAILED)  # a run with an outcome: never repeated
 
 
 def pooled_names(name: str, names: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ from dashboards.files import atomic_write
 from harness.reproduce.analysis import PairOnTestSplit, StudyNumbers, VariantSummary
 from harness.reproduce.studies import PAPER_RANKING, Protocol
 from trials.data_config import MNIST5K_TEST_SIZE
+from trials.status import TrialStatus
 
 TEST_SPLIT_SIZES = {"mnist5k": MNIST5K_TEST_SIZE}  # datasets whose test split is fixed and small
 
@@ -118,7 +119,9 @@ def markdown_summary(
     if outcomes:
         lines += ["", "| variant | completed | diverged | failed |", "|---|---|---|---|"]
         for variant, counts in sorted(outcomes.items()):
-            done, diverged, failed = (counts.get(k, 0) for k in ("completed", "diverged", "failed"))
+            done, diverged, failed = (
+                counts.get(k, 0) for k in (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.FAILED)
+            )
             lines.append(f"| {variant} | {done} | {diverged} | {failed} |")
         lines.append("")
         lines.append("Divergence is a result: a diverged run is counted here and left out of the means.")

@@ -63,6 +63,7 @@ from harness.store import Store, StoreError, mask_url
 from harness.store.urls import optuna_storage_url, split_secret
 from search_space.spec import SearchSpec
 from trials.errors import ArchsearchError
+from trials.status import StudyStatus, TrialStatus
 
 
 class NothingToResume(ArchsearchError):
@@ -79,7 +80,7 @@ class SearchSummary:
     counts: dict[str, int]
     front: Any  # DataFrame of the Pareto front
     wall_time_s: float
-    status: str = "completed"  # the study's final status: completed, or failed (no trial completed)
+    status: str = StudyStatus.COMPLETED  # the study's final status: completed, or failed (no trial completed)
     message: str | None = None  # why it failed, in one line
     spec_problem: bool = False  # the failure is the spec's (nothing feasible), not the trials'
     verified: Any = None  # with search.verify_front: the front re-measured alone (harness.search.verify)
@@ -235,10 +236,10 @@ def _run_search(
     with Store.open(store_url) as store:
         if resume and name not in store.study_names():
             raise StoreError(f"cannot resume: study {name!r} is not in {store.url}")
-        if resume and store.study(name)["status"] == "completed":
+        if resume and store.study(name)["status"] == StudyStatus.COMPLETED:
             record, counts = store.study(name), store.counts(name, epochs=False)
             raise NothingToResume(
-                f"nothing to resume: study {name} completed {counts['completed']} trials on "
+                f"nothing to resume: study {name} completed {counts[TrialStatus.COMPLETED]} trials on "
                 f"{record['updated_at']:%Y-%m-%d %H:%M} UTC"
             )
         live = store.live_driver(name) if name in store.study_names() else None
@@ -293,7 +294,10 @@ def _run_search(
     else:
         if resume:
             set_study_status(
-                store_url, name, "interrupted", f"cannot resume: no Ray Tune experiment state under {experiment}"
+                store_url,
+                name,
+                StudyStatus.INTERRUPTED,
+                f"cannot resume: no Ray Tune experiment state under {experiment}",
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
         tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, session, callbacks)
@@ -304,7 +308,9 @@ def _run_search(
         except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands
             session.request_stop("interrupted by a second signal", session.stop_signal or 2)
         except BaseException as error:  # a crash in Ray: the study did not finish
-            set_study_status(store_url, name, "interrupted", f"interrupted: {type(error).__name__}: {error}"[:500])
+            set_study_status(
+                store_url, name, StudyStatus.INTERRUPTED, f"interrupted: {type(error).__name__}: {error}"[:500]
+            )
             raise
     stop = session.stop_request
     if stop is not None:
@@ -322,14 +328,14 @@ def _run_search(
         counts = store.counts(name)
         status, message, spec_problem = final_status(store, name, counts, spec)
         if ruled:  # the user's own rule ended it, trials or not: the study is what they asked for
-            none = "" if counts.get("completed") else "; no trial completed before it"
-            status, message, spec_problem = "completed", f"stopped early: {ruled}{none}", False
+            none = "" if counts.get(TrialStatus.COMPLETED) else "; no trial completed before it"
+            status, message, spec_problem = StudyStatus.COMPLETED, f"stopped early: {ruled}{none}", False
         store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
-    if status == "completed" and not spec.search.keep_checkpoints:
+    if status == StudyStatus.COMPLETED and not spec.search.keep_checkpoints:
         prune_checkpoints(experiment)
     verified = None
-    if spec.search.verifies_front and status == "completed":  # on a whole GPU of the cluster, trials done
+    if spec.search.verifies_front and status == StudyStatus.COMPLETED:  # on a whole GPU of the cluster, trials done
         verified = verify.verify_front(store_url, name)
     return SearchSummary(
         name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem, verified

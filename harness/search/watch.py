@@ -20,6 +20,7 @@ from harness.search.interrupts import EXIT_CODES, SearchInterrupted, StopRequest
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from harness.store.liveness import HEARTBEAT_S
+from trials.status import StudyStatus
 
 HARD_STOP_AFTER_S = 45.0  # a graceful stop that takes longer than this (Ray's processes gone too) ends the driver
 
@@ -61,7 +62,7 @@ def record_interruption(store_url: str, name: str, stop, command: str):
     try:
         with Store.open(store_url) as store:
             store.interrupt_running_trials(name)
-            store.set_study_status(name, "interrupted", message=f"{stop.reason}; resume with: {command}")
+            store.set_study_status(name, StudyStatus.INTERRUPTED, message=f"{stop.reason}; resume with: {command}")
             counts = store.counts(name, epochs=False)
     except Exception:  # the store may be what failed: the message still says how to resume
         pass

@@ -34,18 +34,19 @@ import json
 import sys
 from typing import Any
 
-import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from harness.search import adapter as fields
 from harness.search.interrupts import store_failures
+from harness.search.outcome import OPTUNA_STATE, TrialOutcome
 from harness.search.propose.samplers import TuneGridSampler
-from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
+from harness.search.result_keys import NUMBER_KEY, PRICED_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import SearchSpec
+from trials.status import TrialStatus
 
 MAX_INFEASIBLE_IN_A_ROW = 200
 
@@ -65,7 +66,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         self.duplicates = 0
         self.dispatched = 0
         self._seen: dict[str, int] = {}  # config key -> Optuna number of the trial that trains it
-        self._outcomes: dict[int, tuple] = {}  # Optuna number -> ("values", [...]) | ("failed",) | ("pruned",)
+        self._outcomes: dict[int, TrialOutcome] = {}  # Optuna number -> what Optuna was told of it
         self._waiting: dict[int, list[int]] = {}  # original's number -> duplicates waiting for its outcome
         self._synced = False  # with the store, in this process (never pickled: a restored searcher syncs again)
         self._reusable: dict[str, dict[str, Any]] = {}  # config key -> an earlier study's record (warm start)
@@ -102,6 +103,17 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         session = self.session
         super().restore(checkpoint_path)
         self.session = session
+        self._upgrade_outcomes()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._upgrade_outcomes()
+
+    def _upgrade_outcomes(self) -> None:
+        """Outcomes pickled by an older archsearch were tuples: ("values", (...)), ("failed",), ("pruned",)."""
+        outcomes = self.__dict__.get("_outcomes")
+        if outcomes:
+            self._outcomes = {number: TrialOutcome.coerce(outcome) for number, outcome in outcomes.items()}
 
     @property
     def store(self):
@@ -138,7 +150,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
             self.duplicates, self.dispatched, self._seen, self._outcomes, self._waiting = 0, 0, {}, {}, {}
         if not getattr(self, "_synced", False):
             self._sync_with_store()
-        rejected = "infeasible"
+        rejected = TrialStatus.INFEASIBLE
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
             if self._grid_done() or self._budget_spent() or self._space_exhausted():
                 return Searcher.FINISHED
@@ -157,7 +169,8 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
                     fields.forget_asked(self, trial_id)
                     continue
                 original = self._seen.get(key)
-                if original is None or self._outcomes.get(original) == ("failed",):  # a failure may be retried
+                outcome = self._outcomes.get(original) if original is not None else None
+                if original is None or (outcome is not None and outcome.retried_if_proposed_again):
                     self._seen[key] = ot_trial.number
                     self.dispatched += 1
                     # params holds the sampled and the fixed values (SpaceFunction returns the fixed
@@ -165,11 +178,11 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
                     priced = {metric: (feasibility.cost or {}).get(metric) for metric in ("flops", "params")}
                     return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced}
                 self._record_duplicate(ot_trial, config, params, original)
-                rejected = "duplicate"
+                rejected = TrialStatus.DUPLICATE
             else:
                 self._record_infeasible(ot_trial, params, feasibility)
                 self.__dict__.setdefault("_infeasible_keys", set()).add(config_key(params))
-                rejected = "infeasible"
+                rejected = TrialStatus.INFEASIBLE
             fields.forget_asked(self, trial_id)
         # The sampler keeps proposing what the constraints exclude (or what was trained already): end
         # the search cleanly (the driver records the outcome) instead of raising inside Tune.
@@ -204,16 +217,15 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         lost = 0
         for row in trials.itertuples(index=False):
             number, status = int(row.number), row.status
-            if number in known or status in ("infeasible", "duplicate"):
+            if number in known or status in (TrialStatus.INFEASIBLE, TrialStatus.DUPLICATE):
                 continue
             frozen = fields.frozen_trial(study, number)
-            if status in ("running", "interrupted"):  # lost with the driver: its budget slot runs again
-                if not frozen.state.is_finished():
-                    study.tell(number, state=optuna.trial.TrialState.FAIL)
+            if status in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED):  # lost with the driver: runs again
+                TrialOutcome(TrialStatus.INTERRUPTED).tell(study, number)
                 self.store.finish_trial(
                     self.archsearch_study,
                     number,
-                    status="interrupted",
+                    status=TrialStatus.INTERRUPTED,
                     config=row.config,
                     error="interrupted: lost with a driver that stopped before Ray saved it; run again as a new trial",
                 )
@@ -221,12 +233,12 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
                 continue
             self.dispatched += 1  # finished after the snapshot: it counts, and is not trained again
             self._seen[config_key(row.config)] = number
-            self._outcomes[number] = _outcome_of_frozen(frozen)
+            self._outcomes[number] = TrialOutcome.of_frozen(frozen)
             self._counted_on_resume.add(number)
         statuses = trials["status"]
         replayed = trials["replayed"].eq(True) if "replayed" in trials else statuses.eq("")
-        self.duplicates = int((statuses.eq("duplicate") & ~replayed).sum())
-        self.infeasible = max(self.infeasible, int(statuses.eq("infeasible").sum()))
+        self.duplicates = int((statuses.eq(TrialStatus.DUPLICATE) & ~replayed).sum())
+        self.infeasible = max(self.infeasible, int(statuses.eq(TrialStatus.INFEASIBLE).sum()))
         if lost:
             print(
                 f"[{self.archsearch_study}] {lost} trial(s) lost with the earlier driver: "
@@ -247,12 +259,13 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
             if not isinstance(value, (int, float)) or value != value:
                 return False
             values.append(float(value))
-        fields.study_of(self).tell(ot_trial, values)
-        self._outcomes[ot_trial.number] = ("values", tuple(values))
+        outcome = TrialOutcome(TrialStatus.COMPLETED, tuple(values))
+        outcome.tell(fields.study_of(self), ot_trial.number)
+        self._outcomes[ot_trial.number] = outcome
         self.store.finish_trial(
             self.archsearch_study,
             ot_trial.number,
-            status="completed",
+            status=TrialStatus.COMPLETED,
             config=config,
             measurement=record["measurement"] or None,
             epochs=record["epochs"],
@@ -278,7 +291,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         self.store.finish_trial(
             self.archsearch_study,
             ot_trial.number,
-            status="duplicate",
+            status=TrialStatus.DUPLICATE,
             config=config,
             final={"duplicate_of": original, **({"replayed": True} if replayed else {})},
             error=(
@@ -291,15 +304,8 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
             parameters=split_params(self.spec, params),
         )
 
-    def _tell_copy(self, number: int, outcome: tuple) -> None:
-        state = optuna.trial.TrialState
-        study = fields.study_of(self)
-        if fields.frozen_trial(study, number).state.is_finished():
-            return
-        if outcome[0] == "values":
-            study.tell(number, list(outcome[1]))
-        else:
-            study.tell(number, state=state.FAIL if outcome[0] == "failed" else state.PRUNED)
+    def _tell_copy(self, number: int, outcome: TrialOutcome) -> None:
+        outcome.tell(fields.study_of(self), number)
 
     def _grid_done(self) -> bool:
         """A grid search ends when every grid point has been dispatched (see harness.search.propose.samplers)."""
@@ -311,7 +317,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
 
     def _record_infeasible(self, ot_trial, params: dict, feasibility: Feasibility) -> None:
         self.infeasible += 1
-        fields.study_of(self).tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
+        fields.study_of(self).tell(ot_trial, state=OPTUNA_STATE[TrialStatus.INFEASIBLE])
         try:
             config = self.trial_config(params)
         except Exception:  # an invalid combination: keep what was sampled
@@ -326,7 +332,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         self.store.finish_trial(
             self.archsearch_study,
             ot_trial.number,
-            status="infeasible",
+            status=TrialStatus.INFEASIBLE,
             config=config,
             measurement={**estimate, "flops_source": "cost_model"} if estimate else None,
             error=error,
@@ -339,8 +345,8 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         if fields.was_told(self, trial_id) or ot_trial is None:
             return
         try:
-            tell_outcome(fields.study_of(self), ot_trial.number, result, error, list(self.metric))
-            outcome = outcome_of(result, error, list(self.metric))
+            outcome = TrialOutcome.of_result(result, error, list(self.metric))
+            outcome.tell(fields.study_of(self), ot_trial.number)
             if hasattr(self, "_outcomes"):
                 self._outcomes[ot_trial.number] = outcome
                 for duplicate in self._waiting.pop(ot_trial.number, []):
@@ -358,40 +364,6 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
             return None
 
 
-def tell_outcome(study, number: int, result: dict | None, error: bool, metrics: list[str]) -> None:
-    """Tell Optuna a finished trial's outcome, once: a trial Optuna already holds as finished (told
-    before a driver died, or by a reconcile) is left as it is (``skip_if_finished``: Optuna's own
-    check, on the one read of the trial that ``tell`` makes anyway)."""
-    state = optuna.trial.TrialState
-    status = (result or {}).get(STATUS_KEY)
-    if error or status in ("failed", "diverged"):
-        study.tell(number, state=state.FAIL, skip_if_finished=True)
-    elif status == "completed":
-        study.tell(number, [float(result[m]) for m in metrics], skip_if_finished=True)
-    else:  # stopped by the scheduler before the end of its budget
-        study.tell(number, state=state.PRUNED, skip_if_finished=True)
-
-
 def config_key(config: dict) -> str:
     """Identity of a trial configuration: the full config after sampling, seed included."""
     return json.dumps(config, sort_keys=True, default=str)
-
-
-def _outcome_of_frozen(frozen) -> tuple:
-    """What an Optuna trial finished by an earlier driver tells its duplicates (as :func:`outcome_of`)."""
-    state = optuna.trial.TrialState
-    if frozen.state == state.COMPLETE:
-        return ("values", tuple(float(v) for v in frozen.values))
-    if frozen.state == state.PRUNED:
-        return ("pruned",)
-    return ("failed",)
-
-
-def outcome_of(result: dict | None, error: bool, metrics: list[str]) -> tuple:
-    """What a finished trial tells Optuna, in a form its duplicates can be told too."""
-    status = (result or {}).get(STATUS_KEY)
-    if error or status in ("failed", "diverged"):
-        return ("failed",)
-    if status == "completed":
-        return ("values", tuple(float(result[m]) for m in metrics))
-    return ("pruned",)

@@ -25,6 +25,7 @@ from harness.store import Store, StoreError, mask_url
 from search_space.sampling import build_trial_config, fixed_params, params_of_config
 from search_space.spec import SearchSpec
 from trials.configio import ConfigError
+from trials.status import TrialStatus
 
 
 @dataclass
@@ -52,7 +53,9 @@ def earlier_trials(store, study: str, top: int) -> list[int]:
     numbers = [int(n) for n in study_front(store, study, objectives)["number"]]
     if top:
         first, direction = next(iter(objectives.items()))
-        best = store.trials(study, statuses=("completed",), sort=first, descending=direction == "max", limit=top)
+        best = store.trials(
+            study, statuses=(TrialStatus.COMPLETED,), sort=first, descending=direction == "max", limit=top
+        )
         numbers += [int(n) for n in best["number"]]
     return list(dict.fromkeys(numbers))
 
@@ -105,7 +108,7 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
         numbers = earlier_trials(store, warm.study, warm.top)
         earlier_spec = _decoded_spec(store.study(warm.study).get("spec"))
         configs = {n: r["config"] for n, r in store.trial_records(warm.study, numbers).items()}
-        records = store.trial_records(warm.study, statuses=("completed",)) if warm.reuse_results else {}
+        records = store.trial_records(warm.study, statuses=(TrialStatus.COMPLETED,)) if warm.reuse_results else {}
     # The values come from the earlier trials' configs (what they trained, their fixed parameters
     # included), for the parameters both spaces name; the new spec's fixed ones are its own.
     fixed = fixed_params(spec)

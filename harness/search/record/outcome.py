@@ -13,6 +13,7 @@ from harness.search.result_keys import STATUS_KEY, split_tune_config
 from harness.search.stop.failures import common_error
 from search_space.sampling import build_trial_config, split_params
 from search_space.spec import SearchSpec
+from trials.status import StudyStatus, TrialStatus
 
 
 def final_status(store, name: str, counts: dict[str, int], spec: SearchSpec) -> tuple[str, str | None, bool]:
@@ -21,25 +22,27 @@ def final_status(store, name: str, counts: dict[str, int], spec: SearchSpec) -> 
     ``completed`` if any trial completed; otherwise ``failed``, with the trials' common error, or
     the constraint that excluded every sampled config.
     """
-    if counts.get("completed", 0) > 0:
-        return "completed", None, False
-    ran = sum(counts.get(s, 0) for s in ("pruned", "failed", "diverged"))
-    if ran == 0 and counts.get("infeasible", 0) > 0:
-        errors = store.trial_errors(name, ("infeasible",), limit=1)
+    if counts.get(TrialStatus.COMPLETED, 0) > 0:
+        return StudyStatus.COMPLETED, None, False
+    ran = sum(counts.get(s, 0) for s in (TrialStatus.PRUNED, TrialStatus.FAILED, TrialStatus.DIVERGED))
+    if ran == 0 and counts.get(TrialStatus.INFEASIBLE, 0) > 0:
+        errors = store.trial_errors(name, (TrialStatus.INFEASIBLE,), limit=1)
         detail = f": the last one {errors[0]}" if errors else ""
         return (
-            "failed",
-            f"all {counts['infeasible']} sampled configurations were infeasible{detail}; "
+            StudyStatus.FAILED,
+            f"all {counts[TrialStatus.INFEASIBLE]} sampled configurations were infeasible{detail}; "
             f"the constraints {spec.constraints} leave (almost) nothing of the search space",
             True,
         )
-    common = common_error(store.trial_errors(name, ("failed",), limit=50))
-    if counts.get("failed", 0) and common:
-        return "failed", f"every trial failed ({counts['failed']}), all with: {common}", False
+    common = common_error(store.trial_errors(name, (TrialStatus.FAILED,), limit=50))
+    if counts.get(TrialStatus.FAILED, 0) and common:
+        return StudyStatus.FAILED, f"every trial failed ({counts[TrialStatus.FAILED]}), all with: {common}", False
     if ran == 0:
-        return "failed", "no trial ran", False
-    parts = ", ".join(f"{counts[s]} {s}" for s in ("failed", "diverged", "pruned") if counts.get(s))
-    return "failed", f"no trial completed ({parts})", False
+        return StudyStatus.FAILED, "no trial ran", False
+    parts = ", ".join(
+        f"{counts[s]} {s}" for s in (TrialStatus.FAILED, TrialStatus.DIVERGED, TrialStatus.PRUNED) if counts.get(s)
+    )
+    return StudyStatus.FAILED, f"no trial completed ({parts})", False
 
 
 class DispatchedTrial(NamedTuple):
@@ -61,9 +64,9 @@ def dispatched_trial(spec: dict[str, Any], tune_config: dict[str, Any]) -> Dispa
 def record_outcome(store, study: str, spec: dict[str, Any], params: dict[str, Any], result: dict[str, Any]) -> None:
     """Write a finished trial's final record from its last Tune result (its outcome mark, cost, final metrics)."""
     number, config, parameters = dispatched_trial(spec, params)
-    status = result.get(STATUS_KEY) or "pruned"  # no outcome mark: stopped early by the scheduler
+    status = result.get(STATUS_KEY) or TrialStatus.PRUNED  # no outcome mark: stopped early by the scheduler
     final = {k.removeprefix("final_"): v for k, v in result.items() if k.startswith("final_")}
-    if status == "pruned" and result.get("top1") is not None:
+    if status == TrialStatus.PRUNED and result.get("top1") is not None:
         final = {"top1": result.get("top1"), "epochs": result.get("epoch")}
     measurement = {k.removeprefix("cost_"): v for k, v in result.items() if k.startswith("cost_")}
     if result.get("resumed_from_epoch"):

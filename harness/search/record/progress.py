@@ -19,6 +19,7 @@ from harness.search.result_keys import NUMBER_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from trials.data_config import DATA_STARVED_FRACTION, is_data_starved
+from trials.status import TrialStatus
 
 
 @dataclass
@@ -118,7 +119,7 @@ def best_values(outcomes: pd.DataFrame, objectives: Mapping[str, str]) -> dict[s
     no completed trial has a finite value for is left out."""
     if len(outcomes) == 0 or "status" not in outcomes:
         return {}
-    completed = outcomes[outcomes["status"] == "completed"]
+    completed = outcomes[outcomes["status"] == TrialStatus.COMPLETED]
     best = {}
     for name, direction in objectives.items():
         if name not in completed:
@@ -245,7 +246,9 @@ class ProgressCallback(SessionBound, Callback):
         elapsed = f"elapsed {compact_duration(now - (self._started if self._started is not None else now))}"
         if self.n_trials is None:
             return elapsed
-        finished = sum(n for status, n in counts.items() if status not in ("running", "interrupted", "epochs"))
+        finished = sum(
+            n for status, n in counts.items() if status not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED, "epochs")
+        )
         concurrency = min(self.concurrency, max(self._peak_running, 1))  # fewer where Ray's resources allow fewer
         eta = eta_seconds(
             self.n_trials - finished, self._durations, [now - at for at in self._running.values()], concurrency
@@ -265,10 +268,13 @@ class ProgressCallback(SessionBound, Callback):
             for name, direction in self.objectives.items()
             if name in self._best
         )
+        done, pruned = counts[TrialStatus.COMPLETED], counts[TrialStatus.PRUNED]
+        failed = counts[TrialStatus.FAILED] + counts[TrialStatus.DIVERGED]
+        infeasible, duplicate = counts[TrialStatus.INFEASIBLE], counts[TrialStatus.DUPLICATE]
         return (
-            f"[{self.study}] done {counts['completed']}  running {len(self._running)}  pruned {counts['pruned']}  "
-            f"failed {counts['failed'] + counts['diverged']}  infeasible {counts['infeasible']}  "
-            f"duplicate {counts['duplicate']}  "
+            f"[{self.study}] done {done}  running {len(self._running)}  pruned {pruned}  "
+            f"failed {failed}  infeasible {infeasible}  "
+            f"duplicate {duplicate}  "
             f"pareto front {front}"
             + (f"  best {best}" if best else "")
             + f"  {self._timing(counts, now)}"

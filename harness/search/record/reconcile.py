@@ -9,12 +9,13 @@ from __future__ import annotations
 import optuna
 
 from harness.output import nest_keys
-from harness.search.propose.searcher import tell_outcome
+from harness.search.outcome import OPTUNA_STATE, TrialOutcome
 from harness.search.record.outcome import record_outcome
 from harness.search.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.store import Store
 from harness.store.urls import optuna_storage_url
 from search_space.spec import SearchSpec
+from trials.status import TrialStatus
 
 
 def reconcile(store, name: str, optuna_storage, *, stopped: str | None = None) -> dict[str, int]:
@@ -30,18 +31,18 @@ def reconcile(store, name: str, optuna_storage, *, stopped: str | None = None) -
         optuna_storage = optuna.storages.RDBStorage(optuna_storage)
     study = optuna.load_study(study_name=name, storage=optuna_storage)
     fixed = {"optuna": 0, "store": 0}
-    state = optuna.trial.TrialState.PRUNED if stopped else optuna.trial.TrialState.FAIL
+    state = OPTUNA_STATE[TrialStatus.PRUNED if stopped else TrialStatus.INTERRUPTED]
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study.tell(trial.number, state=state)
         fixed["optuna"] += 1
-    trials = store.trials(name, statuses=("running",))  # only those: a large study's configs stay undecoded
+    trials = store.trials(name, statuses=(TrialStatus.RUNNING,))  # only those: a large study's configs stay undecoded
     if not trials.empty:
         for _, row in trials.iterrows():
             config = {k.removeprefix("config."): v for k, v in row.items() if k.startswith("config.")}
             store.finish_trial(
                 name,
                 int(row["number"]),
-                status="interrupted" if stopped else "failed",
+                status=TrialStatus.INTERRUPTED if stopped else TrialStatus.FAILED,
                 config=nest_keys(config),
                 error=stopped or "interrupted: the search driver stopped while this trial ran, and it was not resumed",
             )
@@ -75,8 +76,13 @@ def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
         recorded = dict(zip(trials.get("number", []), trials.get("status", []), strict=False))
         for result in finished:
             number = int(result.config[NUMBER_KEY])
-            if recorded.get(number) not in ("completed", "failed", "diverged", "pruned"):
+            if recorded.get(number) not in (
+                TrialStatus.COMPLETED,
+                TrialStatus.FAILED,
+                TrialStatus.DIVERGED,
+                TrialStatus.PRUNED,
+            ):
                 record_outcome(store, name, spec_dict, dict(result.config), dict(result.metrics))
                 written += 1
-            tell_outcome(study, number, dict(result.metrics), False, list(spec.objectives))
+            TrialOutcome.of_result(dict(result.metrics), False, list(spec.objectives)).tell(study, number)
     return written

@@ -17,6 +17,7 @@ from harness.search.record.outcome import DispatchedTrial, dispatched_trial, rec
 from harness.search.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
+from trials.status import TrialStatus
 
 EPOCH_KEYS = (
     "epoch", "step", "train_loss", "eval_loss", "top1", "top5", "lr", "epoch_time", "data_wait_fraction",
@@ -79,7 +80,7 @@ class StoreCallback(SessionBound, Callback):
         result = self._last.pop(trial.trial_id, None) or trial.last_result or {}
         ruled = self._session().rule_reason
         if ruled and not result.get(STATUS_KEY):  # cut short by a stop rule: cancelled, not pruned
-            result = {**result, STATUS_KEY: "interrupted", "error": f"stopped with the search: {ruled}"}
+            result = {**result, STATUS_KEY: TrialStatus.INTERRUPTED, "error": f"stopped with the search: {ruled}"}
         try:
             record_outcome(self.store, self.study, self.spec, dict(trial.config), result)
         except store_failures() as error:
@@ -101,7 +102,7 @@ class StoreCallback(SessionBound, Callback):
             self.store.finish_trial(
                 self.study,
                 number,
-                status="failed",
+                status=TrialStatus.FAILED,
                 config=config,
                 error=error or "the trial raised",
                 optuna_number=number,

@@ -16,6 +16,7 @@ from harness.search.session import SearchSession, SessionBound
 from harness.search.stop.failures import common_error, shared_searched_value
 from harness.store import Store
 from search_space.spec import SearchSpec
+from trials.status import TrialStatus
 
 HOPELESS_AFTER = 3  # this many failed trials, none completed, all with the same error: the search stops
 
@@ -30,12 +31,12 @@ def hopeless_reason(store, name: str, after: int, spec: dict | None = None) -> s
     over different sampled values (what :class:`harness.search.stop.hopeless.HopelessSearchStopper`
     stops a search on), else None."""
     counts = store.counts(name, epochs=False)
-    if counts["completed"] or counts["pruned"] or counts["failed"] < after:
+    if counts[TrialStatus.COMPLETED] or counts[TrialStatus.PRUNED] or counts[TrialStatus.FAILED] < after:
         return None
-    common = common_error(store.trial_errors(name, ("failed",), limit=50))
+    common = common_error(store.trial_errors(name, (TrialStatus.FAILED,), limit=50))
     if common is None or spec is None:
         return common
-    failed = store.trials(name, statuses=("failed",), limit=50, flatten_config=False)
+    failed = store.trials(name, statuses=(TrialStatus.FAILED,), limit=50, flatten_config=False)
     return None if shared_searched_value(spec, list(failed.get("config", []))) else common
 
 
@@ -81,7 +82,7 @@ class HopelessSearchStopper(SessionBound, Stopper):
             if self._store is None:
                 self._store = Store.open(self.store_url)
             reason = hopeless_reason(self._store, self.study, self.after, self.spec)
-            failed = self._store.counts(self.study, epochs=False)["failed"] if reason else 0
+            failed = self._store.counts(self.study, epochs=False)[TrialStatus.FAILED] if reason else 0
         except store_failures() as error:
             session.stop_on_store_failure("counting the trials", error)
             return False

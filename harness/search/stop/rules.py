@@ -30,12 +30,13 @@ from dashboards.multiobjective import PlateauCheck, plateau_check
 from harness.search.interrupts import store_failures
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
+from trials.status import TrialStatus
 
 
 def completed_points(store, study: str, objectives: dict[str, str]) -> np.ndarray:
     """The objectives of completed trials, in the order they finished."""
     frame = store.outcomes(study, list(objectives), strict=False)
-    frame = frame[frame["status"] == "completed"].sort_values(["ended_at", "number"], kind="stable")
+    frame = frame[frame["status"] == TrialStatus.COMPLETED].sort_values(["ended_at", "number"], kind="stable")
     return frame[list(objectives)].to_numpy(dtype=float)
 
 
@@ -112,7 +113,7 @@ class StopRulesStopper(SessionBound, Stopper):
         try:
             if self._store is None:
                 self._store = Store.open(self.store_url)
-            completed = self._store.counts(self.study, epochs=False)["completed"]
+            completed = self._store.counts(self.study, epochs=False)[TrialStatus.COMPLETED]
             if completed == self._completed:
                 return None
             self._completed = completed

@@ -20,6 +20,7 @@ from typing import Any
 
 from search_space.spec import Resources
 from trials.lazy import lazy_import
+from trials.status import TrialStatus
 
 ray = lazy_import("ray")
 placement = lazy_import("ray.util.scheduling_strategies")
@@ -78,7 +79,7 @@ class RayPeers:
             except Exception as error:  # the task crashed, or its node died
                 errors.append(f"rank {rank}: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
                 continue
-            if outcome["status"] == "failed":
+            if outcome["status"] == TrialStatus.FAILED:
                 errors.append(f"rank {rank}: {outcome['error']}")
         return errors
 

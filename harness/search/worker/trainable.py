@@ -23,6 +23,7 @@ from harness.search.worker.data_parallel import RayPeers
 from search_space.sampling import build_trial_config, cost_violations
 from search_space.spec import Resources, SearchSpec
 from trials.lazy import lazy_import
+from trials.status import TrialStatus
 
 # The driver imports this module only to name the trainable: torch and the trial code load on the worker.
 ray = lazy_import("ray")
@@ -171,7 +172,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
             if trainer.notes:  # e.g. a torch.compile fallback: kept with the trial's final record
                 payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)
-            payload[STATUS_KEY] = "completed"
+            payload[STATUS_KEY] = TrialStatus.COMPLETED
         # Nothing will resume a finished trial: its checkpoint is written only to be kept. Before that,
         # at the pace the spec sets (every epoch by default).
         if not (keep_final if trainer.finished else pace.due(trainer.epoch)):
@@ -192,7 +193,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     runtime = {f"final_{k}": float(v) for k, v in result.runtime.items() if isinstance(v, (int, float, bool))}
     if result.worker_unusable:
         raise WorkerUnusable(f"this worker's CUDA context is broken; the trial failed with: {result.error}")
-    if result.status != "completed":
+    if result.status != TrialStatus.COMPLETED:
         payload = {
             **(result.epochs[-1].to_dict() if result.epochs else {}),
             **_cost_metrics(result.cost),
