@@ -374,3 +374,15 @@ def test_every_archsearch_command_the_readme_and_the_manual_show_exists_with_its
             flags = re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", command)
             wrong += [f"{page.name}: {command} ({flag})" for flag in flags if flag not in options]
     assert seen > 20 and wrong == []
+
+
+def test_architecture_md_names_no_module_that_does_not_exist():
+    """ARCHITECTURE.md's module tables name only modules of the tree (a moved or deleted module's row
+    goes with it)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    existing = {path.name for package in ("trials", "search_space", "dashboards", "harness", "benchmarks", "tests")
+                for path in (ROOT / package).rglob("*.py")}  # fmt: skip
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    named = {name for line in rows for name in re.findall(r"`(\w+\.py)`", line.split("|")[1] + line.split("|")[2])}
+    assert len(named) > 60
+    assert sorted(named - existing) == []

@@ -20,11 +20,14 @@ file beside each summary, and the verdicts recomputed from them), :mod:`.summary
 figures), :mod:`.planning` (``--plan``), :mod:`.run` (run or resume, then write).
 """
 
-import importlib
 from typing import Any
 
-# Names re-exported here, each from its module, loaded on first use (PEP 562): the CLI reads the
-# registry at start-up without importing pandas, scipy, matplotlib or torch.
+from trials.lazy import lazy_import
+
+# Names re-exported here, each from its module. The modules are bound with lazy_import (the one way a
+# heavy import is deferred) and a name is looked up in its module on first use (PEP 562's module
+# __getattr__ only forwards): the CLI reads the registry at start-up without importing pandas, scipy,
+# matplotlib or torch.
 _EXPORTS = {
     "PairOnTestSplit": "analysis",
     "StudyNumbers": "analysis",
@@ -53,9 +56,17 @@ _EXPORTS = {
     "markdown_summary": "summary",
 }
 __all__ = sorted(_EXPORTS)
+_MODULES = {
+    "analysis": lazy_import("harness.reproduce.analysis"),
+    "registry": lazy_import("harness.reproduce.registry"),
+    "records": lazy_import("harness.reproduce.records"),
+    "run": lazy_import("harness.reproduce.run"),
+    "studies": lazy_import("harness.reproduce.studies"),
+    "summary": lazy_import("harness.reproduce.summary"),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    return getattr(_MODULES[_EXPORTS[name]], name)
