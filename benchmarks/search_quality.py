@@ -4,11 +4,12 @@
         --seeds 20 --workers 4 --json results/search_quality.json --png results/
 
 Every configuration of the table was trained once (``benchmarks/tables/README.md``), so its true
-front is known. Each method runs the project's real searcher stack (:class:`ArchsearchSearch`:
-Optuna's samplers as ``make_sampler`` builds them, duplicate handling, the budget rules; with
-``-es`` the early-stopping rule a search uses, :class:`harness.search.stop.early_stopping.RungDecider`) with a
-trainable that looks each epoch up in the table, in simulated time: ``--workers`` W workers run
-asynchronously and an epoch takes its recorded ``epoch_s``. Nothing is trained.
+front is known. Each method runs the engine a search with that spec runs
+(:func:`harness.search.engine.build_engine`: the searcher with Optuna's sampler, its initial design,
+duplicates and budget rules; with ``-es`` the search's early-stopping scheduler; the store writer and
+the stoppers), driven by :func:`harness.search.simulate.simulate` with each epoch looked up in the
+table, in simulated time: ``--workers`` W workers run asynchronously and an epoch takes its recorded
+``epoch_s``. Nothing is trained, and nothing of the engine is wired here.
 
 Per method and seed the replay records the hypervolume of the completed trials' final values,
 normalised by the true front's (one reference point, the table's worst value of each objective),
@@ -19,41 +20,42 @@ members found. ``oracle_epochs`` is the cost of training only the true front's m
 
 Methods: ``random``, ``tpe``, ``nsga2``, ``default`` (what a spec without ``search.sampler`` gets),
 each also with ``-es`` (MO-ASHA, the default early stopping of a multi-objective search) and
-``-es-single`` (ASHA on top-1 alone), and ``syne-*`` (Syne Tune's own methods on the same table,
+``-es-single`` (Ray's ASHA on top-1 alone, ``early_stopping.mode: single``), and
+``syne-*`` (Syne Tune's own methods on the same table,
 :mod:`benchmarks.search_quality_syne`, an optional extra).
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
+import functools
 import json
-import math
 import multiprocessing
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
-from ray.tune.search import Searcher
 
+from benchmarks import search_quality_syne  # Syne Tune itself loads only for its methods
+from benchmarks.front_quality import Replay, TrueFront, quartiles, summarise
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
-from dashboards.multiobjective import hypervolume, non_dominated
 from harness.search import adapter as fields
+from harness.search.engine import build_engine
 from harness.search.propose import initial_design
-from harness.search.propose.samplers import make_sampler
 from harness.search.propose.searcher import ArchsearchSearch
-from harness.search.result_keys import STATUS_KEY, split_tune_config
-from harness.search.stop.early_stopping import RungDecider, rung_epochs
+from harness.search.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
+from harness.search.session import SearchSession
+from harness.search.simulate import SimulatedClock, simulate
 from harness.store import Store
 from search_space.sampling import Feasibility, SpaceFunction
-from search_space.spec import EarlyStopping, SearchSpec
+from search_space.spec import SearchSpec
+from trials.status import TrialStatus
 
 OUR_SAMPLERS = ("random", "tpe", "nsga2", "default")
 SYNE_METHODS = ("syne-random", "syne-moasha", "syne-moreg")
@@ -76,17 +78,6 @@ class TableSpace(SpaceFunction):
             return Feasibility(None, [1.0], "not in the table"), {"buildable": 1.0}
         cost = {name: float(self.table.cost[name][index]) for name in COST_OBJECTIVES}
         return Feasibility(cost, []), {}
-
-
-class TableSearch(ArchsearchSearch):
-    """The project's searcher; a proposal's config is its parameters (a table has no models)."""
-
-    def __init__(self, spec: SearchSpec, table: Table, store_url: str, study: str):
-        super().__init__(spec, store_url, study, None, make_sampler(spec))
-        fields.set_space_function(self, TableSpace(spec, table))
-
-    def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"params": {name: params[name] for name in sorted(params)}}
 
 
 def parse_method(method: str) -> tuple[str, str | None, int | None]:
@@ -120,9 +111,13 @@ def table_spec(
     workers: int,
     objectives: dict[str, str],
     spread: int | None = None,
+    stopping: str | None = None,
 ) -> SearchSpec:
-    """A spec over the table's space: each parameter a choice of its distinct values."""
+    """A spec over the table's space: each parameter a choice of its distinct values; ``stopping``:
+    ``search.early_stopping`` with that mode (the defaults a spec gets otherwise), or none."""
     settings: dict[str, Any] = {"n_trials": len(table), "concurrency": workers, "seed": seed}
+    if stopping is not None:
+        settings["early_stopping"] = {"mode": stopping}
     if spread is not None:  # None: what a spec that does not say gets
         settings["initial_spread"] = spread
     if sampler != "default":  # default: whatever SearchSettings gives a spec that names no sampler
@@ -139,54 +134,20 @@ def table_spec(
     )
 
 
-# -- one replay ---------------------------------------------------------------------------------------
-@dataclass
-class Replay:
-    """One method's run on one seed: the normalised hypervolume after each epoch spent."""
-
-    epochs: list[int] = field(default_factory=list)  # epochs spent when the volume changed
-    volume: list[float] = field(default_factory=list)  # normalised hypervolume from then on
-    completed: list[int] = field(default_factory=list)  # configurations that ran every epoch, in order
-    pruned: list[int] = field(default_factory=list)
-    spent: int = 0
-    simulated_s: float = 0.0
-
-    def epochs_to(self, level: float) -> int | None:
-        for epochs, volume in zip(self.epochs, self.volume, strict=True):
-            if volume >= level - 1e-12:
-                return epochs
-        return None
-
-    def volume_at(self, epochs: int) -> float:
-        at = [v for e, v in zip(self.epochs, self.volume, strict=True) if e <= epochs]
-        return at[-1] if at else 0.0
+def table_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """A table's configuration is its parameters: looked up, never built (some would not build)."""
+    return {"params": {name: params[name] for name in sorted(params)}}
 
 
-class TrueFront:
-    """The table's true front and the normalisation of a found set's hypervolume."""
+class TableSearch(ArchsearchSearch):
+    """The project's searcher, pricing each proposal from the table instead of the cost model."""
 
-    def __init__(self, table: Table, objectives: dict[str, str]):
-        self.objectives = objectives
-        self.directions = list(objectives.values())
-        self.points = np.column_stack([table.metric(name) for name in objectives])
-        finite = np.all(np.isfinite(self.points), axis=1)
-        worst = [
-            self.points[finite, k].min() if d == "max" else self.points[finite, k].max()
-            for k, d in enumerate(self.directions)
-        ]
-        self.reference = np.asarray(worst, dtype=float)
-        self.members = np.flatnonzero(finite)[non_dominated(self.points[finite], self.directions)]
-        self.volume = hypervolume(self.points[self.members], self.directions, self.reference)
-        cost = next(k for k, name in enumerate(objectives) if name != "top1")  # the first cost objective
-        sign = 1 if self.directions[cost] == "min" else -1
-        self.cheapest = int(self.members[np.argmin(sign * self.points[self.members, cost])])
-        if not self.volume > 0:
-            raise TableError(f"{table.path}: the true front has no hypervolume against the worst values")
+    def __init__(self, spec: SearchSpec, store_url: str, study: str, storage, sampler, session, *, table: Table):
+        super().__init__(spec, store_url, study, storage, sampler, session)
+        fields.set_space_function(self, TableSpace(spec, table))
 
-    def normalised(self, found: Sequence[int]) -> float:
-        if not found:
-            return 0.0
-        return hypervolume(self.points[list(found)], self.directions, self.reference) / self.volume
+    def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
+        return table_trial_config(self.spec, params)
 
 
 def replay(
@@ -198,101 +159,57 @@ def replay(
     budget: int,
     store_url: str,
 ) -> Replay:
-    """Run ``method`` (a sampler, ``-es``: MO-ASHA, ``-es-single``: ASHA on top-1) to ``budget`` epochs."""
+    """Run ``method`` (a sampler, ``-es``: MO-ASHA, ``-es-single``: Ray's ASHA on top-1) to ``budget``
+    epochs: the engine a search with that spec builds (:func:`harness.search.engine.build_engine`: the
+    searcher with its initial design and duplicates, the scheduler, the store writer, the stoppers),
+    driven by :func:`harness.search.simulate.simulate` with each epoch looked up in the table."""
     sampler, stopping, spread = parse_method(method)
     objectives = truth.objectives
-    spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives, spread)
+    spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives, spread, stopping)
     with Store.open(store_url) as store:
         store.create_study(spec.name, spec.model_dump(mode="json"), dict(objectives))
-    searcher = TableSearch(spec, table, store_url, spec.name)
-    if initial_design.planned_spread(spec):
-        initial_design.apply(searcher, spec, quiet=True)
-    decider = None
-    if stopping is not None:
-        es = EarlyStopping()  # the defaults a spec gets
-        ranked = {"top1": "max"} if stopping == "single" else {"top1": "max", **objectives}
-        rungs = rung_epochs(es.grace_period, es.reduction_factor, table.epochs)
-        decider = RungDecider(ranked, rungs, es.reduction_factor)
+    clock = SimulatedClock()
+    session = SearchSession(spec.name, clock=clock)
+    engine = build_engine(
+        spec,
+        store_url,
+        spec.name,
+        session,
+        searcher_factory=functools.partial(TableSearch, table=table),
+        signals=False,
+        progress=False,
+        quiet=True,
+        build=table_trial_config,
+    )
+
+    def evaluate(config: dict[str, Any], epoch: int) -> tuple[dict[str, Any], float, bool]:
+        number, _, params = split_tune_config(config)
+        index = table.index_of(params)
+        result: dict[str, Any] = {name: float(table.cost[name][index]) for name in COST_OBJECTIVES}
+        result.update({"top1": float(table.top1[index, epoch - 1]), "table_index": index, NUMBER_KEY: number})
+        last = epoch == table.epochs
+        if last:  # as a trainable marks its final result
+            result[STATUS_KEY] = TrialStatus.COMPLETED
+        return result, float(table.epoch_s[index, epoch - 1]), last
 
     run = Replay()
-    events: list[tuple[float, int, str]] = []  # (simulated time the epoch ends, tie-break, trial id)
-    running: dict[str, tuple[int, int]] = {}  # trial id -> (configuration, epoch in progress)
-    now, counter, finished = 0.0, 0, False
     found: list[int] = []
 
-    def start_trials() -> None:
-        nonlocal counter, finished
-        while not finished and len(running) < workers:
-            trial_id = f"t{counter}"
-            counter += 1
-            config = searcher.suggest(trial_id)
-            if config is None or config == Searcher.FINISHED:
-                finished = True
-                return
-            _, _, params = split_tune_config(config)
-            index = table.index_of(params)
-            running[trial_id] = (index, 1)
-            heapq.heappush(events, (now + float(table.epoch_s[index, 0]), counter, trial_id))
-
-    start_trials()
-    while events and run.spent < budget:
-        now, _, trial_id = heapq.heappop(events)
-        index, epoch = running[trial_id]
-        run.spent += 1
-        values = {n: float(table.cost[n][index]) for n in COST_OBJECTIVES}
-        values["top1"] = float(table.top1[index, epoch - 1])
-        if epoch == table.epochs:
-            searcher.on_trial_complete(trial_id, {STATUS_KEY: "completed", **values})
-            del running[trial_id]
-            found.append(index)
-            run.completed.append(index)
-            volume = truth.normalised(found)
-            if not run.volume or volume > run.volume[-1]:
-                run.epochs.append(run.spent)
-                run.volume.append(volume)
-        elif decider is not None and not decider.observe(trial_id, epoch, values):
-            searcher.on_trial_complete(trial_id, dict(values))  # no outcome mark: pruned
-            del running[trial_id]
+    def on_end(trial, result: dict[str, Any], stopped: bool, spent: int) -> None:
+        index = int(result["table_index"])
+        if stopped:
             run.pruned.append(index)
-        else:
-            running[trial_id] = (index, epoch + 1)
-            heapq.heappush(events, (now + float(table.epoch_s[index, epoch]), counter, trial_id))
-            counter += 1
-        start_trials()
-    run.simulated_s = now
+            return
+        found.append(index)
+        run.completed.append(index)
+        volume = truth.normalised(found)
+        if not run.volume or volume > run.volume[-1]:
+            run.epochs.append(spent)
+            run.volume.append(volume)
+
+    simulated = simulate(engine, evaluate, workers=workers, budget_epochs=budget, clock=clock, on_end=on_end)
+    run.spent, run.simulated_s = simulated.epochs, simulated.seconds
     return run
-
-
-# -- over methods and seeds ------------------------------------------------------------------------
-def _quartiles(values: list[float | None]) -> dict[str, Any]:
-    reached = [v for v in values if v is not None]
-    if len(reached) < len(values):  # a seed that never got there: its value is beyond the budget
-        ordered = sorted(reached) + [math.inf] * (len(values) - len(reached))
-    else:
-        ordered = sorted(reached)
-    if not ordered:
-        return {"median": None, "q25": None, "q75": None, "reached": 0, "seeds": 0}
-    q = np.percentile(np.asarray(ordered, dtype=float), [25, 50, 75], method="lower")
-    as_value = [None if not math.isfinite(v) else float(v) for v in q]
-    return {
-        "median": as_value[1], "q25": as_value[0], "q75": as_value[2], "reached": len(reached), "seeds": len(values)
-    }  # fmt: skip
-
-
-def summarise(runs: list[Replay], truth: TrueFront, budget: int) -> dict[str, Any]:
-    members = set(int(m) for m in truth.members)
-    cheapest = truth.cheapest
-    return {
-        # the share of seeds that trained the front's cheapest member to the end: the cheap end of
-        # the front, which single-metric early stopping prunes first
-        "cheapest_found": sum(cheapest in r.completed for r in runs) / len(runs),
-        "epochs_to_95": _quartiles([r.epochs_to(0.95) for r in runs]),
-        "epochs_to_99": _quartiles([r.epochs_to(0.99) for r in runs]),
-        "hv_at_budget": _quartiles([r.volume_at(budget) for r in runs]),
-        "front_found": _quartiles([len(members & set(r.completed)) / len(members) for r in runs]),
-        "front_pruned": _quartiles([len(members & set(r.pruned)) / len(members) for r in runs]),
-        "trials_completed": _quartiles([len(r.completed) for r in runs]),
-    }
 
 
 def run_all(
@@ -323,8 +240,6 @@ def run_all(
         for method in methods:
             started = time.perf_counter()
             if method.startswith("syne-"):
-                from benchmarks import search_quality_syne  # optional: Syne Tune
-
                 runs[method] = search_quality_syne.replay_seeds(table, truth, method, seeds, workers, budget)
             else:
                 key = resolved(method, table, objectives, workers)
@@ -337,7 +252,7 @@ def run_all(
                 else:
                     runs[method] = seeds_of(method)
             if progress:
-                median = _quartiles([r.epochs_to(0.95) for r in runs[method]])["median"]
+                median = quartiles([r.epochs_to(0.95) for r in runs[method]])["median"]
                 print(f"  {method:<18} {seeds} seeds in {time.perf_counter() - started:6.1f} s; epochs to 95%: "
                       f"{median}", file=sys.stderr, flush=True)  # fmt: skip
     if pool is not None:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.search_quality import Replay, TrueFront
+from benchmarks.front_quality import Replay, TrueFront
 from benchmarks.table import Table, TableError
 
 METHODS = ("syne-random", "syne-moasha", "syne-moreg")

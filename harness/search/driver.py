@@ -36,22 +36,16 @@ from harness.search.cluster.ray_setup import (
     ray_hardware,
     storage_location,
 )
+from harness.search.engine import build_engine
 from harness.search.legacy import alias_legacy_modules
-from harness.search.propose import initial_design, warm_start
-from harness.search.propose.samplers import make_sampler
-from harness.search.propose.searcher import ArchsearchSearch
+from harness.search.propose import warm_start
 from harness.search.record import trackers
 from harness.search.record.outcome import final_status
-from harness.search.record.progress import ProgressCallback
 from harness.search.record.reconcile import reconcile, replay_finished
-from harness.search.record.store_writer import StoreCallback
 from harness.search.session import SearchSession
-from harness.search.stop.early_stopping import make_scheduler
-from harness.search.stop.hopeless import HopelessSearchStopper, hopeless_after, hopeless_reason
-from harness.search.stop.rules import StopRulesStopper
+from harness.search.stop.hopeless import hopeless_after, hopeless_reason
 from harness.search.watch import (
     Heartbeat,
-    InterruptCallback,
     RayWatch,
     StopWatchdog,
     record_interruption,
@@ -111,31 +105,13 @@ def _new_tuner(
     (:func:`harness.search.record.trackers.tracker_callbacks`).
     """
     storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
-    searcher = ArchsearchSearch(spec, store_url, name, storage, make_sampler(spec), session)
-    if spec.search.warm_start is not None:
-        warm_start.apply(searcher, spec, store_url)
-    elif initial_design.planned_spread(spec):
-        initial_design.apply(searcher, spec)
-    scheduler = make_scheduler(spec)  # MO-ASHA, Ray's ASHA (mode single), or None
-    spec_dict = spec.model_dump(mode="json")
+    engine = build_engine(spec, store_url, name, session, storage=storage)
     callbacks = [
-        InterruptCallback(session),
-        StoreCallback(store_url, name, spec_dict, session),
-        ProgressCallback(
-            store_url,
-            name,
-            dict(spec.objectives),
-            n_trials=spec.search.n_trials,
-            concurrency=spec.search.concurrency,
-            session=session,
-        ),
+        *engine.callbacks,
         JsonLoggerCallback(),  # the one per-trial log Tune needs (see ray_setup.json_results_only)
         *(tracking or []),  # search.track: MLflow, TensorBoard (pickled with the run config: no password)
     ]
-    stoppers = [HopelessSearchStopper(store_url, name, hopeless_after(spec), spec_dict, session)]
-    rules = spec.search.stop.model_dump(exclude_none=True)
-    if rules:
-        stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules, session))
+    searcher, scheduler, stoppers = engine.searcher, engine.scheduler, engine.stoppers
     tuner = tune.Tuner(
         _trainable(spec),
         tune_config=tune.TuneConfig(

@@ -9,7 +9,8 @@ hands to each hook (``bind``), never in module globals:
   Ray Tune's graceful-stop handler that a request triggers;
 * the **stop rules' reading**: the rule that ended the search and the progress line's plateau note;
 * the **trial ends** this driver recorded, which the hopeless-search stopper watches;
-* when this driver's session **started**, the origin of ``search.stop.max_hours``.
+* the search's **clock** and when this driver's session started on it, the origin of
+  ``search.stop.max_hours`` (a replay's clock is simulated).
 
 Hooks are pickled into Ray's experiment state; the session is not (:class:`SessionBound` drops it).
 Ray Tune unpickles hooks inside the driver at two moments it gives no seam for: ``Tuner.restore``
@@ -46,9 +47,16 @@ class SearchSession:
     """What the hooks of one search share (see the module docstring). Thread-safe where threads meet:
     a stop may be requested from a signal handler, a watcher thread or Tune's loop."""
 
-    def __init__(self, study: str, *, on_stop: Callable[[StopRequest], None] | None = None):
+    def __init__(
+        self,
+        study: str,
+        *,
+        on_stop: Callable[[StopRequest], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.study = study
-        self.started = time.monotonic()
+        self.clock = clock  # the search's clock: the wall's, or a replay's simulated one
+        self.started = clock()
         self._lock = threading.Lock()
         self._request: StopRequest | None = None
         self._on_stop = on_stop  # called once, with the first request (the driver's stop watchdog)
@@ -168,6 +176,10 @@ class SearchSession:
             self._graceful_stop(signal.SIGINT, None)
 
     # -- stop rules and trial ends ---------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        """Seconds since this driver's session started, on the search's clock (``max_hours``)."""
+        return self.clock() - self.started
 
     def watch_plateau(self, watcher: PlateauWatcher) -> None:
         self._plateau_watcher = watcher

@@ -7,6 +7,7 @@ the study completed, or failed and why (in one line).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from harness.search.result_keys import STATUS_KEY, split_tune_config
@@ -53,17 +54,31 @@ class DispatchedTrial(NamedTuple):
     parameters: dict[str, dict[str, Any]]  # {"sampled": ..., "fixed": ...}
 
 
-def dispatched_trial(spec: dict[str, Any], tune_config: dict[str, Any]) -> DispatchedTrial:
+# (spec, sampled and fixed params) -> the trial config stored for them: build_trial_config in a search;
+# a replay against a table, whose configurations are looked up and never built, stores its params.
+ConfigBuilder = Callable[[SearchSpec, dict[str, Any]], dict[str, Any]]
+
+
+def dispatched_trial(
+    spec: dict[str, Any], tune_config: dict[str, Any], build: ConfigBuilder = build_trial_config
+) -> DispatchedTrial:
     """The store's view of a Tune trial's config (the same config the worker builds, see
     :func:`harness.search.worker.trainable.worker_trial_config`)."""
     number, _, params = split_tune_config(tune_config)
     search_spec = SearchSpec.model_validate(spec)
-    return DispatchedTrial(number, build_trial_config(search_spec, params), split_params(search_spec, params))
+    return DispatchedTrial(number, build(search_spec, params), split_params(search_spec, params))
 
 
-def record_outcome(store, study: str, spec: dict[str, Any], params: dict[str, Any], result: dict[str, Any]) -> None:
+def record_outcome(
+    store,
+    study: str,
+    spec: dict[str, Any],
+    params: dict[str, Any],
+    result: dict[str, Any],
+    build: ConfigBuilder = build_trial_config,
+) -> None:
     """Write a finished trial's final record from its last Tune result (its outcome mark, cost, final metrics)."""
-    number, config, parameters = dispatched_trial(spec, params)
+    number, config, parameters = dispatched_trial(spec, params, build)
     status = result.get(STATUS_KEY) or TrialStatus.PRUNED  # no outcome mark: stopped early by the scheduler
     final = {k.removeprefix("final_"): v for k, v in result.items() if k.startswith("final_")}
     if status == TrialStatus.PRUNED and result.get("top1") is not None:

@@ -13,10 +13,11 @@ from typing import Any
 from ray.tune import Callback
 
 from harness.search.interrupts import store_failures
-from harness.search.record.outcome import DispatchedTrial, dispatched_trial, record_outcome
+from harness.search.record.outcome import ConfigBuilder, DispatchedTrial, dispatched_trial, record_outcome
 from harness.search.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
+from search_space.sampling import build_trial_config
 from trials.status import TrialStatus
 
 EPOCH_KEYS = (
@@ -29,10 +30,18 @@ class StoreCallback(SessionBound, Callback):
     """Writes every trial's start, each epoch, and its outcome into the store; counts each trial end
     in the session (``trials_ended``, what the hopeless-search stopper watches)."""
 
-    def __init__(self, store_url: str, study: str, spec: dict[str, Any], session: SearchSession | None = None):
+    def __init__(
+        self,
+        store_url: str,
+        study: str,
+        spec: dict[str, Any],
+        session: SearchSession | None = None,
+        build: ConfigBuilder = build_trial_config,
+    ):
         self.store_url = store_url
         self.study = study
         self.spec = spec
+        self.build = build  # a module-level function: pickled by name with the callback
         self.session = session
         self._store = None
         self._last: dict[str, dict[str, Any]] = {}
@@ -47,7 +56,7 @@ class StoreCallback(SessionBound, Callback):
         return self._store
 
     def _trial_config(self, trial) -> DispatchedTrial:
-        return dispatched_trial(self.spec, dict(trial.config))
+        return dispatched_trial(self.spec, dict(trial.config), getattr(self, "build", build_trial_config))
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
         try:
@@ -82,7 +91,8 @@ class StoreCallback(SessionBound, Callback):
         if ruled and not result.get(STATUS_KEY):  # cut short by a stop rule: cancelled, not pruned
             result = {**result, STATUS_KEY: TrialStatus.INTERRUPTED, "error": f"stopped with the search: {ruled}"}
         try:
-            record_outcome(self.store, self.study, self.spec, dict(trial.config), result)
+            build = getattr(self, "build", build_trial_config)  # an older pickle has none
+            record_outcome(self.store, self.study, self.spec, dict(trial.config), result, build)
         except store_failures() as error:
             self._session().stop_on_store_failure("recording a finished trial", error)
         self._session().trial_ended()

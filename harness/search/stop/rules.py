@@ -20,7 +20,6 @@ ends the search at that step's look.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -102,7 +101,7 @@ class StopRulesStopper(SessionBound, Stopper):
 
     def _over_time(self) -> str | None:
         hours = self.rules.get("max_hours")
-        if hours and time.monotonic() - self._session().started > hours * 3600:
+        if hours and self._session().elapsed() > hours * 3600:
             return f"max_hours: {hours:g} h of wall time reached"
         return None
 
