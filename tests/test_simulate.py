@@ -65,8 +65,8 @@ def _evaluate(table, seconds: float | None = None):
 def test_max_hours_ends_a_replay_on_the_simulated_clock(tmp_path):
     table = load_table(_unseen_table(tmp_path / "t.csv.gz"))
     spec = search_quality.table_spec(table, "timed", "random", 0, 2, {"top1": "max", "flops": "min"}, 0)
-    spec = SearchSpec.model_validate({**spec.model_dump(mode="json"),
-                                      "search": {**spec.search.model_dump(mode="json"), "stop": {"max_hours": 1}}})  # fmt: skip
+    settings = {**spec.search.model_dump(mode="json"), "stop": {"max_hours": 1}}
+    spec = SearchSpec.model_validate({**spec.model_dump(mode="json"), "search": settings})
     clock = SimulatedClock()
     _, session, engine = _engine(tmp_path, table, spec, clock)
     run = simulate(engine, _evaluate(table, seconds=600.0), workers=2, clock=clock)
