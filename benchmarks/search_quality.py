@@ -45,7 +45,6 @@ import optuna
 from benchmarks import search_quality_syne  # Syne Tune itself loads only for its methods
 from benchmarks.front_quality import Replay, TrueFront, quartiles, summarise
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
-from harness.search import adapter as fields
 from harness.search.engine import build_engine
 from harness.search.propose import initial_design
 from harness.search.propose.searcher import ArchsearchSearch
@@ -144,7 +143,7 @@ class TableSearch(ArchsearchSearch):
 
     def __init__(self, spec: SearchSpec, store_url: str, study: str, storage, sampler, session, *, table: Table):
         super().__init__(spec, store_url, study, storage, sampler, session)
-        fields.set_space_function(self, TableSpace(spec, table))
+        self.space = TableSpace(spec, table)
 
     def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
         return table_trial_config(self.spec, params)

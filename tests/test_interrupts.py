@@ -265,7 +265,7 @@ def test_a_storage_error_while_asking_optuna_stops_the_search_with_one_line(tmp_
     def disk_full(*args, **kwargs):
         raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.")
 
-    searcher._ot_study._storage.set_trial_param = disk_full
+    searcher.study._storage.set_trial_param = disk_full
     assert searcher.suggest("t1") is None
     request = session.stop_request
     assert request is not None and request.exit_code == 1

@@ -1,5 +1,7 @@
-"""Every private field of Ray Tune's OptunaSearch and Optuna's Study that archsearch reads, exercised
-on the installed versions (issue 32, item 6): an upgrade that renames one fails here, not in a search."""
+"""The private fields of Optuna's Study that archsearch reads, exercised on the installed version (issue 32,
+item 6): an upgrade that renames one fails here, not in a search. The searcher itself is composed over
+Optuna's public ask/tell (issue 43) and keeps its own bookkeeping, checked here as well.
+"""
 
 from __future__ import annotations
 
@@ -8,44 +10,52 @@ import pytest
 from ray.tune.search.optuna import OptunaSearch
 
 from harness.search import adapter as fields
+from harness.search.propose.samplers import make_sampler
+from harness.search.propose.searcher import ArchsearchSearch
+from search_space.validation import load_spec
 
 
-def _space(trial):
+def _spec(tmp_path):
+    return load_spec(
+        {
+            "name": "fields",
+            "family": "cait",
+            "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
+            "data": {"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
+            "params": {"embed_dim": {"choice": [32, 48, 64]}},
+            "objectives": {"top1": "max", "flops": "min"},
+            "search": {"sampler": "random", "n_trials": 3, "seed": 0},
+        }
+    )
+
+
+def test_the_study_fields_the_adapter_reads_exist_and_work():
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    fields.check_study(study)
+    trial = study.ask()
     trial.suggest_int("x", 0, 3)
+    assert fields.frozen_trial(study, trial.number).state == optuna.trial.TrialState.RUNNING
+    study.tell(trial, [1.0, 2.0])
+    assert fields.frozen_trial(study, trial.number).values == [1.0, 2.0]
 
 
-@pytest.fixture
-def searcher():
-    sampler = optuna.samplers.RandomSampler(0)
-    searcher = OptunaSearch(space=_space, metric=["a", "b"], mode=["max", "min"], sampler=sampler)
-    searcher.set_search_properties(None, None, {})
-    return searcher
+def test_a_renamed_study_field_is_named_in_one_error():
+    study = optuna.create_study()
+    del study._study_id
+    with pytest.raises(fields.UnsupportedVersion, match="_study_id"):
+        fields.check_study(study)
 
 
-def test_each_field_reads_and_writes_what_the_searcher_relies_on(searcher):
-    fields.check_fields(searcher)
+def test_the_searcher_asks_and_tells_through_optunas_public_api(tmp_path):
+    spec = _spec(tmp_path)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    searcher = ArchsearchSearch(spec, url, "fields", optuna.storages.RDBStorage(url), make_sampler(spec))
+    assert not isinstance(searcher, OptunaSearch)  # composed over Optuna, not a subclass of Ray's wrapper
     config = searcher.suggest("t0")
-    asked = fields.asked_trial(searcher, "t0")
-    assert isinstance(asked, optuna.Trial) and asked.params == config
-    assert fields.asked_numbers(searcher) == {asked.number}
-    assert fields.space_function(searcher) is _space
-    assert isinstance(fields.sampler_of(searcher), optuna.samplers.RandomSampler)
-    study = fields.study_of(searcher)
-    assert isinstance(study, optuna.Study)
-    assert fields.frozen_trial(study, asked.number).state == optuna.trial.TrialState.RUNNING
-    assert not fields.was_told(searcher, "t0")
-    searcher.on_trial_complete("t0", {"a": 1.0, "b": 2.0})  # Ray's own bookkeeping of a told trial
-    assert fields.was_told(searcher, "t0")
-    assert fields.frozen_trial(study, asked.number).values == [1.0, 2.0]
-    fields.mark_told(searcher, "t9")
-    assert fields.was_told(searcher, "t9")
-    fields.forget_asked(searcher, "t0")
-    assert fields.asked_trial(searcher, "t0") is None and fields.asked_numbers(searcher) == set()
-    fields.set_space_function(searcher, print)
-    assert fields.space_function(searcher) is print
-
-
-def test_a_renamed_field_is_named_in_one_error(searcher):
-    del searcher._completed_trials
-    with pytest.raises(fields.UnsupportedVersion, match="_completed_trials"):
-        fields.check_fields(searcher)
+    asked = searcher.asked_trial("t0")
+    assert isinstance(asked, optuna.Trial) and config["embed_dim"] == asked.params["embed_dim"]
+    assert searcher.sampler is searcher.study.sampler
+    searcher.on_trial_complete("t0", {"top1": 50.0, "flops": 2.0, "archsearch_status": "completed"})
+    assert searcher.study.trials[asked.number].values == [50.0, 2.0]
+    searcher.on_trial_complete("t0", {"top1": 10.0, "flops": 9.0, "archsearch_status": "completed"})  # once only
+    assert searcher.study.trials[asked.number].values == [50.0, 2.0]

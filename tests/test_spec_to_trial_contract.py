@@ -27,7 +27,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.search import adapter as fields
 from harness.search.propose.samplers import make_sampler
 from harness.search.propose.searcher import ArchsearchSearch
 from harness.search.record.outcome import record_outcome
@@ -200,7 +199,7 @@ def _run_searcher(spec: SearchSpec, url: str) -> int:
         tune_config = searcher.suggest(f"t{i}")
         if not isinstance(tune_config, dict):  # FINISHED: a grid, or a space smaller than the budget
             break
-        ot_trial = fields.asked_trial(searcher, f"t{i}")
+        ot_trial = searcher.asked_trial(f"t{i}")
         result = _check_trial(spec, tune_config, store, dict(ot_trial.params))
         searcher.on_trial_complete(f"t{i}", result)
         ran += 1
@@ -276,12 +275,12 @@ def test_duplicates_are_recorded_with_the_fixed_values(tmp_path):
     store.create_study("dups", spec.model_dump(mode="json"), dict(spec.objectives))
     searcher = ArchsearchSearch(spec, url, "dups", optuna.storages.RDBStorage(url), make_sampler(spec))
     for _ in range(2):  # the same configuration proposed twice
-        fields.study_of(searcher).enqueue_trial({"depth": 2})
+        searcher.study.enqueue_trial({"depth": 2})
     for i in range(3):
         tune_config = searcher.suggest(f"t{i}")
         if not isinstance(tune_config, dict):
             break
-        result = _check_trial(spec, tune_config, store, dict(fields.asked_trial(searcher, f"t{i}").params))
+        result = _check_trial(spec, tune_config, store, dict(searcher.asked_trial(f"t{i}").params))
         searcher.on_trial_complete(f"t{i}", result)
     rows = store.trials("dups", flatten_config=False)
     assert list(rows["status"]) == ["completed", "duplicate", "completed"]
@@ -316,7 +315,7 @@ def test_a_warm_start_enqueues_what_the_earlier_trials_trained_and_reuses_them_w
     for i in range(report.enqueued):
         tune_config = searcher.suggest(f"w{i}")
         assert tune_config["mlp_ratio"] == 3.0 and tune_config["ca_depth"] == 3, tune_config
-        _check_trial(spec, tune_config, store, dict(fields.asked_trial(searcher, f"w{i}").params))
+        _check_trial(spec, tune_config, store, dict(searcher.asked_trial(f"w{i}").params))
 
     # reuse_results: the same space again; every config it proposes was trained by "earlier".
     again = _spec("cait", {"depth": {"choice": [2, 3]}, "mlp_ratio": 3.0}, "random", "again")

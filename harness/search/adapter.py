@@ -4,15 +4,13 @@ Torch's private modules (Dynamo, Inductor) have their own adapter in the layer t
 :mod:`trials.torch_internals`. ``tests/test_engine_room.py`` walks the AST of every package and
 ``benchmarks/`` so that no other module reaches into a private name of Ray, Optuna or torch.
 
-The searcher (:class:`harness.search.propose.searcher.ArchsearchSearch`) extends Ray Tune's
-``OptunaSearch``, which keeps what it needs in private attributes: the Optuna trial asked for
-each Tune trial (``_ot_trials``), the study (``_ot_study``), the trials it was told about
-(``_completed_trials``), the define-by-run function (``_space``) and the sampler (``_sampler``).
-Telling Optuna about a trial by its number, without loading every trial of a large study, needs
-the study's storage and id (``Study._storage``, ``Study._study_id``): Optuna has no public call
-for it. A minor upgrade may rename any of these; every use goes through this module, and
-``tests/test_optuna_fields.py`` exercises each function on the installed Ray and Optuna, so such an
-upgrade fails a test instead of every search.
+Telling Optuna about a trial by its number, without loading every trial of a large study, needs the
+study's storage and id (``Study._storage``, ``Study._study_id``): Optuna has no public call for it. The
+searcher itself (:class:`harness.search.propose.searcher.ArchsearchSearch`) uses Optuna's public
+ask/tell only. A minor upgrade may rename any private name used here; every use goes through this
+module, checked when a searcher starts (:func:`check_study`), and ``tests/test_optuna_fields.py`` and
+``tests/test_engine_room.py`` exercise each on the installed Ray and Optuna, so such an upgrade fails a
+test instead of every search.
 """
 
 from __future__ import annotations
@@ -30,14 +28,6 @@ ray_raylet = lazy_import("ray._raylet")
 ray_services = lazy_import("ray._private.services")
 optuna_hypervolume_history = lazy_import("optuna.visualization._hypervolume_history")
 
-# OptunaSearch attribute -> what it holds (checked by check_fields, named in its error)
-SEARCHER_FIELDS = {
-    "_ot_trials": "dict: Tune trial id -> the optuna.Trial asked for it",
-    "_ot_study": "the optuna.Study it asks and tells",
-    "_completed_trials": "set of Tune trial ids already told",
-    "_space": "the define-by-run function",
-    "_sampler": "the Optuna sampler",
-}
 STUDY_FIELDS = {"_storage": "the study's BaseStorage", "_study_id": "the study's id in that storage"}
 
 
@@ -45,54 +35,11 @@ class UnsupportedVersion(EnvironmentProblem, RuntimeError):
     """Ray Tune or Optuna changed a field archsearch reads: pin the versions the constraints name."""
 
 
-def check_fields(searcher: Any) -> None:
-    """Raise UnsupportedVersion naming the field if the installed Ray Tune or Optuna lack one."""
-    for name, meaning in SEARCHER_FIELDS.items():
-        if not hasattr(searcher, name):
-            raise UnsupportedVersion(f"ray.tune OptunaSearch has no {name} ({meaning}): unsupported Ray version")
-    study = study_of(searcher)
+def check_study(study: Any) -> None:
+    """Raise UnsupportedVersion naming the field if the installed Optuna's Study lacks one this module reads."""
     for name, meaning in STUDY_FIELDS.items():
-        if study is not None and not hasattr(study, name):
+        if not hasattr(study, name):
             raise UnsupportedVersion(f"optuna.Study has no {name} ({meaning}): unsupported Optuna version")
-
-
-def study_of(searcher: Any) -> optuna.Study | None:
-    return searcher._ot_study
-
-
-def asked_trial(searcher: Any, trial_id: str) -> optuna.Trial | None:
-    """The Optuna trial asked for Tune trial ``trial_id`` (None when there is none)."""
-    return searcher._ot_trials.get(trial_id)
-
-
-def forget_asked(searcher: Any, trial_id: str) -> None:
-    """Drop a Tune trial id that will not run (an infeasible, duplicate or reused proposal)."""
-    searcher._ot_trials.pop(trial_id, None)
-
-
-def asked_numbers(searcher: Any) -> set[int]:
-    """Optuna numbers of the trials the searcher has asked for and not forgotten."""
-    return {trial.number for trial in searcher._ot_trials.values()}
-
-
-def was_told(searcher: Any, trial_id: str) -> bool:
-    return trial_id in searcher._completed_trials
-
-
-def mark_told(searcher: Any, trial_id: str) -> None:
-    searcher._completed_trials.add(trial_id)
-
-
-def space_function(searcher: Any) -> Any:
-    return searcher._space
-
-
-def set_space_function(searcher: Any, function: Any) -> None:
-    searcher._space = function
-
-
-def sampler_of(searcher: Any) -> Any:
-    return searcher._sampler
 
 
 def frozen_trial(study: Any, number: int) -> Any:

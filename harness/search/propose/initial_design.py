@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.search import adapter as fields
 from search_space.spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec
 
 PRICED_OBJECTIVES = ("flops", "params")  # what the cost model prices before training
@@ -97,8 +96,8 @@ def _fixed(spec: SearchSpec) -> dict[str, Any]:
 def apply(searcher: Any, spec: SearchSpec, quiet: bool = False) -> int:
     """Enqueue the spread as the study's first trials; how many were enqueued."""
     count = planned_spread(spec)
-    chosen = spread(spec, fields.space_function(searcher), count)
-    study = fields.study_of(searcher)
+    chosen = spread(spec, searcher.space, count)
+    study = searcher.study
     for params in chosen:
         study.enqueue_trial(params, user_attrs={"initial_spread": True})
     if chosen and not quiet:

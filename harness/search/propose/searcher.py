@@ -1,4 +1,9 @@
-"""Ray Tune's OptunaSearch, with the three things a NAS search needs on top.
+"""The searcher: a Ray Tune ``Searcher`` composed over an Optuna study's public ask/tell.
+
+Ray's seam is composition (``ConcurrencyLimiter(Searcher)`` wraps a searcher); this one holds an
+``optuna.Study`` and asks it for each Tune trial (the spec's define-by-run space function fills the
+asked trial), tells it each outcome once (:class:`harness.search.outcome.TrialOutcome`), and adds
+what a NAS search needs:
 
 1. Infeasible configs never occupy a worker: ``suggest`` asks Optuna again until the sampled
    config passes the spec's constraints (closed-form cost model); each infeasible one is told to
@@ -31,11 +36,12 @@ The searcher is pickled for ``Tuner.restore``; it holds a store URL, never an op
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 from typing import Any
 
+import optuna
 from ray.tune.search import Searcher
-from ray.tune.search.optuna import OptunaSearch
 
 from harness.search import adapter as fields
 from harness.search.interrupts import store_failures
@@ -51,12 +57,14 @@ from trials.status import TrialStatus
 MAX_INFEASIBLE_IN_A_ROW = 200
 
 
-class ArchsearchSearch(SessionBound, OptunaSearch):
-    """Ray Tune's OptunaSearch plus infeasible and duplicate configurations (see the module docstring)."""
+class ArchsearchSearch(SessionBound, Searcher):
+    """Optuna's ask/tell behind Ray Tune's ``Searcher``, plus infeasible and duplicate configurations
+    (see the module docstring)."""
 
     def __init__(
         self, spec: SearchSpec, store_url: str, study_name: str, storage, sampler, session: SearchSession | None = None
     ):
+        super().__init__(metric=list(spec.objectives), mode=list(spec.objectives.values()))
         self.session = session
         self.spec = spec
         self.store_url = store_url
@@ -72,15 +80,18 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         self._reusable: dict[str, dict[str, Any]] = {}  # config key -> an earlier study's record (warm start)
         self._space_size = discrete_space_size(spec)  # None: a float range, the space is not enumerable
         self._infeasible_keys: set[str] = set()  # distinct infeasible proposals (their params)
-        super().__init__(
-            space=SpaceFunction(spec),
-            metric=list(spec.objectives),
-            mode=list(spec.objectives.values()),
+        self.space: Any = SpaceFunction(spec)  # the define-by-run function that fills an asked trial
+        self.study = optuna.create_study(
+            storage=storage,  # None: in memory (a replay)
             sampler=sampler,
+            pruner=optuna.pruners.NopPruner(),  # early stopping is the scheduler's (harness.search.stop)
             study_name=study_name,
-            storage=storage,
+            load_if_exists=True,
+            directions=["minimize" if d == "min" else "maximize" for d in spec.objectives.values()],
         )
-        fields.check_fields(self)  # a Ray or Optuna that renamed a field this searcher reads: say so now
+        self._asked: dict[str, optuna.Trial] = {}  # Tune trial id -> the Optuna trial asked for it
+        self._told: set[str] = set()  # Tune trial ids whose outcome Optuna has been told
+        fields.check_study(self.study)  # an Optuna that renamed a field the adapter reads: say so now
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -88,32 +99,44 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         state["_synced"] = False
         return self._unbound_state(state)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(_upgraded(state))
+
     def save(self, checkpoint_path: str) -> None:
-        # OptunaSearch.save pickles __dict__ directly (not __getstate__): drop the open store, the
-        # session (this driver's), and the sync flag (a searcher restored from this file syncs again).
-        store, synced, session = self._store, getattr(self, "_synced", False), self.session
-        self._store, self._synced, self.session = None, False, None
-        try:
-            super().save(checkpoint_path)
-        finally:
-            self._store, self._synced, self.session = store, synced, session
+        """Ray's searcher checkpoint: the state as pickled (no open store, no session, not synced)."""
+        with open(checkpoint_path, "wb") as handle:
+            pickle.dump(self.__getstate__(), handle)
 
     def restore(self, checkpoint_path: str) -> None:
-        # OptunaSearch.restore updates __dict__ from the file: the session bound by this driver stays.
+        """Back to a checkpoint's state; the session bound by this driver stays."""
+        with open(checkpoint_path, "rb") as handle:
+            state = pickle.load(handle)
         session = self.session
-        super().restore(checkpoint_path)
+        self.__dict__.update(_upgraded(state))
         self.session = session
-        self._upgrade_outcomes()
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        super().__setstate__(state)
-        self._upgrade_outcomes()
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return False  # the space is the spec's, set at construction; Tune's param space stays empty
 
-    def _upgrade_outcomes(self) -> None:
-        """Outcomes pickled by an older archsearch were tuples: ("values", (...)), ("failed",), ("pruned",)."""
-        outcomes = self.__dict__.get("_outcomes")
-        if outcomes:
-            self._outcomes = {number: TrialOutcome.coerce(outcome) for number, outcome in outcomes.items()}
+    @property
+    def sampler(self) -> optuna.samplers.BaseSampler:
+        return self.study.sampler
+
+    def asked_trial(self, trial_id: str) -> optuna.Trial | None:
+        return self._asked.get(trial_id)
+
+    def _ask(self, trial_id: str) -> dict[str, Any]:
+        """Ask Optuna for ``trial_id`` (again for the same trial if it was asked before) and fill it with
+        the define-by-run space: its sampled values and the spec's fixed ones."""
+        trial = self._asked.get(trial_id)
+        if trial is None:
+            trial = self._asked[trial_id] = self.study.ask()
+        fixed = self.space(trial)
+        return _unflatten({**trial.params, **(fixed or {})})
+
+    def _forget(self, trial_id: str) -> None:
+        """A Tune trial id that will not run (an infeasible, duplicate or reused proposal)."""
+        self._asked.pop(trial_id, None)
 
     @property
     def store(self):
@@ -154,10 +177,8 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
             if self._grid_done() or self._budget_spent() or self._space_exhausted():
                 return Searcher.FINISHED
-            params = super().suggest(trial_id)
-            if params is None:
-                return None
-            ot_trial = fields.asked_trial(self, trial_id)
+            params = self._ask(trial_id)
+            ot_trial = self._asked[trial_id]
             feasibility = self._feasibility(ot_trial)
             if feasibility.feasible:
                 config = self.trial_config(params)
@@ -166,7 +187,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
                 if reused is not None and self._record_reused(ot_trial, config, params, reused):
                     self._seen[key] = ot_trial.number
                     self.dispatched += 1  # a completed trial of this study, trained by an earlier one
-                    fields.forget_asked(self, trial_id)
+                    self._forget(trial_id)
                     continue
                 original = self._seen.get(key)
                 outcome = self._outcomes.get(original) if original is not None else None
@@ -183,7 +204,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
                 self._record_infeasible(ot_trial, params, feasibility)
                 self.__dict__.setdefault("_infeasible_keys", set()).add(config_key(params))
                 rejected = TrialStatus.INFEASIBLE
-            fields.forget_asked(self, trial_id)
+            self._forget(trial_id)
         # The sampler keeps proposing what the constraints exclude (or what was trained already): end
         # the search cleanly (the driver records the outcome) instead of raising inside Tune.
         print(
@@ -196,7 +217,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
     def _feasibility(self, ot_trial) -> Feasibility:
         """What the space function found of this trial: handed over in memory, or (a space function
         pickled by an older archsearch) from the trial's user attributes."""
-        checked = getattr(fields.space_function(self), "checked", {}).pop(ot_trial.number, None)
+        checked = getattr(self.space, "checked", {}).pop(ot_trial.number, None)
         if checked is not None:
             return checked
         attrs = ot_trial.user_attrs
@@ -212,8 +233,8 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         trials = self.store.trials(self.archsearch_study, flatten_config=False)
         if trials.empty:
             return
-        known = fields.asked_numbers(self)
-        study = fields.study_of(self)
+        known = {trial.number for trial in self._asked.values()}
+        study = self.study
         lost = 0
         for row in trials.itertuples(index=False):
             number, status = int(row.number), row.status
@@ -260,7 +281,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
                 return False
             values.append(float(value))
         outcome = TrialOutcome(TrialStatus.COMPLETED, tuple(values))
-        outcome.tell(fields.study_of(self), ot_trial.number)
+        outcome.tell(self.study, ot_trial.number)
         self._outcomes[ot_trial.number] = outcome
         self.store.finish_trial(
             self.archsearch_study,
@@ -305,19 +326,18 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         )
 
     def _tell_copy(self, number: int, outcome: TrialOutcome) -> None:
-        outcome.tell(fields.study_of(self), number)
+        outcome.tell(self.study, number)
 
     def _grid_done(self) -> bool:
         """A grid search ends when every grid point has been dispatched (see harness.search.propose.samplers)."""
         return (
-            isinstance(fields.sampler_of(self), TuneGridSampler)
-            and fields.study_of(self) is not None
-            and fields.sampler_of(self).all_started(fields.study_of(self))
+            isinstance(self.sampler, TuneGridSampler)
+            and self.sampler.all_started(self.study)
         )
 
     def _record_infeasible(self, ot_trial, params: dict, feasibility: Feasibility) -> None:
         self.infeasible += 1
-        fields.study_of(self).tell(ot_trial, state=OPTUNA_STATE[TrialStatus.INFEASIBLE])
+        self.study.tell(ot_trial, state=OPTUNA_STATE[TrialStatus.INFEASIBLE])
         try:
             config = self.trial_config(params)
         except Exception:  # an invalid combination: keep what was sampled
@@ -341,12 +361,12 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         )
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        ot_trial = fields.asked_trial(self, trial_id)
-        if fields.was_told(self, trial_id) or ot_trial is None:
+        ot_trial = self._asked.get(trial_id)
+        if trial_id in self._told or ot_trial is None:
             return
         try:
             outcome = TrialOutcome.of_result(result, error, list(self.metric))
-            outcome.tell(fields.study_of(self), ot_trial.number)
+            outcome.tell(self.study, ot_trial.number)
             if hasattr(self, "_outcomes"):
                 self._outcomes[ot_trial.number] = outcome
                 for duplicate in self._waiting.pop(ot_trial.number, []):
@@ -354,7 +374,7 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
         except store_failures() as failure:  # the database is down: stop, resumable (see harness.search.interrupts)
             self._session().stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
         finally:
-            fields.mark_told(self, trial_id)
+            self._told.add(trial_id)
 
     def suggest(self, trial_id: str) -> dict | None:
         try:
@@ -367,3 +387,33 @@ class ArchsearchSearch(SessionBound, OptunaSearch):
 def config_key(config: dict) -> str:
     """Identity of a trial configuration: the full config after sampling, seed included."""
     return json.dumps(config, sort_keys=True, default=str)
+
+
+# What Ray Tune's OptunaSearch, which this searcher extended before it was composed over Optuna's
+# ask/tell, kept under other names: a searcher pickled by an older archsearch is read with them.
+_FORMER_FIELDS = {"_ot_study": "study", "_ot_trials": "_asked", "_completed_trials": "_told", "_space": "space"}
+
+
+def _upgraded(state: dict[str, Any]) -> dict[str, Any]:
+    """A pickled searcher's state in today's fields (older pickles: OptunaSearch's fields, outcome tuples)."""
+    state = dict(state)
+    for old, new in _FORMER_FIELDS.items():
+        if old in state and new not in state:
+            state[new] = state.pop(old)
+    if state.get("_outcomes"):
+        state["_outcomes"] = {number: TrialOutcome.coerce(o) for number, o in state["_outcomes"].items()}
+    state.setdefault("_asked", {})
+    state.setdefault("_told", set())
+    return state
+
+
+def _unflatten(params: dict[str, Any]) -> dict[str, Any]:
+    """Nest ``a/b`` keys as Ray Tune's configs do (a Tune config's nested dicts are flattened with ``/``)."""
+    nested: dict[str, Any] = {}
+    for key, value in params.items():
+        *parents, leaf = key.split("/")
+        node = nested
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    return nested

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dashboards.pareto import study_front
-from harness.search import adapter as fields
 from harness.search.propose.searcher import config_key
 from harness.store import Store, StoreError, mask_url
 from search_space.sampling import build_trial_config, fixed_params, params_of_config
@@ -130,7 +129,7 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
             report.skipped += 1
             report.skip_reasons.append(f"trial {number}: {', '.join(outside)} outside the new space")
             continue
-        fields.study_of(searcher).enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
+        searcher.study.enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
         report.enqueued += 1
     searched = [name for name in spec.params if name not in fixed]
     for number, record in sorted(records.items()):  # completed trials; the first of identical configs is copied
