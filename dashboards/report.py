@@ -35,7 +35,7 @@ from dashboards.verified import compare_fronts
 from trials.data_config import DATA_STARVED_FRACTION
 from trials.status import TrialStatus
 
-from .files import atomic_write
+from .files import atomic_write, write_output
 
 _MAX_PARAM_PANELS = 12  # objective-vs-parameter panels per study; more is unreadable in a page
 
@@ -553,20 +553,22 @@ def write_report(
     store: StudyReader,
     studies: Sequence[str],
     objectives: Mapping[str, str] | None,
-    out_path: str | Path,
+    out_path: str | Path | None,
     png_dir: str | Path | None = None,
     color_by: str | None = None,
     static: bool = False,
-) -> Path:
-    """Write one offline HTML report for ``studies`` to ``out_path`` and return its path.
+) -> Path | None:
+    """Write one offline HTML report for ``studies`` to ``out_path`` and return its path (None:
+    written to standard output, as ``out_path`` None asks).
 
     ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty;
     the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``
     (and, for several studies, their combined scatter as ``studies-pareto.png``). ``static``: PNG
     figures in the page and no script, instead of the interactive figures.
     """
-    out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(out_path) if out_path is not None else None  # None: standard output
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
     png_path = Path(png_dir) if png_dir is not None else None
     if png_path is not None:
         png_path.mkdir(parents=True, exist_ok=True)
@@ -584,4 +586,4 @@ def write_report(
         objectives=shown,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
-    return atomic_write(out, html)  # a failure leaves the previous report intact
+    return write_output(out, html)  # a failure leaves the previous report intact

@@ -16,7 +16,7 @@ from __future__ import annotations
 import click
 import yaml
 
-from dashboards.files import atomic_write
+from dashboards.files import OutputRefused, check_output, write_output
 from harness.cli.common import UsageError, open_store, store_option
 from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, storage_location
 from harness.search.experiment_guard import check_purgeable, purge_experiment
@@ -76,6 +76,11 @@ def export_command(
     """
     if epochs is not None and steps is not None:
         raise UsageError("--epochs and --steps: give one budget, not both")
+    store_file = store_package.sqlite_file(store_package.resolve_store_url(store_url))
+    try:  # looked at before anything is read or written: never the store, never a device or a link
+        target = check_output(output, reads=[store_file] if store_file else [], option="--output")
+    except OutputRefused as error:
+        raise UsageError(str(error)) from None
     with open_store(store_url, create=False, read_only=True) as store:
         try:
             store.study(study)
@@ -106,14 +111,15 @@ def export_command(
         header.append(f"Budget changed on export to {budget} (the trial trained {_budget(config)}).")
     text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(exported, sort_keys=False)
     try:
-        path = atomic_write(output, text)
+        path = write_output(target, text)
     except OSError as error:
         raise UsageError(f"cannot write {output}: {error.strerror or error}") from None
     if status == TrialStatus.INFEASIBLE:
         click.echo(
             f"warning: trial {number} was infeasible (never trained; it breaks the study's constraints)", err=True
         )
-    click.echo(f"trial {number} of study {study} written to {path}" + (f" ({cost})" if cost else ""))
+    where = "standard output" if path is None else str(path)  # the note goes to stderr then: stdout is the YAML
+    click.echo(f"trial {number} of study {study} written to {where}" + (f" ({cost})" if cost else ""), err=path is None)
 
 
 def _budget(config: dict) -> str:

@@ -10,6 +10,7 @@ import click
 
 from dashboards import compare
 from dashboards.columns import searched_config_columns
+from dashboards.files import OutputRefused, check_output, check_output_dir
 from harness.cli import admin_commands
 from harness.cli.common import UsageError, open_store, records, store_option
 from harness.output import FORMATS, render
@@ -267,13 +268,18 @@ def report_command(
     (hover a point for its trial), parameter importance; one offline file."""
     try:
         wanted = pareto.parse_objectives(objectives) if objectives else None
+        # Looked at before anything is read or written: never the store, never a device or a link.
+        store_file = store_package.sqlite_file(store_package.resolve_store_url(store_url))
+        target = check_output(output, reads=[store_file] if store_file else [], option="--output")
+        if png_dir is not None:
+            check_output_dir(png_dir, option="--png")
         with open_store(store_url, create=False, read_only=True) as store:
             for study in studies:
                 store.study(study)  # unknown study: a one-line error before any work
             path = report.write_report(
-                store, list(studies), wanted, output, png_dir=png_dir, color_by=color_by, static=static
+                store, list(studies), wanted, target, png_dir=png_dir, color_by=color_by, static=static
             )
-    except (pareto.ParetoError, store_package.StoreError) as error:
+    except (pareto.ParetoError, store_package.StoreError, OutputRefused) as error:
         raise UsageError(str(error)) from None
     except OSError as error:  # a non-directory or read-only place, a full disk: one line, exit 2
         if isinstance(error, (FileExistsError, NotADirectoryError)):
@@ -282,4 +288,5 @@ def report_command(
             reason = error.strerror or str(error)
         target = error.filename if isinstance(error.filename, str) and error.filename else output
         raise UsageError(f"cannot write the report to {output}: {target}: {reason}") from None
-    click.echo(f"report written to {Path(path).resolve()}")
+    if path is not None:  # written to standard output: nothing else goes there
+        click.echo(f"report written to {Path(path).resolve()}")

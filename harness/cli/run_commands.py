@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from dashboards.columns import searched_config_columns
+from dashboards.files import OutputRefused, check_output_dir
 from harness.cli.common import UsageError, check_utf8_arguments, config_error, open_store, records, store_option
 from harness.output import render
 from harness.reproduce import registry as reproduce_registry
@@ -171,6 +172,10 @@ def reproduce_command(
         _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt)
         return
     url = store_package.resolve_store_url(store_url)
+    try:  # looked at before the store is opened or created: a directory or nothing, never a link
+        check_output_dir(output, option="--output")
+    except OutputRefused as error:
+        raise UsageError(str(error)) from None
     open_store(url, create=not report_only).close()
     protocols = tuple(protocols) or reproduce_registry.STUDIES[study].protocols
     # The command as a reader can re-run it from where it ran: the output folder relative to there.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -121,3 +122,15 @@ def optuna_storage_url(store_url: str) -> str:
     if url.get_backend_name() == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of a SQLite store URL (None for another backend, or an in-memory SQLite):
+    what no output of a command may overwrite."""
+    try:
+        parsed = _parse(url)
+    except (ArgumentError, ValueError):
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
