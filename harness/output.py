@@ -1,4 +1,10 @@
-"""Rendering rows (lists of dicts) as an aligned text table, CSV or JSON: one place for every command."""
+"""Rendering rows (lists of dicts) as an aligned text table, CSV or JSON: one place for every command.
+
+Rows come from the store, which holds whatever users and trials wrote: a table cell shows every
+character that is not printable (control and escape sequences, a window-title sequence, line breaks)
+as its escape (``\x1b``), so nothing stored reaches a terminal raw. JSON is strict (RFC 8259): a NaN
+is ``null``, an infinity the string ``"inf"`` or ``"-inf"``; JSON escapes control characters itself.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,13 @@ from typing import Any
 FORMATS = ("table", "json", "csv")
 
 
+def printable(text: str) -> str:
+    """``text`` with every non-printable character as its escape: safe to print to a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -20,8 +33,23 @@ def _cell(value: Any) -> str:
             return "nan"
         return f"{value:.6g}"
     if isinstance(value, (list, tuple)):
-        return "/".join(str(v) for v in value)
-    return str(value)
+        return printable("/".join(str(v) for v in value))
+    return printable(str(value))
+
+
+def strict_json_value(value: Any) -> Any:
+    """``value`` with every non-finite float replaced (NaN -> None, +-inf -> "inf"/"-inf"), recursively."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {key: strict_json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json_value(item) for item in value]
+    return value
 
 
 def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
@@ -55,7 +83,7 @@ def render_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
 def render(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None) -> str:
     """Render ``rows`` as ``table``, ``csv`` or ``json`` (JSON keeps every key, not only ``columns``)."""
     if fmt == "json":
-        return json.dumps(list(rows), indent=2, default=str)
+        return json.dumps(strict_json_value(list(rows)), indent=2, default=str, allow_nan=False)
     if fmt == "csv":
         return render_csv(rows, columns)
     if fmt == "table":

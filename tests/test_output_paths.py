@@ -111,3 +111,40 @@ def test_a_png_directory_that_is_a_file_is_refused_before_anything_is_written(tm
     result = CliRunner().invoke(main, ["report", "s", "-o", str(out), "--png", str(blocker), "--store", store_url])
     assert result.exit_code == 2 and "--png" in result.output and "is a file" in result.output
     assert not out.exists() and blocker.read_text() == "a file"
+
+
+def _strict_json(text: str):
+    import json
+
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_strict_and_stored_control_characters_never_reach_a_terminal(tmp_path, store_url):
+    """``--format json`` is RFC 8259 JSON (no bare Infinity or NaN); a status message carrying escape
+    sequences (a window-title one among them) is shown escaped in the table."""
+    from sqlalchemy import update
+
+    from harness.store.schema import Study
+
+    hostile = "stopped\x1b]0;pwned\x07 \x1b[31mred\x1b[0m\r\nnext line"
+    with Store.open(store_url) as store:
+        store.finish_trial("s", 2, status="completed", config={"seed": 2}, measurement={"flops": float("inf")},
+                           epochs=[{"epoch": 1, "top1": float("nan"), "train_loss": float("inf")}],
+                           final={"top1": float("inf")})  # fmt: skip
+        with store.engine.begin() as conn:
+            conn.execute(update(Study).where(Study.name == "s").values(status_message=hostile))
+    for args in (
+        ["trials", "s", "--format", "json"],
+        ["studies", "--format", "json"],
+        ["pareto", "s", "--format", "json"],
+    ):
+        result = CliRunner().invoke(main, [*args, "--store", store_url])
+        assert result.exit_code == 0, result.output
+        _strict_json(result.output)
+    for args in (["studies"], ["trials", "s"]):
+        shown = CliRunner().invoke(main, [*args, "--store", store_url]).output
+        assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown
+    assert "\\x1b]0;pwned\\x07" in CliRunner().invoke(main, ["studies", "--store", store_url]).output
