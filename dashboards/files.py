@@ -55,10 +55,8 @@ def check_output(path: str | Path, *, reads: Iterable[str | Path] = (), option: 
         raise OutputRefused(f"{option} {path}: is a symbolic link; give the file itself, or - for standard output")
     try:
         mode = os.stat(target).st_mode
-    except FileNotFoundError:
+    except OSError:  # nothing there (or no way there: the write says why, as it always did)
         return target
-    except OSError as error:
-        raise OutputRefused(f"{option} {path}: {error.strerror or error}") from None
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
         raise OutputRefused(f"{option} {path}: is {kind}; give a file path, or - for standard output")

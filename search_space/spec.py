@@ -60,7 +60,9 @@ _CONSTRAINT = re.compile(r"^\s*(?P<metric>[a-z_0-9]+)\s*(?P<op><=|>=|<|>)\s*(?P<
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # allow_inf_nan=False: the one rule that every float of a spec is finite (``.inf`` and ``.nan`` are
+    # YAML floats: ``cpus: .inf`` once overflowed inside Ray, ``reduction_factor: .inf`` pruned every trial).
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class IntDomain(_Strict):

@@ -319,6 +319,7 @@ def load_spec(source: str | Path | Mapping[str, Any], *, check_paths: bool = Tru
         source = read_yaml(source)
     if not isinstance(source, Mapping):
         raise ConfigError("", f"a search spec must be a mapping, got {type(source).__name__}")
+    require_finite_numbers(source)
     try:
         spec = SearchSpec.model_validate(dict(source))
     except ValidationError as error:
@@ -330,6 +331,22 @@ def load_spec(source: str | Path | Mapping[str, Any], *, check_paths: bool = Tru
     check_params(spec)
     check_spec(spec, check_paths=check_paths)
     return spec
+
+
+def require_finite_numbers(value: Any, path: str = "") -> None:
+    """The one rule for numbers in a spec, wherever they sit (the schema's fields, the free-form
+    ``training``/``data``/``measure`` sections, a parameter's choices): every float is finite. A value
+    overridden by a searched parameter is refused too: a spec says what it means or is refused.
+    Walked without recursion: a deeply nested spec is refused by the schema, not by the stack."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(where, f"must be a finite number, got {item!r}")
+        if isinstance(item, Mapping):
+            stack.extend((child, f"{where}.{key}" if where else str(key)) for key, child in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
 
 
 def check_params(spec: SearchSpec) -> None:

@@ -9,6 +9,7 @@ user can find the line in their YAML. Standard library only: a trial runs with t
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -81,6 +82,7 @@ def from_mapping(cls: type[T], data: Any, path: str = "") -> T:
         if f.name not in data:
             continue
         value = data[f.name]
+        _require_finite(value, _join(path, f.name))
         nested = _dataclass_in(hints.get(f.name))
         if nested is not None and isinstance(value, Mapping):
             value = from_mapping(nested, value, _join(path, f.name))
@@ -91,6 +93,16 @@ def from_mapping(cls: type[T], data: Any, path: str = "") -> T:
         return cls(**values)
     except ConfigError as error:
         raise error.under(path) from None
+
+
+def _require_finite(value: Any, path: str) -> None:
+    """The one rule for numbers in a config: every float is finite (``.inf`` and ``.nan`` are YAML
+    floats that every per-key range check would otherwise have to remember)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(path, f"must be a finite number, got {value!r}")
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _require_finite(item, f"{path}[{index}]")
 
 
 def to_mapping(config: Any) -> dict[str, Any]:

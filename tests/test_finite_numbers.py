@@ -1,0 +1,52 @@
+"""One rule for numbers (issue 44, pattern 3): every float of a spec and of a trial config is finite,
+wherever it sits; ``.inf`` and ``.nan`` are refused at load naming the key, exit 2, before anything runs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from search_space.validation import load_spec
+from trials.configio import ConfigError
+from trials.trial_config import load_trial_config
+
+ROOT = Path(__file__).parents[1]
+QUICKSTART = yaml.safe_load((ROOT / "search_space" / "presets" / "quickstart.yaml").read_text())
+
+
+def _with(path: str, value):
+    spec = copy.deepcopy(QUICKSTART)
+    node = spec
+    *parents, leaf = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return spec
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["training.lr", "training.weight_decay", "search.resources.cpus", "search.early_stopping.reduction_factor",
+     "search.stop.max_hours", "measure.warmup_s", "data.val_fraction"],
+)  # fmt: skip
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_number_anywhere_in_a_spec_is_refused_naming_its_key(path, value):
+    with pytest.raises(ConfigError) as refused:
+        load_spec(_with(path, value))
+    assert refused.value.field == path and "finite" in str(refused.value)
+
+
+def test_a_non_finite_choice_is_refused_with_its_index():
+    with pytest.raises(ConfigError) as refused:
+        load_spec(_with("params.lr", {"choice": [1e-3, float("inf")]}))
+    assert refused.value.field.startswith("params.lr") and "finite" in str(refused.value)
+
+
+def test_a_trial_config_refuses_non_finite_numbers_too():
+    config = {"model": "cait_tiny32", "data": {"name": "synthetic", "num_classes": 4}, "training": {"lr": float("nan")}}
+    with pytest.raises(ConfigError) as refused:
+        load_trial_config(config)
+    assert refused.value.field == "training.lr"
