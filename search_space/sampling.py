@@ -278,6 +278,34 @@ def discrete_space_size(spec: SearchSpec) -> int | None:
     return size
 
 
+MAX_GRID_POINTS = 1_000_000  # a grid search's points are enumerated up front: bounded before they are built
+
+
+def _candidate_count(name: str, domain: Any) -> int:
+    if isinstance(domain, ChoiceDomain):
+        return len(domain.choice)
+    if isinstance(domain, FixedDomain):
+        return 1
+    if isinstance(domain, IntDomain):
+        return (domain.int[1] - domain.int[0]) // domain.step + 1
+    raise ConfigError(f"params.{name}", "a grid search needs choices or int ranges, not a float range")
+
+
+def grid_size(spec: SearchSpec) -> int:
+    """How many points a grid search of ``spec`` enumerates (with ``search.grid``: an upper bound, the
+    sum of its sub-grids' sizes), computed without building any of them."""
+    counts = {name: _candidate_count(name, domain) for name, domain in spec.params.items()}
+    subgrids = spec.search.grid if spec.search.grid is not None else [{}]
+    total = 0
+    for subgrid in subgrids:
+        size = 1
+        for name, count in counts.items():
+            chosen = subgrid.get(name)
+            size *= len(chosen) if isinstance(chosen, (list, tuple)) else 1 if chosen is not None else count
+        total += size
+    return total
+
+
 def grid_space(spec: SearchSpec) -> dict[str, list[Any]]:
     """The grid for Optuna's GridSampler: choices as given, int ranges enumerated by step."""
     grid: dict[str, list[Any]] = {}

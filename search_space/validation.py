@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from trials.configio import ConfigError
 from trials.trial_config import load_trial_config, read_yaml
 
-from .sampling import build_trial_config, cost_violations, grid_points
+from .sampling import MAX_GRID_POINTS, build_trial_config, cost_violations, grid_points, grid_size
 from .spec import (
     _INDEXED,
     ChoiceDomain,
@@ -174,8 +174,17 @@ def check_stop_rules(spec: SearchSpec) -> None:
 
 
 def check_grid(spec: SearchSpec) -> None:
-    """``search.grid`` (a union of sub-grids) is the grid sampler's, and names only searched
-    parameters and values inside their domains."""
+    """A grid search's size is counted before any point is built and bounded
+    (:data:`search_space.sampling.MAX_GRID_POINTS`); ``search.grid`` (a union of sub-grids) is the grid
+    sampler's, and names only searched parameters and values inside their domains."""
+    if spec.search.sampler == "grid":
+        size = grid_size(spec)
+        if size > MAX_GRID_POINTS:
+            raise ConfigError(
+                "search.sampler",
+                f"grid: {size:,} points is more than {MAX_GRID_POINTS:,} (every point is enumerated up front); "
+                "narrow the params, list the points under search.grid, or use tpe",
+            )
     if spec.search.grid is None:
         return
     if spec.search.sampler != "grid":
