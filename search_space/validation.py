@@ -36,6 +36,7 @@ from .spec import (
     param_target,
     parse_constraint,
 )
+from .url_secrets import secret_parts, secret_query_keys
 
 # Metrics a trial reports after every epoch, which a scheduler (ASHA) can compare across trials.
 PER_EPOCH_METRICS = ("top1", "top5", "eval_loss", "train_loss")
@@ -199,10 +200,12 @@ def check_warm_start(spec: SearchSpec) -> None:
         return
     if warm.store is None and warm.study == spec.name:
         raise ConfigError("search.warm_start.study", f"{warm.study!r} is this study; name an earlier one")
-    if warm.store is not None and urlsplit(warm.store).password:
+    hidden = secret_parts(warm.store) if warm.store is not None else []
+    if hidden:
         raise ConfigError(
             "search.warm_start.store",
-            "carries a password, which would be stored with the spec; give it through PGPASSWORD or ~/.pgpass",
+            f"carries {hidden[0]}, which would be stored with the spec (every part of a URL may hold a "
+            "secret); give a password through PGPASSWORD or ~/.pgpass",
         )
 
 
@@ -224,6 +227,12 @@ def tracking_secret_route(uri: str) -> str | None:
     except ValueError as error:  # e.g. an unclosed IPv6 bracket
         raise ConfigError("search.track.mlflow.tracking_uri", f"is not a URL: {error}") from None
     scheme = parts.scheme.lower()
+    others = [key for key in secret_query_keys(uri) if key.lower() != "password"]
+    if others:  # every part of a URL may hold a secret: only a password has a route around the spec
+        raise ConfigError(
+            "search.track.mlflow.tracking_uri",
+            f"carries query parameter {others[0]!r}, which may hold a secret and would be stored with the spec",
+        )
     queried = any(key.lower() == "password" for key, _ in parse_qsl(parts.query))
     if scheme.split("+")[0] == "postgresql" and (password is not None or queried):
         return "libpq"

@@ -8,6 +8,8 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from search_space.url_secrets import secret_query_keys
+
 from .errors import StoreError
 
 DEFAULT_STORE_URL = "sqlite:///archsearch.db"
@@ -28,7 +30,7 @@ def resolve_store_url(url: str | None = None) -> str:
     return url or env or DEFAULT_STORE_URL
 
 
-SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")
+SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")  # what libpq reads a password from
 
 
 def _parse(url: str):
@@ -44,14 +46,14 @@ def _parse(url: str):
 
 
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***``: safe for logs, errors and reports.
-
-    Both places a password can hide are masked: ``user:password@`` and the query string
-    (``?password=...``, which libpq and psycopg accept too).
+    """The URL with every part that may hold a secret replaced by ``***``: safe for logs, errors and
+    reports. Every part is treated alike (:mod:`search_space.url_secrets`): the user-info password and
+    the value of every query parameter outside the known-harmless connection settings.
     """
     try:
         parsed = _parse(url)
-        secret = {k: "ARCHSEARCHMASKED" for k in parsed.query if k.lower() in SECRET_QUERY_KEYS}
+        hidden = set(secret_query_keys(url))
+        secret = {k: "ARCHSEARCHMASKED" for k in parsed.query if k in hidden}
         if secret:
             parsed = parsed.update_query_dict(secret)
         return parsed.render_as_string(hide_password=True).replace("ARCHSEARCHMASKED", "***")
@@ -110,6 +112,15 @@ def normalize_url(url: str):
             raise StoreError(
                 f"a SQLite store URL takes no options, got ?{'&'.join(unknown)} in {mask_url(url)}: "
                 "use sqlite:///PATH"
+            )
+    if backend == "postgresql":
+        # A password travels through PGPASSWORD (split_secret); any other parameter that may hold a
+        # secret would reach Ray's pickles and Optuna's storage with the URL: refused, named.
+        other = [key for key in secret_query_keys(url) if key.lower() != "password"]
+        if other:
+            raise StoreError(
+                f"store URL parameter {other[0]!r} may carry a secret that would be written to disk with the URL "
+                f"({mask_url(url)}); give a password in the URL (it goes to PGPASSWORD) or through ~/.pgpass"
             )
     if backend == "postgresql" and parsed.get_driver_name() != "psycopg":
         parsed = parsed.set(drivername="postgresql+psycopg")
