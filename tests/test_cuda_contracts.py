@@ -25,7 +25,7 @@ import torch
 from test_gpu_training import tiny  # the same tiny CaiT trial as the GPU training tests
 
 from trials import gpu
-from trials.data import auto_workers, build_data, data_workers
+from trials.data import auto_loader_processes, build_data, loader_processes_for
 from trials.data_config import DataConfig
 from trials.runner import run_trial
 from trials.train import Trainer
@@ -245,14 +245,14 @@ def test_an_out_of_memory_in_the_first_compiled_call_is_an_oom_not_a_compile_fai
 
 
 def test_the_eager_retry_runs_after_the_failed_attempts_exception_is_released(monkeypatch):
-    import trials.train as train_module
+    import trials.compiled_forward as compiled_forward
 
     seen = []
 
     def spy(device):
         seen.append(sys.exc_info()[0])  # inside an except block this is the compile error
 
-    monkeypatch.setattr(train_module, "release_memory", spy)
+    monkeypatch.setattr(compiled_forward, "release_memory", spy)
     backend = _register("archsearch_test_broken", _broken_backend)
     with pytest.warns(RuntimeWarning):
         result = run_trial(tiny({"compile": True, "compile_backend": backend}))
@@ -407,9 +407,9 @@ def test_the_trainable_ends_a_worker_whose_cuda_context_is_broken(monkeypatch):
 
 
 def test_data_loader_workers_stay_within_the_trials_cpus():
-    assert auto_workers(cpus=1) == 0  # a packed cpus: 1 trial loads in its own process
-    assert auto_workers(cpus=2) <= 1
-    assert data_workers(DataConfig(num_workers=8), cpus=2) == 2
+    assert auto_loader_processes(cpus=1) == 0  # a packed cpus: 1 trial loads in its own process
+    assert auto_loader_processes(cpus=2) <= 1
+    assert loader_processes_for(DataConfig(num_workers=8), cpus=2) == 2
     config = tiny(cpus=1)
     config["data"] = {**config["data"], "augment": {"randaugment": [2, 9]}}  # the DataLoader path
     result = run_trial({**config, "training": {**config["training"], "epochs": 1}})

@@ -332,21 +332,22 @@ def write_image_folder(root: Path, splits: dict[str, int], classes=("ant", "bee"
                 Image.fromarray(pixels).save(folder / f"{i}.png")
 
 
-@pytest.mark.parametrize("workers", [0, 1])
-def test_image_folder(tmp_path, workers):
+@pytest.mark.parametrize("loader_processes", [0, 1])
+def test_image_folder(tmp_path, loader_processes):
     write_image_folder(tmp_path, {"train": 3, "val": 2})
     config = DataConfig(
-        name="imagefolder", data_dir=str(tmp_path), image_size=32, batch_size=4, eval_batch_size=4, num_workers=workers
-    )
+        name="imagefolder", data_dir=str(tmp_path), image_size=32, batch_size=4, eval_batch_size=4,
+        num_workers=loader_processes,
+    )  # fmt: skip
     bundle = build_data(config)
-    assert isinstance(bundle.train, LoaderBatches) and bundle.train.workers == workers
+    assert isinstance(bundle.train, LoaderBatches) and bundle.train.loader_processes == loader_processes
     assert (bundle.num_classes, bundle.image_size, bundle.train_size, bundle.val_size) == (3, 32, 9, 6)
     train = list(bundle.train)
     assert len(train) == 2 and all(x.shape == (4, 3, 32, 32) and x.dtype == torch.float32 for x, _ in train)
     val = list(bundle.val)
     assert [len(y) for _, y in val] == [4, 2]
     assert torch.cat([y for _, y in val]).tolist() == [0, 0, 1, 1, 2, 2]
-    # The per-sample seeds travel with the indices: the worker count does not change the batches.
+    # The per-sample seeds travel with the indices: the loader process count does not change the batches.
     reference = build_data(dataclasses.replace(config, num_workers=0))
     assert same_batches(train, epoch_batches(reference.train, 0))
 

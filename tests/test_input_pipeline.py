@@ -115,16 +115,17 @@ def test_the_uint8_transforms_end_in_uint8_at_the_training_size():
 
 def test_workers_follow_the_trials_cpus_one_core_left_to_the_training_process(monkeypatch):
     monkeypatch.setattr(bundle, "usable_cpus", lambda: 64)
-    assert bundle.auto_workers(cpus=16) == 15
-    assert bundle.auto_workers(cpus=10) == 9  # the ImageFolder presets' old allocation was capped at 8
-    assert bundle.auto_workers(cpus=64) == 63  # an allocation is the bound: no fixed cap
-    assert bundle.auto_workers(cpus=100) == 63  # never more than the cores this process may use
-    assert bundle.auto_workers(cpus=None) == bundle.UNALLOCATED_MAX_WORKERS  # no allocation: a shared machine
-    assert bundle.auto_workers(cpus=1) == 0  # a CPU trial needs its one core to train
-    assert bundle.auto_workers(cpus=1, accelerator=True) == 1  # a GPU trial overlaps decoding with the step
-    assert bundle.auto_workers(cpus=0.5, accelerator=True) == 1
-    assert bundle.data_workers(DataConfig(num_workers=8), cpus=2) == 2  # an explicit count stays within cpus
-    assert bundle.data_workers(DataConfig(), cpus=4, accelerator=True) == 3
+    assert bundle.auto_loader_processes(cpus=16) == 15
+    assert bundle.auto_loader_processes(cpus=10) == 9  # the ImageFolder presets' old allocation was capped at 8
+    assert bundle.auto_loader_processes(cpus=64) == 63  # an allocation is the bound: no fixed cap
+    assert bundle.auto_loader_processes(cpus=100) == 63  # never more than the cores this process may use
+    # no allocation: a shared machine
+    assert bundle.auto_loader_processes(cpus=None) == bundle.UNALLOCATED_MAX_LOADER_PROCESSES
+    assert bundle.auto_loader_processes(cpus=1) == 0  # a CPU trial needs its one core to train
+    assert bundle.auto_loader_processes(cpus=1, accelerator=True) == 1  # a GPU trial overlaps decoding with the step
+    assert bundle.auto_loader_processes(cpus=0.5, accelerator=True) == 1
+    assert bundle.loader_processes_for(DataConfig(num_workers=8), cpus=2) == 2  # an explicit count stays within cpus
+    assert bundle.loader_processes_for(DataConfig(), cpus=4, accelerator=True) == 3
 
 
 # -- JPEGs decoded on the GPU (CUDA stubbed) --------------------------------------------------------
@@ -164,10 +165,12 @@ def recorded_decodes(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("workers", [0, 1])
-def test_on_cuda_workers_read_bytes_and_the_batch_is_decoded_on_the_gpu(tmp_path, fake_cuda, recorded_decodes, workers):
+@pytest.mark.parametrize("loader_processes", [0, 1])
+def test_on_cuda_workers_read_bytes_and_the_batch_is_decoded_on_the_gpu(
+    tmp_path, fake_cuda, recorded_decodes, loader_processes
+):
     write_folder(tmp_path)
-    config = folder_config(tmp_path, num_workers=workers)
+    config = folder_config(tmp_path, num_workers=loader_processes)
     data = build_data(config, "cuda")
     assert data.decode == "cuda" and isinstance(data.train.loader.dataset, EncodedDataset)
     payload, _, seed = data.train.loader.dataset[(0, 99)]

@@ -137,9 +137,9 @@ def test_the_data_loader_workers_are_the_trials_cpus_less_one(monkeypatch):
     from trials.data import bundle
 
     monkeypatch.setattr(bundle, "usable_cpus", lambda: 64)
-    assert bundle.auto_workers(cpus=16) == 15 and bundle.auto_workers(cpus=64) == 63
-    assert bundle.auto_workers(cpus=None) == 8
-    assert bundle.auto_workers(cpus=1) == 0 and bundle.auto_workers(cpus=1, accelerator=True) == 1
+    assert bundle.auto_loader_processes(cpus=16) == 15 and bundle.auto_loader_processes(cpus=64) == 63
+    assert bundle.auto_loader_processes(cpus=None) == 8
+    assert bundle.auto_loader_processes(cpus=1) == 0 and bundle.auto_loader_processes(cpus=1, accelerator=True) == 1
 
 
 def test_the_report_thresholds_are_the_readmes():

@@ -168,7 +168,7 @@ def test_small_models_learn_synthetic_far_above_chance(model, epochs, threshold)
 
 def test_an_epochs_learning_rate_is_the_mean_over_its_steps():
     """Warmup moves the rate within an epoch: the rate at the epoch's start would understate it 40x."""
-    from trials.train import WarmupCosine
+    from trials.optimiser import WarmupCosine
 
     config = tiny_trial(training={"epochs": 2, "lr": 2e-3, "warmup_epochs": 1, "min_lr": 1e-5})
     result = run_trial(config)

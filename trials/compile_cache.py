@@ -4,12 +4,12 @@ Three things decide what torch.compile costs a trial, all set here before a tria
 
 * **Compile threads.** Inductor sizes its compile pool from every core of the node
   (``torch._inductor.config.compile_threads``); four packed trials on a 16-core node would start 64
-  compile workers at once. :func:`configure_compiler` sets it from the trial's CPUs (Ray's assignment).
+  compile processes at once. :func:`configure_compiler` sets it from the trial's CPUs (Ray's assignment).
 * **On-disk caches.** Inductor's FX-graph cache and the AOTAutograd cache persist compiled kernels
   under ``TORCHINDUCTOR_CACHE_DIR``, keyed by the graph (weights are inputs, not constants): a
   repeated architecture on the same node loads its kernels instead of generating and building them.
-  ``torch.compiler.reset()``, which each trial still calls (see ``Trainer._compile``), clears only
-  Dynamo's in-memory state, never these files. The directory is ``$ARCHSEARCH_COMPILE_CACHE``, else
+  ``torch.compiler.reset()``, which each trial still calls (see :class:`trials.compiled_forward.CompiledForward`),
+  clears only Dynamo's in-memory state, never these files. The directory is ``$ARCHSEARCH_COMPILE_CACHE``, else
   the user's ``$TORCHINDUCTOR_CACHE_DIR``, else ``<tmp>/archsearch-inductor-<uid>``: node-local, one
   per user, shared by every trial process of that user on the node.
 * **The auto rule.** ``training.compile: auto`` compiles on CUDA unless this node has measured that
@@ -68,7 +68,7 @@ CACHE_COUNTERS = {
 
 
 def compile_threads(cpus: float | None) -> int:
-    """Inductor compile workers for a trial holding ``cpus`` CPUs (None: the CPUs this process may use).
+    """Inductor compile processes for a trial holding ``cpus`` CPUs (None: the CPUs this process may use).
 
     A fractional share rounds down, never below one (one thread compiles in the trial's own
     process, with no pool at all); Inductor's own ceiling of 32 stays.

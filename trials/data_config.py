@@ -37,7 +37,7 @@ MAX_CLASSES = 100
 # RandAugment's magnitude scale in torchvision (num_magnitude_bins=31 -> magnitudes 0..30).
 MAX_RANDAUGMENT_MAGNITUDE = 30
 # An epoch that spent more than this share of its time waiting for the next batch is *data-starved*:
-# the accelerator idled for want of input (too few CPUs or workers for the decode rate the model
+# the accelerator idled for want of input (too few CPUs or loader processes for the decode rate the model
 # trains at). Flagged in the epoch record, the search's progress line and the report; kept here,
 # torch-free, so the driver and the dashboards read the same threshold as the trial.
 DATA_STARVED_FRACTION = 0.2
@@ -123,9 +123,9 @@ class DataConfig:
     (fixed by ``seed``) instead of using the official test split or the ``val/`` folder.
     ``None`` means automatic for ``image_size`` (native: 32, or 224 for imagefolder),
     ``eval_batch_size`` (2 x batch_size), ``num_workers`` (0 on the tensor path, else from the
-    trial's CPUs: :func:`trials.data.auto_workers`), ``device_resident`` (in-memory data lives on
+    trial's CPUs: :func:`trials.data.auto_loader_processes`), ``device_resident`` (in-memory data lives on
     the GPU under CUDA) and ``gpu_decode`` (imagefolder JPEGs decoded on the GPU when the trial
-    runs on CUDA: workers then only read the files; ``false`` decodes in the workers on the CPU).
+    runs on CUDA: loader processes then only read the files; ``false`` decodes in them on the CPU).
     """
 
     name: str = "synthetic"

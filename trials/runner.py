@@ -59,7 +59,7 @@ class TrialResult:
     wall_time_s: float = 0.0
     notes: list[str] = field(default_factory=list)  # how it ran, when that matters (a compile fallback)
     # Facts about how it ran, decided as the trial starts (kept when it fails): device, GPU memory
-    # cap, cuDNN autotuning and TF32, DataLoader workers, graphs compiled, compile seconds.
+    # cap, cuDNN autotuning and TF32, DataLoader processes, graphs compiled, compile seconds.
     runtime: dict[str, Any] = field(default_factory=dict)
     # A sticky CUDA error broke this process's CUDA context: the worker must not run another trial.
     worker_unusable: bool = False
@@ -276,8 +276,8 @@ def _run(
 
 
 def trial_facts(trainer) -> dict[str, float]:
-    """How the trial ran, as numbers for its record: GPU memory cap, cuDNN autotuning, TF32, data
-    workers, whether it really ran compiled (and how many graphs), and the compile time."""
+    """How the trial ran, as numbers for its record: GPU memory cap, cuDNN autotuning, TF32, DataLoader
+    processes, whether it really ran compiled (and how many graphs), and the compile time."""
     facts = {k: float(v) for k, v in trainer.runtime.items() if isinstance(v, (int, float, bool))}
     facts.update(compiled=float(trainer.compiled), compiled_graphs=float(trainer.compiled_graphs))
     if trainer.compile_s is not None:
@@ -311,8 +311,8 @@ def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = No
         data = build_data(trial.data, device, cpus=trial.cpus, train_eval=trial.training.recalibrate_batchnorm)
     except ConfigError as error:
         raise error.under("data") from None
-    runtime["data_workers"] = data.workers
-    if data.decode is not None:  # image files: where their JPEGs are decoded (cuda: nvJPEG, or the CPU workers)
+    runtime["data_workers"] = data.loader_processes  # the record's key, kept
+    if data.decode is not None:  # image files: where their JPEGs are decoded (cuda: nvJPEG, or the loader processes)
         runtime["data_decode"] = data.decode
     if trial.cpus is not None:
         runtime["cpus"] = trial.cpus

@@ -202,7 +202,7 @@ class TrialConfig:
     # out-of-memory stays this trial's failure instead of killing a neighbour. None: all of it.
     gpu_memory_fraction: float | None = None
     # CPUs allocated to this trial (Ray's assignment, or the spec's resources.cpus): DataLoader
-    # workers never exceed it. None: the CPUs this process may run on.
+    # processes never exceed it. None: the CPUs this process may run on.
     cpus: float | None = None
     # Several processes per trial (data-parallel); see DistributedConfig.
     distributed: DistributedConfig = field(default_factory=DistributedConfig)

@@ -7,16 +7,16 @@ trial's device. Two batching paths, chosen automatically:
 * **tensor path** (in-memory ``synthetic``/``cifar10``/``cifar100`` without RandAugment, the
   common case, and every in-memory validation split): the uint8 dataset sits on the device
   (the GPU when there is one), each batch is indexed, cropped/flipped per sample by one
-  gather, converted and normalised there. No DataLoader and no workers, so the data path
+  gather, converted and normalised there. No DataLoader and no loader processes, so the data path
   cannot starve a GPU on small images.
 * **loader path** (RandAugment requested, or file-backed ``imagefolder``): a
-  ``torch.utils.data.DataLoader`` with worker processes applying torchvision transforms v2
+  ``torch.utils.data.DataLoader`` with loader processes applying torchvision transforms v2
   per sample in uint8; the batch is converted and normalised on the device. On CUDA an image
-  folder's JPEGs are decoded there too (nvJPEG): the workers only read the files.
+  folder's JPEGs are decoded there too (nvJPEG): the loader processes only read the files.
 
 Everything random is fixed by ``DataConfig.seed``: generation, the validation split, the
 shuffle order and the augmentation parameters of each epoch (the epoch number is mixed into
-the seed), independently of the number of workers and of the device. MixUp/CutMix are
+the seed), independently of the number of loader processes and of the device. MixUp/CutMix are
 applied by the training loop on a batch through ``DataBundle.mix`` (they draw from the
 global torch RNG, which the training loop seeds). Label smoothing belongs to the loss.
 
@@ -29,7 +29,7 @@ Modules, each importing only those above it: :mod:`.seeding` (derived seeds, epo
 The configuration itself is :mod:`trials.data_config`, which needs no torch.
 """
 
-from .bundle import DataBundle, auto_workers, build_data, data_workers
+from .bundle import DataBundle, auto_loader_processes, build_data, loader_processes_for
 from .loading import CIFAR10_STATS, split_indices
 from .sources import LoaderBatches, Normalizer, TensorBatches, crop_flip_batch
 
@@ -39,9 +39,9 @@ __all__ = [
     "LoaderBatches",
     "Normalizer",
     "TensorBatches",
-    "auto_workers",
+    "auto_loader_processes",
     "build_data",
     "crop_flip_batch",
-    "data_workers",
+    "loader_processes_for",
     "split_indices",
 ]

@@ -3,9 +3,9 @@
 Both are torchvision's transforms v2, bound lazily (``trials.lazy``): loaded when first used. The tensor
 path crops and flips on its device instead (:func:`trials.data.sources.crop_flip_batch`).
 
-The per-sample transforms stay in uint8 from decode to the last resize: a DataLoader worker ships
+The per-sample transforms stay in uint8 from decode to the last resize: a DataLoader process ships
 uint8 CHW images (a quarter of float32's bytes through shared and pinned memory, and no float pass
-on the worker's CPU), and the dtype conversion and normalisation run on the trial's device
+on the loader process's CPU), and the dtype conversion and normalisation run on the trial's device
 (:class:`trials.data.sources.Normalizer`). The same transforms also run on the device, one sample
 at a time, after a GPU JPEG decode (:class:`trials.data.sources.DeviceDecoder`).
 """
@@ -88,7 +88,7 @@ def _eval_resize(image_size: int) -> list[Any]:
 
 
 def normalize_transform(stats: Stats) -> Callable:
-    """uint8 image -> float32 normalised, per sample: what workers ran before they shipped uint8.
+    """uint8 image -> float32 normalised, per sample: what loader processes ran before they shipped uint8.
 
     Training no longer uses it (the device normalises whole batches); it stays as the reference the
     tests and ``benchmarks/dataloader.py`` compare the device normalisation against.

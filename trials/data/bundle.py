@@ -1,8 +1,8 @@
-"""The data bundle: ``build_data`` loads a dataset, picks each split's batch source, and sizes the workers.
+"""The data bundle: ``build_data`` loads a dataset, picks each split's batch source, and sizes its loader processes.
 
 In-memory datasets train on the tensor path unless RandAugment needs per-sample transforms;
 their validation split always does. ImageFolder trees use the loader path for both splits: uint8
-from the workers, normalised on the device; on CUDA their JPEGs are decoded on the GPU.
+from the DataLoader processes, normalised on the device; on CUDA their JPEGs are decoded on the GPU.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .sources import (
 )
 
 # Without an allocation (a trial run by hand, outside Ray), the machine is not the trial's alone:
-# at most this many workers, as before. With one, the allocation is the bound.
-UNALLOCATED_MAX_WORKERS = 8
+# at most this many DataLoader processes, as before. With one, the allocation is the bound.
+UNALLOCATED_MAX_LOADER_PROCESSES = 8
 
 
 @dataclass
@@ -67,9 +67,9 @@ class DataBundle:
         self.train.set_epoch(epoch)
 
     @property
-    def workers(self) -> int:
-        """Loader worker processes of the training path (0: device-resident tensors or the main process)."""
-        return getattr(self.train, "workers", 0)
+    def loader_processes(self) -> int:
+        """DataLoader processes of the training path (0: device-resident tensors or the main process)."""
+        return getattr(self.train, "loader_processes", 0)
 
 
 def usable_cpus() -> int:
@@ -77,22 +77,22 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def auto_workers(cpus: float | None = None, *, accelerator: bool = False) -> int:
-    """DataLoader workers from the trial's CPUs: one core for the training process, the rest decode.
+def auto_loader_processes(cpus: float | None = None, *, accelerator: bool = False) -> int:
+    """DataLoader processes from the trial's CPUs: one core for the training process, the rest decode.
 
     ``cpus``: the trial's allocation (Ray's assigned CPUs, else ``search.resources.cpus``), bounded
-    by the cores this process may use; every core beyond the first becomes a worker, with no fixed
+    by the cores this process may use; every core beyond the first becomes a loader process, with no fixed
     cap, because a 224-px trial decodes at about 150-300 images/s per core and a GPU trains at
     thousands: a trial that asks for 16 CPUs should get 15 decoders. Without an allocation the
-    machine is shared: at most :data:`UNALLOCATED_MAX_WORKERS`.
+    machine is shared: at most :data:`UNALLOCATED_MAX_LOADER_PROCESSES`.
 
     One CPU: on the CPU the training step needs that core, so samples load in the training process
-    (a worker would only add a process switch). On an ``accelerator`` the training process mostly
-    waits for the device, so one worker decodes the next batch while the GPU runs this one, instead
+    (a loader process would only add a process switch). On an ``accelerator`` the training process mostly
+    waits for the device, so one loader process decodes the next batch while the GPU runs this one, instead
     of the two taking turns.
     """
     if cpus is None:
-        budget = min(usable_cpus(), UNALLOCATED_MAX_WORKERS + 1)
+        budget = min(usable_cpus(), UNALLOCATED_MAX_LOADER_PROCESSES + 1)
     else:
         budget = min(usable_cpus(), max(1, math.floor(cpus)))
     if budget == 1:
@@ -100,10 +100,10 @@ def auto_workers(cpus: float | None = None, *, accelerator: bool = False) -> int
     return budget - 1
 
 
-def data_workers(config: DataConfig, cpus: float | None = None, *, accelerator: bool = False) -> int:
-    """DataLoader workers for ``config``: ``num_workers`` if set, else automatic; never more than ``cpus``."""
+def loader_processes_for(config: DataConfig, cpus: float | None = None, *, accelerator: bool = False) -> int:
+    """DataLoader processes for ``config``: ``num_workers`` if set, else automatic; never more than ``cpus``."""
     if config.num_workers is None:
-        return auto_workers(cpus, accelerator=accelerator)
+        return auto_loader_processes(cpus, accelerator=accelerator)
     return config.num_workers if cpus is None else min(config.num_workers, max(1, math.floor(cpus)))
 
 
@@ -117,7 +117,7 @@ def build_data(
 ) -> DataBundle:
     """Load, split and batch the dataset of ``config`` for a model on ``device``.
 
-    ``cpus``: the trial's CPU allocation, which bounds the DataLoader workers. ``channels_last``:
+    ``cpus``: the trial's CPU allocation, which bounds the DataLoader processes. ``channels_last``:
     the batches' memory layout (default: channels-last on CUDA, where the model runs in it).
     ``train_eval``: also the un-augmented training split (BatchNorm recalibration, eval-mode loss).
     """
@@ -217,7 +217,7 @@ def _loader_source(
         train=train,
         device=device,
         seed=config.seed,
-        workers=data_workers(config, layout.cpus, accelerator=device.type != "cpu"),
+        loader_processes=loader_processes_for(config, layout.cpus, accelerator=device.type != "cpu"),
         normalize=normalize,
         decoder=decoder,
     )
@@ -244,7 +244,7 @@ def _build_image_folder(config: DataConfig, device: torch.device, layout: BatchL
     normalize = Normalizer(IMAGENET_STATS, image_size, device, channels_last=layout.channels_last)
     train_ops, val_ops = train_transform(config.augment, image_size, None), eval_transform(image_size)
     on_device = decodes_on_device(config, device)
-    if on_device:  # workers read the files; decoding and the transforms run on the GPU
+    if on_device:  # loader processes read the files; decoding and the transforms run on the GPU
         train_set: SampleDataset | EncodedDataset = EncodedDataset(train_paths, train_labels)
         val_set: SampleDataset | EncodedDataset = EncodedDataset(val_paths, val_labels)
         train_decoder, val_decoder = DeviceDecoder(train_ops, device), DeviceDecoder(val_ops, device)

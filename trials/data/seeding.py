@@ -2,7 +2,7 @@
 
 Everything random in the data (generation, the validation split, the shuffle order, the
 augmentation parameters of each epoch) comes from a generator seeded here, so the same seed
-gives the same batches on any device and with any number of workers.
+gives the same batches on any device and with any number of loader processes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class EpochPlan:
     """One epoch's sample order and per-sample augmentation draws, on the CPU.
 
     Drawn on the CPU from a generator seeded by (seed, epoch), so the same seed gives the
-    same batches on any device and with any number of workers.
+    same batches on any device and with any number of loader processes.
     """
 
     order: Tensor  # int64 (N,) sample indices in visiting order

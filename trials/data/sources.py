@@ -3,14 +3,14 @@
 Both yield (float32 normalised NCHW images, int64 labels) on the trial's device, one pass per
 epoch. :class:`TensorBatches` indexes an in-memory uint8 tensor and crops, flips and normalises
 each batch on its device; :class:`LoaderBatches` runs per-sample transforms in DataLoader
-workers, keyed by (index, sample seed) so augmentation does not depend on the workers.
+processes, keyed by (index, sample seed) so augmentation does not depend on those processes.
 
-Workers ship uint8 and every float operation happens on the device (:class:`Normalizer`): at
+Loader processes ship uint8 and every float operation happens on the device (:class:`Normalizer`): at
 224 px a float32 sample is 602 KB against uint8's 150 KB through shared and pinned memory, and
-the conversion is one fused pass there instead of a per-sample pass on a worker's CPU. On CUDA,
-JPEG files are not even decoded by the workers: they read the file's bytes and the batch is
+the conversion is one fused pass there instead of a per-sample pass on a loader process's CPU. On
+CUDA, JPEG files are not even decoded by the loader processes: they read the file's bytes and the batch is
 decoded with nvJPEG and transformed on the GPU (:class:`DeviceDecoder`); other formats are
-decoded on the worker's CPU as before.
+decoded on the loader process's CPU as before.
 """
 
 from __future__ import annotations
@@ -208,8 +208,8 @@ def _to_device(x: Tensor, device: torch.device) -> Tensor:
 class LoaderBatches(BatchSource):
     """Batches from a DataLoader of uint8 samples, normalised on the device.
 
-    Workers ship uint8 batches (pinned on CUDA, copied without blocking); ``normalize`` converts,
-    normalises and lays them out on the device in one pass. With ``decoder`` the workers ship
+    Loader processes ship uint8 batches (pinned on CUDA, copied without blocking); ``normalize``
+    converts, normalises and lays them out on the device in one pass. With ``decoder`` they ship
     encoded files instead (:class:`EncodedDataset`) and ``decoder`` decodes and transforms each
     batch on the device.
     """
@@ -222,7 +222,7 @@ class LoaderBatches(BatchSource):
         train: bool,
         device: torch.device,
         seed: int,
-        workers: int,
+        loader_processes: int,
         normalize: Normalizer,
         decoder: DeviceDecoder | None = None,
     ):
@@ -230,14 +230,14 @@ class LoaderBatches(BatchSource):
         self.normalize = normalize
         self.decoder = decoder
         self.sampler = EpochBatchSampler(len(dataset), batch_size, train=train, seed=seed)
-        self.workers = workers
+        self.loader_processes = loader_processes
         self.loader = DataLoader(
             dataset,
             batch_sampler=self.sampler,
-            num_workers=workers,
+            num_workers=loader_processes,
             # Encoded bytes go to the decoder from pageable memory; decoded uint8 batches are pinned.
             pin_memory=device.type == "cuda" and decoder is None,
-            persistent_workers=workers > 0,
+            persistent_workers=loader_processes > 0,
             collate_fn=collate_encoded if decoder is not None else None,
         )
 
@@ -253,7 +253,7 @@ class LoaderBatches(BatchSource):
             yield self.normalize(images), batch[1].to(self.device, non_blocking=non_blocking)
 
     def _images(self, batch: Sequence[Any], non_blocking: bool) -> Tensor:
-        """The batch's uint8 images on the device: copied from the workers' batch, or decoded there."""
+        """The batch's uint8 images on the device: copied from the loader processes' batch, or decoded there."""
         if self.decoder is not None:
             payloads, _, seeds = batch
             return self.decoder(payloads, seeds)
@@ -264,7 +264,7 @@ class EpochBatchSampler:
     """Batches of ``(index, sample_seed)`` keys for :class:`SampleDataset`, fixed by (seed, epoch).
 
     The per-sample seed travels with the index, so a sample's augmentation does not depend on
-    which worker process draws it, nor on how many workers there are.
+    which loader process draws it, nor on how many there are.
     """
 
     def __init__(self, num_samples: int, batch_size: int, *, train: bool, seed: int):
@@ -293,7 +293,7 @@ def seeded_cpu_rng(seed: int) -> Iterator[None]:
     transforms v2 draw their parameters from the global CPU generator. Only that one is seeded:
     ``torch.manual_seed`` would also reseed (and, outside ``fork_rng``'s devices, not restore) the
     CUDA generators that dropout and stochastic depth use, when samples are transformed in the
-    training process (no workers, or on the device after a GPU decode).
+    training process (no loader processes, or on the device after a GPU decode).
     """
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
