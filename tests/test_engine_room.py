@@ -197,7 +197,17 @@ def _tiny_spec(name: str, n_trials: int, stop: dict | None = None) -> dict:
     }
 
 
+@pytest.fixture
+def local_ray_ends_with_the_test():
+    """A search in this process starts a local Ray; the tests after it start their own."""
+    import ray
+
+    yield
+    ray.shutdown()
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("local_ray_ends_with_the_test")
 def test_two_searches_run_one_after_the_other_in_one_process_each_with_its_own_counts(tmp_path, monkeypatch):
     """Through the public API: the first search is ended by its own stop rule (a wall-clock budget
     spent at once), the second runs all its trials: nothing of the first (its stop reason, its trial
@@ -220,6 +230,7 @@ def test_two_searches_run_one_after_the_other_in_one_process_each_with_its_own_c
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("local_ray_ends_with_the_test")
 def test_the_documented_python_example_runs(tmp_path, monkeypatch):
     """docs/searching.md, "From Python: launch a search": the example as written, on a tiny spec."""
     import re

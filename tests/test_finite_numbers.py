@@ -70,3 +70,12 @@ def test_a_grid_too_large_to_enumerate_is_refused_before_any_point_is_built():
     assert refused.value.field == "search.sampler" and f"{MAX_GRID_POINTS:,}" in str(refused.value)
     spec["params"] = {"depths[3]": {"int": [1, 3]}, "dims[4]": {"choice": [64, 128]}}
     check_grid(SearchSpec.model_validate(spec))  # a small grid passes
+
+
+def test_a_grid_over_a_float_range_is_refused_at_load_not_after_the_study_is_written():
+    spec = _with("search.sampler", "grid")
+    spec["search"].pop("early_stopping", None)
+    spec["params"] = {"depths[3]": {"int": [1, 3]}, "lr": {"float": [1e-4, 1e-2]}}
+    with pytest.raises(ConfigError) as refused:
+        load_spec(spec)
+    assert refused.value.field == "params.lr" and "grid" in str(refused.value)
