@@ -43,6 +43,7 @@ from typing import Any
 import optuna
 from ray.tune.search import Searcher
 
+from harness.output import nest_keys
 from harness.search import adapter as fields
 from harness.search.interrupts import store_failures
 from harness.search.outcome import OPTUNA_STATE, TrialOutcome
@@ -132,7 +133,7 @@ class ArchsearchSearch(SessionBound, Searcher):
         if trial is None:
             trial = self._asked[trial_id] = self.study.ask()
         fixed = self.space(trial)
-        return _unflatten({**trial.params, **(fixed or {})})
+        return nest_keys({**trial.params, **(fixed or {})}, sep="/")  # as Ray Tune nests a config
 
     def _forget(self, trial_id: str) -> None:
         """A Tune trial id that will not run (an infeasible, duplicate or reused proposal)."""
@@ -406,14 +407,3 @@ def _upgraded(state: dict[str, Any]) -> dict[str, Any]:
     state.setdefault("_told", set())
     return state
 
-
-def _unflatten(params: dict[str, Any]) -> dict[str, Any]:
-    """Nest ``a/b`` keys as Ray Tune's configs do (a Tune config's nested dicts are flattened with ``/``)."""
-    nested: dict[str, Any] = {}
-    for key, value in params.items():
-        *parents, leaf = key.split("/")
-        node = nested
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = value
-    return nested
