@@ -53,10 +53,12 @@ COMMANDS = {
 def test_the_store_itself_is_refused_as_an_output_and_left_as_it_was(tmp_path, store_url, command):
     db = tmp_path / "store.db"
     before = _digest(db)
-    for spelling in (str(db), str(tmp_path / "." / "store.db")):
+    wal = tmp_path / "store.db-wal"
+    wal.write_bytes(b"wal")  # SQLite's write-ahead log: part of the store
+    for spelling in (str(db), str(tmp_path / "." / "store.db"), str(wal)):
         result = CliRunner().invoke(main, COMMANDS[command](spelling, store_url))
         assert result.exit_code == 2 and "which this command reads" in result.output
-    assert _digest(db) == before
+    assert _digest(db) == before and wal.read_bytes() == b"wal"
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -76,9 +76,9 @@ def export_command(
     """
     if epochs is not None and steps is not None:
         raise UsageError("--epochs and --steps: give one budget, not both")
-    store_file = store_package.sqlite_file(store_package.resolve_store_url(store_url))
+    store_files = store_package.sqlite_files(store_package.resolve_store_url(store_url))
     try:  # looked at before anything is read or written: never the store, never a device or a link
-        target = check_output(output, reads=[store_file] if store_file else [], option="--output")
+        target = check_output(output, reads=store_files, option="--output")
     except OutputRefused as error:
         raise UsageError(str(error)) from None
     with open_store(store_url, create=False, read_only=True) as store:

@@ -269,8 +269,8 @@ def report_command(
     try:
         wanted = pareto.parse_objectives(objectives) if objectives else None
         # Looked at before anything is read or written: never the store, never a device or a link.
-        store_file = store_package.sqlite_file(store_package.resolve_store_url(store_url))
-        target = check_output(output, reads=[store_file] if store_file else [], option="--output")
+        store_files = store_package.sqlite_files(store_package.resolve_store_url(store_url))
+        target = check_output(output, reads=store_files, option="--output")
         if png_dir is not None:
             check_output_dir(png_dir, option="--png")
         with open_store(store_url, create=False, read_only=True) as store:

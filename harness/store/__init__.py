@@ -3,7 +3,7 @@
 from .engine import schema_revisions
 from .errors import StoreError
 from .store import Store, open_study_reader
-from .urls import DEFAULT_STORE_URL, ENV_VAR, mask_url, resolve_store_url, sqlite_file
+from .urls import DEFAULT_STORE_URL, ENV_VAR, mask_url, resolve_store_url, sqlite_files
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -14,5 +14,5 @@ __all__ = [
     "open_study_reader",
     "resolve_store_url",
     "schema_revisions",
-    "sqlite_file",
+    "sqlite_files",
 ]

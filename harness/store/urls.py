@@ -135,13 +135,15 @@ def optuna_storage_url(store_url: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The database file of a SQLite store URL (None for another backend, or an in-memory SQLite):
-    what no output of a command may overwrite."""
+def sqlite_files(url: str) -> list[Path]:
+    """The files of a SQLite store URL: the database and its write-ahead log and shared-memory index
+    (``-wal``, ``-shm``), which no output of a command may overwrite. Empty for another backend or an
+    in-memory SQLite."""
     try:
         parsed = _parse(url)
     except (ArgumentError, ValueError):
-        return None
+        return []
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        return None
-    return Path(parsed.database)
+        return []
+    database = Path(parsed.database)
+    return [database, database.with_name(database.name + "-wal"), database.with_name(database.name + "-shm")]
