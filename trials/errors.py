@@ -38,3 +38,16 @@ class DataError(ArchsearchError):
 
 class EnvironmentProblem(ArchsearchError):
     kind = "environment"
+
+
+ECHO_LIMIT = 80  # characters of a user's value an error line repeats
+
+
+def capped(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``value`` as an error line may repeat it: at most ``limit`` characters, then how long it was.
+
+    A value is echoed so the user can find it, not to print it back whole: a 100,000-character
+    study name must not become a 100,000-character error line.
+    """
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"

@@ -143,6 +143,8 @@ def manage_studies(
         raise UsageError("--delete and --rename: one at a time")
     if purge_results and delete is None:
         raise UsageError("--purge-results goes with --delete")
+    if yes and delete is None:  # a confirmation of nothing: said, not silently ignored
+        raise UsageError("--yes confirms --delete NAME: give the study to delete")
     if delete is not None:
         _delete(store_url, delete, yes, purge_results, results_dir)
     elif rename is not None:
@@ -156,7 +158,7 @@ def _delete(store_url: str | None, name: str, yes: bool, purge_results: bool, re
     with open_store(store_url, create=False) as store:
         try:
             store.study(name)
-            experiment = experiment_path(storage_path, name)
+            experiment = experiment_path(storage_path, _owned_entry(store, name))
             if purge_results:
                 check_purgeable(experiment)  # before any row goes: a refusal leaves everything
             deleted = store.delete_study(name)
@@ -175,6 +177,12 @@ def _delete(store_url: str | None, name: str, yes: bool, purge_results: bool, re
     click.echo(summary)
 
 
+def _owned_entry(store, name: str) -> str:
+    """The results-dir entry study ``name`` owns (recorded when it was created; renames leave it),
+    refused before any path is built from it when it is not a legal study name (a damaged row)."""
+    return check_study_name(store.study_experiment(name), f"study {name!r}'s recorded results entry")
+
+
 def _rename(store_url: str | None, old: str, new: str) -> None:
     try:
         check_study_name(new, "--rename")
@@ -182,15 +190,12 @@ def _rename(store_url: str | None, old: str, new: str) -> None:
         raise UsageError(str(error)) from None
     with open_store(store_url, create=False) as store:
         try:
-            status = store.study(old)["status"]
+            store.study(old)
+            entry = _owned_entry(store, old)
             store.rename_study(old, new)
-        except store_package.StoreError as error:
+        except (store_package.StoreError, SearchError) as error:
             raise UsageError(str(error)) from None
     click.echo(
-        f"renamed study {old} to {new}; its results dir keeps the name {old} (Ray's saved state names it"
-        + (
-            ", so --resume of the new name cannot continue it: rename it back to resume)"
-            if status == TrialStatus.INTERRUPTED
-            else ")"
-        )
+        f"renamed study {old} to {new}; its results stay under the entry {entry} of the results dir "
+        f"(the study keeps it: --resume {new} and --delete {new} --purge-results act on it)"
     )

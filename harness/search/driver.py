@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,12 +98,15 @@ def _new_tuner(
     storage_path: str,
     session: SearchSession,
     tracking: list | None = None,
+    experiment_name: str | None = None,
 ):
     """A new search's Tuner, and the Optuna storage its searcher asks and tells through (the driver
     reuses it to reconcile the study at the end: opening a storage checks Optuna's schema, ~20 ms).
 
     ``tracking``: the spec's experiment trackers as Tune callbacks
-    (:func:`harness.search.record.trackers.tracker_callbacks`).
+    (:func:`harness.search.record.trackers.tracker_callbacks`). ``experiment_name``: the results-dir
+    entry the study owns (its name, unless a leftover held it: see
+    :func:`harness.search.experiment_guard.choose_new_experiment`).
     """
     storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
     engine = build_engine(spec, store_url, name, session, storage=storage)
@@ -122,7 +126,7 @@ def _new_tuner(
             reuse_actors=True,
         ),
         run_config=tune.RunConfig(
-            name=name,
+            name=experiment_name or name,
             storage_path=storage_path,
             callbacks=callbacks,
             stop=stoppers,  # a list: a bare callable Stopper would be wrapped as a per-trial function
@@ -159,7 +163,6 @@ def run_search(
     tracking = trackers.tracker_callbacks(spec, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_path, chosen = storage_location(results_dir)
-    experiment = experiment_path(storage_path, name)
     command = resume_command(name, store_url, address, storage_path, chosen)
     watchdog = StopWatchdog(store_url, name, command)
     session = SearchSession(name, on_stop=watchdog.arm)  # what this search's hooks share, and nothing else's
@@ -173,7 +176,6 @@ def run_search(
                 name,
                 storage_path,
                 chosen,
-                experiment,
                 address,
                 resume,
                 verbose,
@@ -202,7 +204,6 @@ def _run_search(
     name: str,
     storage_path: str,
     chosen: bool,
-    experiment: str,
     address: str | None,
     resume: bool,
     verbose: bool,
@@ -234,10 +235,25 @@ def _run_search(
         if not resume:
             warm_start.check_source(spec, store_url)
         experiment_guard.check_storage_root(storage_path)
+        # The results-dir entry the study owns: recorded when it was created (a rename leaves it), or
+        # for a new study its name, or the next free entry where a leftover holds the name.
+        known = name in store.study_names()
+        if known:
+            experiment_name = check_study_name(store.study_experiment(name), "the study's recorded experiment")
+        else:
+            experiment_name = experiment_guard.choose_new_experiment(storage_path, name, store.recorded_experiments())
+        experiment = experiment_path(storage_path, experiment_name)
+        if experiment_name != name and not known:
+            print(
+                f"note: {experiment_path(storage_path, name)} holds an earlier experiment (left as it is); "
+                f"study {name}'s results go to {experiment}",
+                file=sys.stderr,
+                flush=True,
+            )
         if resume:
             experiment_guard.check_experiment_for_resume(experiment)
         else:
-            if name in store.study_names():  # an earlier attempt that ran no trial: its Ray state is stale
+            if known:  # an earlier attempt that ran no trial: its Ray state is stale
                 experiment_guard.remove_stale_experiment(experiment)
             experiment_guard.check_new_experiment(experiment)
         if name in store.study_names():
@@ -251,7 +267,8 @@ def _run_search(
                 chosen, storage_path
             )  # before anything is written: a request no node can meet would wait forever
         restarting = not resume and name in store.study_names()
-        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=ray_hardware())
+        spec_record, hardware = spec.model_dump(mode="json"), ray_hardware()
+        store.create_study(name, spec_record, dict(spec.objectives), hardware=hardware, experiment=experiment_name)
         store.claim_study(name)  # the creator holds the lease; a driver that lost the race to create is refused
         if restarting:  # an earlier attempt that ran no trial: the study is this spec's from now on
             store.restart_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=ray_hardware())
@@ -276,7 +293,7 @@ def _run_search(
                 f"cannot resume: no Ray Tune experiment state under {experiment}",
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
-        tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, session, callbacks)
+        tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, session, callbacks, experiment_name)
     command = resume_command(name, store_url, address, storage_path, chosen)
     with Heartbeat(store_url, name), RayWatch(store_url, name, command, session), json_results_only():
         try:

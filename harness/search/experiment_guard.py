@@ -21,7 +21,9 @@ import shutil
 import stat
 from pathlib import Path
 
-from harness.search.cluster.ray_setup import SearchError, is_uri
+from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, is_uri
+
+MAX_EXPERIMENT_CANDIDATES = 100  # <name>, <name>.2, ... <name>.100: then the plain name's refusal stands
 
 
 def _owned_and_private(path: Path, info: os.stat_result) -> str | None:
@@ -58,6 +60,43 @@ def check_new_experiment(experiment: str) -> None:
             f"{path} already holds an experiment ({leftover.name}, ...): resume it with --resume, choose another "
             "--name, or remove the directory",
         )
+
+
+def choose_new_experiment(storage_path: str, name: str, taken: set[str]) -> str:
+    """The results-dir entry a new study creates its experiment under: ``name`` where it is free,
+    else the first free ``name.2``, ``name.3``, ... (the study records it; see
+    :meth:`harness.store.Store.study_experiment`).
+
+    Taken: an entry a study of this store owns (``taken``), or a directory that holds an experiment
+    of ours alone, a deleted study's leftover or another store's study; both are left as they are,
+    so a name is reusable after ``studies --delete`` without ``--purge-results``. An entry that is
+    not ours alone (a link, another user's file) is refused as :func:`check_new_experiment` says:
+    the results dir was tampered with, and the user should know. On remote storage only ``taken`` is
+    looked at (its contents are the provider's).
+    """
+    for index in range(1, MAX_EXPERIMENT_CANDIDATES + 1):
+        candidate = name if index == 1 else f"{name}.{index}"
+        if len(candidate) > 128:
+            break
+        check_study_name(candidate, "--name")
+        if candidate in taken:
+            continue
+        path = experiment_path(storage_path, candidate)
+        if is_uri(path):
+            return candidate
+        try:
+            check_new_experiment(path)
+            return candidate
+        except SearchError:
+            try:
+                check_experiment_for_resume(path)  # ours alone: someone's experiment, left alone
+            except SearchError:
+                check_new_experiment(path)  # not ours alone: refused, naming what is wrong
+                raise
+    raise SearchError(
+        "--name", f"{name!r}: the results dir holds experiments under {name} and its next free names; "
+        "choose another --name or remove them",
+    )  # fmt: skip
 
 
 def check_experiment_for_resume(experiment: str) -> None:

@@ -104,7 +104,22 @@ def rename_optuna_study(conn, old: str, new: str) -> int:
 
 
 class StudyAdmin(Liveness):
-    """Deleting and renaming whole studies, each in one write transaction (see the module docstring)."""
+    """Deleting and renaming whole studies, each in one write transaction (see the module docstring),
+    and the results-dir entry each study owns."""
+
+    def study_experiment(self, name: str) -> str:
+        """The results-dir entry study ``name`` created its Ray experiment under (kept across renames;
+        a study created without one, by a test or an older archsearch, owns its current name)."""
+        study_id = self._study_id(name)
+        with self.engine.connect() as conn:
+            recorded = conn.execute(select(Study.experiment).where(Study.id == study_id)).scalar()
+        return recorded if isinstance(recorded, str) and recorded else name
+
+    def recorded_experiments(self) -> set[str]:
+        """Every results-dir entry a study of this store owns (a new study never takes one of them)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(Study.name, Study.experiment)).all()
+        return {experiment or name for name, experiment in rows}
 
     def delete_study(self, name: str) -> dict[str, int]:
         """Delete the study ``name``: its trials, costs, epochs, verifications and Optuna's rows, all

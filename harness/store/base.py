@@ -17,11 +17,14 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 
+from trials.errors import capped
+
 from .errors import StoreError
 from .schema import Study
 from .urls import mask_url
 
 T = TypeVar("T")
+KNOWN_SHOWN = 20  # studies an unknown name's error lists
 
 _RETRYABLE_PG_CODES = {"40001", "40P01"}  # serialization failure, deadlock detected
 # Upsert statements by (dialect, table, columns, conflict keys, kept columns): see StoreBase._upsert.
@@ -54,9 +57,12 @@ class StoreBase:
         return self._study_ids[name]
 
     def _unknown_study_message(self, name: str) -> str:
+        """One line, however long the name asked for or however many studies the store holds."""
         known = self.study_names()
-        hint = f"known studies: {', '.join(known)}" if known else "the store has no studies yet"
-        return f"study {name!r} not found in {self.url}; {hint}"
+        shown = ", ".join(capped(k) for k in known[:KNOWN_SHOWN])
+        more = f" and {len(known) - KNOWN_SHOWN} more (archsearch studies)" if len(known) > KNOWN_SHOWN else ""
+        hint = f"known studies: {shown}{more}" if known else "the store has no studies yet"
+        return f"study {capped(name)!r} not found in {self.url}; {hint}"
 
     def study_names(self) -> list[str]:
         with self.engine.connect() as conn:

@@ -47,6 +47,9 @@ class Study(Base):
     hardware: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)  # since schema 0002
     driver: Mapped[str | None] = mapped_column(String(255), nullable=True)  # "HOST PID START", since 0003
     status_message: Mapped[str | None] = mapped_column(Text, nullable=True)  # since schema 0003
+    # The entry of the results dir this study's Ray experiment was created under (its name then, or
+    # the next free one): renames leave it, delete/purge/resume act on it. Since schema 0007.
+    experiment: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class Trial(Base):

@@ -60,8 +60,12 @@ class Writes(StoreBase):
         *,
         hardware: Mapping[str, Any] | None = None,
         exist_ok: bool = True,
+        experiment: str | None = None,
     ) -> int:
-        """Create a study (or return the existing one of that name when ``exist_ok``)."""
+        """Create a study (or return the existing one of that name when ``exist_ok``).
+
+        ``experiment``: the results-dir entry its Ray experiment is created under (the name, or the
+        next free entry where a leftover holds it); rename, delete, purge and resume act on it."""
         if isinstance(objectives, Mapping):
             objectives = [{"name": k, "direction": v} for k, v in objectives.items()]
         now = _now()
@@ -76,6 +80,7 @@ class Writes(StoreBase):
             "archsearch_version": __version__,
             "git_commit": _git_commit(),
             "hardware": dict(hardware) if hardware else None,
+            "experiment": experiment or name,
         }
 
         def write(conn) -> int:

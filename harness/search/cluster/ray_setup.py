@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.search.cluster.join import alive_nodes, join
 from search_space.spec import SearchSpec
-from trials.errors import RunError
+from trials.errors import RunError, capped
 from trials.lazy import lazy_import
 
 ray = lazy_import("ray")  # only once a search starts: the CLI imports this module to check arguments
@@ -166,7 +166,7 @@ def check_study_name(name: str, option: str = "--name") -> str:
     if not isinstance(name, str) or not re.fullmatch(STUDY_NAME_PATTERN, name) or ".." in name:
         raise SearchError(
             option,
-            f"{str(name)[:80]!r} is not a valid study name: use 1-128 letters, digits, '.', '_' or '-', "
+            f"{capped(name)!r} is not a valid study name: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit, without '..'",
         )
     return name
