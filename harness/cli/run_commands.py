@@ -80,9 +80,13 @@ def search_command(
             spec = load_spec(spec_path, check_paths=address is None)
             if resume_study is None and study_name is None:
                 check_study_name(spec.name, "name")
-        with open_store(url, create=resume_study is None) as store:  # a bad URL fails here, before Ray starts
-            if spec_path is None:
-                spec = load_spec(store.study(resume_study)["spec"], check_paths=address is None)
+        # A bad URL fails here, before Ray starts; an absent store is created only once the search's
+        # checks pass (a refused search creates nothing).
+        store = store_package.Store.open_existing(url) if resume_study is None else open_store(url, create=False)
+        if store is not None:
+            with store:
+                if spec_path is None:
+                    spec = load_spec(store.study(resume_study)["spec"], check_paths=address is None)
     except (ConfigError, store_package.StoreError, SearchError) as error:
         raise config_error(error) from None
     try:
@@ -176,7 +180,10 @@ def reproduce_command(
         check_output_dir(output, option="--output")
     except OutputRefused as error:
         raise UsageError(str(error)) from None
-    open_store(url, create=not report_only).close()
+    # A bad URL fails here; an absent store is created by the first search that runs (report-only needs one).
+    store = open_store(url, create=False) if report_only else _existing_store(url)
+    if store is not None:
+        store.close()
     protocols = tuple(protocols) or reproduce_registry.STUDIES[study].protocols
     # The command as a reader can re-run it from where it ran: the output folder relative to there.
     shown = ["archsearch reproduce", study, f"--scale {scale}", f"--seeds {seeds}"]
@@ -205,6 +212,14 @@ def reproduce_command(
         raise UsageError(str(error).splitlines()[0]) from None
     for path in written:
         click.echo(f"wrote {os.path.relpath(path)}")
+
+
+def _existing_store(url: str):
+    """The store at ``url``, or None where there is none yet but one could be created (one line otherwise)."""
+    try:
+        return store_package.Store.open_existing(url)
+    except store_package.StoreError as error:
+        raise UsageError(str(error)) from None
 
 
 def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: str, data_dir, fmt: str) -> None:

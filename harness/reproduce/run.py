@@ -46,7 +46,6 @@ def reproduce(
     ``run=False`` writes the summaries and reports again from the store (e.g. with another
     ``margin``) without running anything.
     """
-    output.mkdir(parents=True, exist_ok=True)
     written = []
     for planned in plan(study, scale, seeds, protocols, dataset, data_dir):
         protocol = planned.protocol
@@ -73,6 +72,7 @@ def reproduce(
             outcomes = {
                 str(variant): group["status"].value_counts().to_dict() for variant, group in runs.groupby("variant")
             }
+            output.mkdir(parents=True, exist_ok=True)  # only now: a refused reproduction creates nothing
             figures = study_figures(store, present, rows, output, numbers.level, name=spec.name)
             summary = output / f"{spec.name}.md"
             deviations = [

@@ -197,6 +197,63 @@ def _hand_password_to_libpq(password: str | None) -> None:
         os.environ["PGPASSWORD"] = password
 
 
+def _check_before_writing(
+    spec: SearchSpec, store_url: str, name: str, storage_path: str, resume: bool
+) -> tuple[str, str]:
+    """Everything about the study, its warm start and its results dir that can refuse the search,
+    checked before anything is written (no store, results dir or study is created by a refused
+    search). Returns (the results-dir entry the study owns or will create, its path)."""
+    store = Store.open_existing(store_url)  # None: no store yet, created once the checks pass
+    with contextlib.closing(store) if store is not None else contextlib.nullcontext():
+        known = store is not None and name in store.study_names()
+        if resume and not known:
+            where = store.url if store is not None else mask_url(store_url)
+            raise StoreError(f"cannot resume: study {name!r} is not in {where}")
+        if resume and store.study(name)["status"] == StudyStatus.COMPLETED:
+            record, counts = store.study(name), store.counts(name, epochs=False)
+            raise NothingToResume(
+                f"nothing to resume: study {name} completed {counts[TrialStatus.COMPLETED]} trials on "
+                f"{record['updated_at']:%Y-%m-%d %H:%M} UTC"
+            )
+        live = store.live_driver(name) if known else None
+        if live is not None:  # said first: --resume would be refused too while it runs
+            raise StoreError(
+                f"study {name!r} is being run by another driver ({live}): wait for it to end, or stop it "
+                "(Ctrl-C there) and then resume it with --resume"
+            )
+        if not resume and known and _has_trials(store, name):
+            raise StoreError(
+                f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
+                "or --name to start a new study"
+            )
+        # The warm start's source, the results dir, the experiment dir (a planted link would be
+        # followed by Ray): looked at, nothing created.
+        if not resume:
+            warm_start.check_source(spec, store_url)
+        # The results-dir entry the study owns: recorded when it was created (a rename leaves it), or
+        # for a new study its name, or the next free entry where a leftover holds the name.
+        if known:
+            experiment_name = check_study_name(store.study_experiment(name), "the study's recorded experiment")
+        else:
+            taken = store.recorded_experiments() if store is not None else set()
+            experiment_name = experiment_guard.choose_new_experiment(storage_path, name, taken)
+        experiment = experiment_path(storage_path, experiment_name)
+        if resume:
+            experiment_guard.check_experiment_for_resume(experiment)
+        else:
+            if known:  # an earlier attempt that ran no trial: its Ray state is stale
+                experiment_guard.remove_stale_experiment(experiment)
+            experiment_guard.check_new_experiment(experiment)
+        if experiment_name != name and not known:
+            print(
+                f"note: {experiment_path(storage_path, name)} holds an earlier experiment (left as it is); "
+                f"study {name}'s results go to {experiment}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return experiment_name, experiment
+
+
 def _run_search(
     session: SearchSession,
     spec: SearchSpec,
@@ -210,63 +267,26 @@ def _run_search(
     started: float,
     tracking: tuple[list, trackers.TrackerSecrets] = ([], trackers.TrackerSecrets()),
 ) -> SearchSummary:
-    with Store.open(store_url) as store:
-        if resume and name not in store.study_names():
-            raise StoreError(f"cannot resume: study {name!r} is not in {store.url}")
-        if resume and store.study(name)["status"] == StudyStatus.COMPLETED:
-            record, counts = store.study(name), store.counts(name, epochs=False)
-            raise NothingToResume(
-                f"nothing to resume: study {name} completed {counts[TrialStatus.COMPLETED]} trials on "
-                f"{record['updated_at']:%Y-%m-%d %H:%M} UTC"
-            )
-        live = store.live_driver(name) if name in store.study_names() else None
-        if live is not None:  # said first: --resume would be refused too while it runs
-            raise StoreError(
-                f"study {name!r} is being run by another driver ({live}): wait for it to end, or stop it "
-                "(Ctrl-C there) and then resume it with --resume"
-            )
-        if not resume and name in store.study_names() and _has_trials(store, name):
-            raise StoreError(
-                f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
-                "or --name to start a new study"
-            )
-        # Everything checked before anything is written: the warm start's source, the results dir,
-        # the experiment dir (a planted link would be followed by Ray).
-        if not resume:
-            warm_start.check_source(spec, store_url)
-        experiment_guard.check_storage_root(storage_path)
-        # The results-dir entry the study owns: recorded when it was created (a rename leaves it), or
-        # for a new study its name, or the next free entry where a leftover holds the name.
-        known = name in store.study_names()
-        if known:
-            experiment_name = check_study_name(store.study_experiment(name), "the study's recorded experiment")
-        else:
-            experiment_name = experiment_guard.choose_new_experiment(storage_path, name, store.recorded_experiments())
-        experiment = experiment_path(storage_path, experiment_name)
-        if experiment_name != name and not known:
-            print(
-                f"note: {experiment_path(storage_path, name)} holds an earlier experiment (left as it is); "
-                f"study {name}'s results go to {experiment}",
-                file=sys.stderr,
-                flush=True,
-            )
-        if resume:
-            experiment_guard.check_experiment_for_resume(experiment)
-        else:
-            if known:  # an earlier attempt that ran no trial: its Ray state is stale
-                experiment_guard.remove_stale_experiment(experiment)
-            experiment_guard.check_new_experiment(experiment)
-        if name in store.study_names():
-            store.claim_study(name)  # one driver per study: refused while another live driver holds it
+    created = experiment_guard.check_storage_root(storage_path)  # removed again if the search is refused
+    try:
+        experiment_name, experiment = _check_before_writing(spec, store_url, name, storage_path, resume)
         quiet_ray(verbose)
         with session.deferring_signals():  # a Ctrl-C while Ray starts acts once it has started
             init_ray(address, spec)
         check_resources(spec)
-        if address:
-            check_storage(
-                chosen, storage_path
-            )  # before anything is written: a request no node can meet would wait forever
-        restarting = not resume and name in store.study_names()
+        if address:  # before anything is written: a request no node can meet would wait forever
+            check_storage(chosen, storage_path)
+    except BaseException:
+        experiment_guard.remove_created(created)
+        raise
+    # Everything checked: only now is anything created (the store, the study).
+    with Store.open(store_url) as store:
+        known = name in store.study_names()
+        if known:
+            store.claim_study(name)  # one driver per study: refused while another live driver holds it
+        restarting = not resume and known
+        if not known and experiment_name in store.recorded_experiments():  # taken since it was chosen
+            raise StoreError(f"study {name!r}: another study took its results entry {experiment_name} meanwhile")
         spec_record, hardware = spec.model_dump(mode="json"), ray_hardware()
         store.create_study(name, spec_record, dict(spec.objectives), hardware=hardware, experiment=experiment_name)
         store.claim_study(name)  # the creator holds the lease; a driver that lost the race to create is refused

@@ -126,18 +126,35 @@ def remove_stale_experiment(experiment: str) -> None:
     shutil.rmtree(experiment)
 
 
-def check_storage_root(storage_path: str) -> None:
+def check_storage_root(storage_path: str) -> list[Path]:
     """The results dir is a directory this user can write (created if missing), or the search is
-    refused naming it (``--results-dir /proc/x`` once failed deep inside pyarrow, the study left running)."""
+    refused naming it (``--results-dir /proc/x`` once failed deep inside pyarrow, the study left running).
+
+    Returns the directories it created, outermost first: a search refused later removes them
+    (:func:`remove_created`), so a refused search leaves no results dir behind."""
     if is_uri(storage_path):
-        return
+        return []
     root = Path(storage_path)
+    missing = [p for p in [root, *root.absolute().parents] if not os.path.lexists(p)][::-1]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
+        remove_created(missing)
         raise SearchError("--results-dir", f"{root}: cannot create it ({error.strerror or error})") from None
     if not root.is_dir() or not os.access(root, os.W_OK | os.X_OK):
+        remove_created(missing)
         raise SearchError("--results-dir", f"{root}: not a directory this user can write")
+    return missing
+
+
+def remove_created(directories: list[Path]) -> None:
+    """Remove the directories :func:`check_storage_root` created, innermost first, each only while
+    empty (anything written there since stays)."""
+    for directory in reversed(directories):
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def purge_experiment(experiment: str) -> bool:

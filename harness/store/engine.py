@@ -20,7 +20,7 @@ from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from .base import StoreBase
-from .errors import StoreError
+from .errors import NoStore, StoreError
 from .schema import VERSION_TABLE, Base
 from .urls import SECRET_QUERY_KEYS
 
@@ -129,7 +129,7 @@ class Migrations(StoreBase):
                     f"knows (up to {head}): upgrade archsearch to open it"
                 )
             if current is None and not create:
-                raise StoreError(f"no archsearch store at {self.url}: it has no archsearch tables yet")
+                raise NoStore(f"no archsearch store at {self.url}: it has no archsearch tables yet")
             if current is None:
                 _refuse_foreign_tables(conn, self.url)
             command.upgrade(_alembic_config(conn), "head")

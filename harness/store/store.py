@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
 from .admin import StudyAdmin
 from .engine import Migrations, _first_line, _make_engine, schema_revisions
-from .errors import StoreDriverError, StoreError
+from .errors import NoStore, StoreDriverError, StoreError
 from .liveness import HEARTBEAT_S, HEARTBEAT_STALE_S, Liveness, driver_identity
 from .queries import Queries
 from .urls import mask_url, normalize_url, resolve_store_url, split_secret
@@ -51,7 +52,8 @@ class Store(Migrations, Writes, Queries, StudyAdmin, Liveness):
         masked = mask_url(raw)
         create = create and not read_only
         if parsed.get_backend_name() == "sqlite":
-            _check_sqlite_path(parsed.database, masked, create)
+            memory = parsed.query.get("mode") == "memory"
+            _check_sqlite_path(":memory:" if memory else parsed.database, masked, create)
         engine = _make_engine(parsed, read_only)
         try:
             with engine.connect():
@@ -70,6 +72,18 @@ class Store(Migrations, Writes, Queries, StudyAdmin, Liveness):
             engine.dispose()
             raise
         return store
+
+    @classmethod
+    def open_existing(cls, url: str | None = None) -> Store | None:
+        """The store at ``url`` when there is one (opened and migrated as :meth:`open`), else None
+        once it is known that one could be created there (a SQLite file's directory exists and is
+        writable; a server's database answers). A command that creates the store on success opens
+        it so, checks what it must, and creates it only then: a refused command creates nothing."""
+        try:
+            return cls.open(url, create=False)
+        except NoStore:
+            check_creatable(resolve_store_url(url))
+            return None
 
     def close(self) -> None:
         self.engine.dispose()
@@ -131,11 +145,29 @@ def _wrap_public_methods(cls: type) -> type:
 _wrap_public_methods(Store)
 
 
+def check_creatable(url: str) -> None:
+    """Refuse (one line) a store URL where no store could be created: a SQLite file whose directory
+    is missing or not writable. A server's URL was already checked by connecting to it."""
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return
+    directory = Path(parsed.database).parent
+    if not directory.is_dir():
+        raise StoreError(f"cannot create the store at {mask_url(url)}: {directory} is not a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create the store at {mask_url(url)}: {directory} is not writable by this user")
+
+
 def _check_sqlite_path(path: str | None, masked: str, create: bool) -> None:
     """A SQLite store's path names a regular file (or nothing yet, when creating): a FIFO would block
-    forever, a directory would fail as "disk I/O error"; each is refused naming the path."""
-    if not path or path == ":memory:":
-        return
+    forever, a directory would fail as "disk I/O error"; each is refused naming the path. An
+    in-memory database is refused: it ends with the command, and Optuna's storage and Ray's
+    workers would each open another, empty one."""
+    if not path or path == ":memory:" or "mode=memory" in path:
+        raise StoreError(
+            f"{masked} is an in-memory SQLite database: it keeps nothing past this process, and the search's "
+            "other connections would each see an empty one; give a file (sqlite:///PATH)"
+        )
     file = Path(path)
     if file.is_dir():
         raise StoreError(f"no store at {masked}: {path} is a directory, not a SQLite file")
@@ -145,4 +177,4 @@ def _check_sqlite_path(path: str | None, masked: str, create: bool) -> None:
         hint = ""
         if not file.is_absolute() and Path("/", path).exists():
             hint = f"; {path} is relative to this directory, and /{path} exists: an absolute path takes four slashes"
-        raise StoreError(f"no store at {masked}: the file does not exist (nothing has been recorded there){hint}")
+        raise NoStore(f"no store at {masked}: the file does not exist (nothing has been recorded there){hint}")

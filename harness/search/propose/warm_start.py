@@ -20,7 +20,7 @@ from typing import Any
 
 from dashboards.pareto import study_front
 from harness.search.propose.searcher import config_key
-from harness.store import Store, StoreError, mask_url
+from harness.store import NoStore, Store, StoreError, mask_url
 from search_space.sampling import build_trial_config, fixed_params, params_of_config
 from search_space.spec import SearchSpec
 from trials.configio import ConfigError
@@ -73,13 +73,25 @@ def check_source(spec: SearchSpec, store_url: str) -> None:
     if warm is None:
         return
     source_url = warm.store or store_url
+    earlier_family = None
     try:
         with Store.open(source_url, create=False, read_only=True) as store:
             names = store.study_names()
+            if warm.study in names:
+                earlier_family = _decoded_spec(store.study(warm.study).get("spec")).get("family")
+    except NoStore as error:
+        if warm.store is not None:
+            raise StoreError(f"search.warm_start.store: {error}") from None
+        names = []  # the search's own store, not created yet: it holds no study
     except StoreError as error:
         raise StoreError(f"search.warm_start.store: {error}") from None
     if warm.study not in names:
         raise StoreError(f"search.warm_start.study: no study {warm.study!r} in {mask_url(source_url)}")
+    if earlier_family is not None and earlier_family != spec.family:  # no parameter means the same in both
+        raise StoreError(
+            f"search.warm_start.study: study {warm.study!r} searched {earlier_family} models and this search "
+            f"{spec.family}: nothing it learnt carries over (warm-start from a {spec.family} study)"
+        )
 
 
 def _proposable(spec: SearchSpec, config: dict[str, Any], searched: list[str]) -> bool:
