@@ -5,6 +5,8 @@ each of the paper's claims (paired by seed, Holm over the study's claims, ceilin
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,7 @@ import pandas as pd
 from dashboards.stats import FailureComparison, assess, difference, failure_rates, holm, mean_ci
 from harness.reproduce.studies import FAILED_LOSS_FRACTION, PAPER_CLAIMS, Protocol
 from trials.data_config import NUM_CLASSES
+from trials.errors import DataError
 from trials.status import TrialStatus
 
 
@@ -132,6 +135,12 @@ def _floor(claim: tuple[str, str, str], means: dict[str, float], margin: float) 
 RUN_METRICS = ("top1", "test_top1", "eval_loss", "train_loss", "train_eval_loss", "params", "flops", "epochs")
 NEVER_REACHED = "never reached the level"
 FAILED_TO_LEARN = "failed to learn"
+NO_VALUE = "no finite value"  # completed, but the store holds no finite number of the metric for it
+LEFT_OUT_REASONS = (NEVER_REACHED, FAILED_TO_LEARN, NO_VALUE)
+REQUIRED_COLUMNS = ("variant", "seed", "status", "value", "left_out")
+# A counted value's magnitude above which the statistics (squares, sums over seeds) would overflow.
+LARGEST_VALUE = 1e150
+_ACCURACIES = ("top1", "test_top1")  # a completed run's, where given: finite, in [0, 100]
 
 
 def run_table(
@@ -182,6 +191,10 @@ def _study_runs(store, study: str, protocol: str | Protocol) -> tuple[pd.DataFra
         if pre is not None and pre.failure_rule and completed.any():
             failed = failed_to_learn(trials[completed], NUM_CLASSES.get(pre.dataset, 10))
             left_out[failed[failed].index] = FAILED_TO_LEARN
+    # A completed run whose metric the store holds as missing or not finite is left out, with the
+    # reason, never counted: ``value`` is a finite number exactly where a run is counted.
+    value = value.astype(float)
+    left_out[completed & (left_out == "") & ~np.isfinite(value)] = NO_VALUE
     value = value.where(completed & (left_out == ""))
     runs = pd.DataFrame(
         {
@@ -225,6 +238,169 @@ def summarize(
     )
 
 
+def check_runs(
+    runs: pd.DataFrame,
+    kind: str | None,
+    *,
+    source: str = "runs table",
+    labels: Sequence[str] | None = None,
+    variants: Collection[str] | None = None,
+) -> None:
+    """Refuse a runs table no verdict may be decided from, with a :class:`DataError` of one line
+    naming ``source``, the row (``labels``: each row's name, a runs file's line; by default its study
+    and trial number), the column and the value. Cells may be the runs file's text or the store's numbers.
+
+    The columns :data:`REQUIRED_COLUMNS`; per row: a variant (one of ``variants``, where given), a
+    whole seed >= 0, a :class:`TrialStatus` word, ``left_out`` empty or one of
+    :data:`LEFT_OUT_REASONS` (a completed run's only); ``value`` a finite number within the metric's
+    range (``kind``'s; ``None``: at least 0) and below :data:`LARGEST_VALUE` on exactly the rows
+    counted (completed, not left out) and empty on every other (a diverged, failed or interrupted run
+    has none); the run's other metrics numbers, a completed run's top-1 within [0, 100]; and one
+    counted run per (variant, seed), one row per (study, trial number).
+    """
+    absent = [column for column in REQUIRED_COLUMNS if column not in runs.columns]
+    if absent:
+        raise DataError(f"{source}: no column {absent[0]!r} (a runs table has {', '.join(REQUIRED_COLUMNS)})")
+    labels = list(labels) if labels is not None else _row_labels(runs)
+    low, high = _metric_range(kind) if kind is not None else (0.0, math.inf)
+    statuses = [str(status) for status in TrialStatus]
+    numeric = [column for column in (*RUN_METRICS, "number") if column in runs.columns]
+    counted_at: dict[tuple[str, int], int] = {}
+    trial_at: dict[tuple[str, str], int] = {}
+    cells = {column: runs[column].tolist() for column in (*REQUIRED_COLUMNS, *numeric, "study") if column in runs}
+    for i, label in enumerate(labels):
+        where = f"{source} {label}"
+        variant = _text(cells["variant"][i])
+        if not variant:
+            raise DataError(f"{where}: the variant is empty")
+        if variants is not None and variant not in variants:
+            raise DataError(f"{where}: variant {variant!r} is not one of the study's ({', '.join(sorted(variants))})")
+        seed = _whole(cells["seed"][i])
+        if seed is None or seed < 0:
+            shown = _text(cells["seed"][i])
+            raise DataError(f"{where}: seed {shown!r} for variant {variant} is not a whole number >= 0")
+        run = f"variant {variant} seed {seed}"
+        status = _text(cells["status"][i])
+        if status not in statuses:
+            raise DataError(f"{where}: status {status!r} for {run} is not a trial status ({', '.join(statuses)})")
+        reason = _text(cells["left_out"][i])
+        if reason and reason not in LEFT_OUT_REASONS:
+            raise DataError(
+                f"{where}: left_out {reason!r} for {run} is not a reason a run is left out "
+                f"({', '.join(map(repr, LEFT_OUT_REASONS))}, or empty)"
+            )
+        if reason and status != TrialStatus.COMPLETED:
+            raise DataError(
+                f"{where}: left_out {reason!r} for {run}, a run that is {status}: only a completed run is left out"
+            )
+        counted = status == TrialStatus.COMPLETED and not reason
+        _check_value(where, run, cells["value"][i], counted, status, reason, (low, high))
+        for column in numeric:
+            shown = _text(cells[column][i])
+            number = _number(cells[column][i])
+            if shown and number is None:
+                raise DataError(f"{where}: {column} {shown!r} for {run} is not a number")
+            completed_top1 = column in _ACCURACIES and status == TrialStatus.COMPLETED and shown
+            if completed_top1 and not (math.isfinite(number) and 0.0 <= number <= 100.0):
+                raise DataError(f"{where}: {column} {shown!r} for {run} is not a top-1 in [0, 100]")
+        if counted:
+            if (variant, seed) in counted_at:
+                raise DataError(
+                    f"{source} {labels[counted_at[variant, seed]]} and {label}: {run} is counted twice "
+                    "(a verdict pairs one completed run per variant and seed)"
+                )
+            counted_at[variant, seed] = i
+        if "study" in cells and "number" in cells and _text(cells["number"][i]):
+            trial = (_text(cells["study"][i]), _text(cells["number"][i]))
+            if trial in trial_at:
+                raise DataError(
+                    f"{source} {labels[trial_at[trial]]} and {label}: trial {trial[1]} of study {trial[0]} "
+                    "appears twice"
+                )
+            trial_at[trial] = i
+
+
+def _check_value(
+    where: str, run: str, cell: Any, counted: bool, status: str, reason: str, metric_range: tuple[float, float]
+) -> None:
+    """A row's ``value``: a finite number in range where the run is counted, empty elsewhere."""
+    shown = _text(cell)
+    if not counted:
+        if shown:
+            why = f"left out ({reason})" if reason else status
+            raise DataError(
+                f"{where}: value {shown!r} for {run}, a run that is {why}: only a counted run has a value "
+                "(leave it empty)"
+            )
+        return
+    if not shown:
+        raise DataError(
+            f"{where}: value is empty for {run}, a completed run not left out (give its value, or in "
+            "left_out why it is not counted)"
+        )
+    number = _number(cell)
+    if number is None:
+        raise DataError(f"{where}: value {shown!r} for {run} is not a number")
+    if not math.isfinite(number):
+        raise DataError(f"{where}: value {shown!r} for {run} is not finite")
+    low, high = metric_range
+    if not low <= number <= high:
+        raise DataError(f"{where}: value {shown!r} for {run} is outside the metric's range [{low:g}, {high:g}]")
+    if abs(number) > LARGEST_VALUE:
+        raise DataError(f"{where}: value {shown!r} for {run} is too large to compute with (above {LARGEST_VALUE:g})")
+
+
+def _row_labels(runs: pd.DataFrame) -> list[str]:
+    """Each row's name in a message: its study and trial number where the table has them."""
+    if "number" in runs and "study" in runs:
+        return [f"(study {study} trial {_text(n)})" for study, n in zip(runs["study"], runs["number"], strict=True)]
+    if "number" in runs:
+        return [f"(trial {_text(n)})" for n in runs["number"]]
+    return [f"(row {i + 1})" for i in range(len(runs))]
+
+
+def _text(cell: Any) -> str:
+    """A cell as a reader sees it: a file's text as written, a number as Python writes it, '' for empty."""
+    if cell is None:
+        return ""
+    if isinstance(cell, str):
+        return cell.strip()
+    if isinstance(cell, (bool, np.bool_)):
+        return str(cell)
+    if isinstance(cell, (int, np.integer)):
+        return str(int(cell))
+    if isinstance(cell, (float, np.floating)):
+        return "" if math.isnan(cell) else repr(float(cell))
+    return str(cell)
+
+
+def _number(cell: Any) -> float | None:
+    """A cell's number (NaN where empty), or None where it is not one."""
+    if isinstance(cell, (bool, np.bool_)):
+        return None
+    if isinstance(cell, (int, float, np.integer, np.floating)):
+        return float(cell)
+    text = _text(cell)
+    if not text:
+        return math.nan
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _whole(cell: Any) -> int | None:
+    """A cell's whole number (digits only in a file: '3', not '3.0'), or None."""
+    if isinstance(cell, (bool, np.bool_)):
+        return None
+    if isinstance(cell, (int, np.integer)):
+        return int(cell)
+    if isinstance(cell, (float, np.floating)):
+        return int(cell) if math.isfinite(cell) and float(cell).is_integer() else None
+    text = _text(cell)
+    return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
+
+
 def summarize_runs(
     runs: pd.DataFrame,
     protocol: str | Protocol,
@@ -244,6 +420,7 @@ def summarize_runs(
     """
     pre = protocol if isinstance(protocol, Protocol) else None
     kind = pre.kind if pre else protocol
+    check_runs(runs, kind)  # before any verdict: a table that cannot be trusted decides nothing
     if pre is not None:
         claims = list(pre.claims) if claims is None else claims
     numbers = numbers if numbers is not None else StudyNumbers()

@@ -6,23 +6,31 @@ metrics) and ``<name>.verdicts.json`` (a list, one entry per claim: ``claim``, `
 ``kind``, ``margin``, ``n``, ``diff_mean``, ``ci``, ``p_t``, ``p_exact``, ``p_holm``, ``verdict``).
 :func:`recompute` decides the claims again from the runs file alone with the study's pre-registered
 protocol, so a reader (or a test) can check every committed verdict without the store that made it.
+The file is validated before any verdict (:func:`read_runs`, :func:`harness.reproduce.analysis.check_runs`):
+a value that is not a finite number in the metric's range on a counted run, a value on a run that
+is not counted, a seed counted twice, an unknown status, a missing column or a bad first line is
+refused with a :class:`trials.errors.DataError` naming the file, the line, the column and the value.
 Floats are written with 17 significant digits (a double's round trip): a recomputation gives the
 same digits.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
+import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from dashboards.files import atomic_write
-from harness.reproduce.analysis import summarize_runs
+from harness.reproduce.analysis import REQUIRED_COLUMNS, check_runs, summarize_runs
 from harness.reproduce.studies import Protocol
+from trials.errors import DataError
 
 RUNS_SUFFIX = ".runs.csv"
 VERDICTS_SUFFIX = ".verdicts.json"
@@ -70,21 +78,79 @@ def write_records(
     return [runs_path, verdicts_path]
 
 
-def read_runs(path: Path) -> tuple[pd.DataFrame, str]:
-    """(runs, metric in words) from a runs file."""
-    with open(path, encoding="utf-8") as handle:
-        first = handle.readline()
-        if not first.startswith(f"# {METRIC_KEY}: "):
-            raise ValueError(f"{path}: the first line must be '# {METRIC_KEY}: ...'")
-        runs = pd.read_csv(handle, dtype={"left_out": str, "variant": str, "status": str})
-    runs["left_out"] = runs["left_out"].fillna("")
+def read_runs(
+    path: Path, protocol: Protocol | str | None = None, *, variants: Collection[str] | None = None
+) -> tuple[pd.DataFrame, str]:
+    """(runs, metric in words) from a runs file, validated first (:func:`check_runs`): a file that is
+    not a runs file, or a row no verdict may use, is refused with a :class:`DataError` naming the file,
+    its line (the metric line is line 1, the header line 2), the column and the value. ``protocol``
+    (or its kind as a word) sets the metric's range (without it: at least 0); ``variants``, where
+    given, are the only variant names allowed."""
+    name = str(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            first = handle.readline()
+            if not first:
+                raise DataError(f"{name} line 1: the file is empty (a runs file starts '# {METRIC_KEY}: ...')")
+            first = first.rstrip("\r\n")
+            if not first.startswith(f"# {METRIC_KEY}: ") or not first[len(f"# {METRIC_KEY}: ") :].strip():
+                raise DataError(f"{name} line 1: {first[:80]!r} is not '# {METRIC_KEY}: <what value is>'")
+            reader = csv.reader(handle, strict=True)
+            header = next(reader, None)
+            rows, lines = [], []
+            for row in reader:
+                if row:  # a blank line carries nothing
+                    rows.append(row)
+                    lines.append(1 + reader.line_num)
+    except csv.Error as error:
+        raise DataError(f"{name} line {1 + reader.line_num}: not CSV ({error})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{name}: not UTF-8 text") from None
+    except OSError as error:
+        raise DataError(f"{name}: cannot be read ({error.strerror or error})") from None
+    if not header:
+        raise DataError(f"{name} line 2: no header (the column names: {', '.join(REQUIRED_COLUMNS)}, ...)")
+    header = [column.strip() for column in header]
+    for column in header:
+        if header.count(column) > 1:
+            raise DataError(f"{name} line 2: column {column!r} appears twice in the header")
+    for column in REQUIRED_COLUMNS:
+        if column not in header:
+            raise DataError(
+                f"{name} line 2: the header has no column {column!r} (a runs file has {', '.join(REQUIRED_COLUMNS)})"
+            )
+    for row, line in zip(rows, lines, strict=True):
+        if len(row) != len(header):
+            raise DataError(f"{name} line {line}: {len(row)} fields where the header has {len(header)}")
+    text = pd.DataFrame({column: [row[k] for row in rows] for k, column in enumerate(header)}, dtype=object)
+    kind = protocol.kind if isinstance(protocol, Protocol) else protocol
+    check_runs(text, kind, source=name, labels=[f"line {line}" for line in lines], variants=variants)
+    runs = pd.DataFrame({column: _typed(column, text[column].tolist()) for column in header})
     return runs, first[len(f"# {METRIC_KEY}: ") :].strip()
 
 
-def recompute(runs_path: Path, protocol: Protocol) -> list[dict[str, Any]]:
+TEXT_COLUMNS = ("variant", "status", "left_out", "study")
+
+
+def _typed(column: str, cells: list[str]) -> pd.Series:
+    """A checked column as a table holds it: text, whole numbers, or floats (NaN where empty). A
+    float is parsed by Python (correctly rounded): the 17 digits written give back the same double."""
+    cells = [cell.strip() for cell in cells]
+    if column in TEXT_COLUMNS:
+        return pd.Series(cells, dtype=object)
+    if cells and all(re.fullmatch(r"[+-]?[0-9]+", cell) for cell in cells):
+        return pd.Series([int(cell) for cell in cells], dtype="int64")
+    try:
+        return pd.Series([float(cell) if cell else math.nan for cell in cells], dtype=float)
+    except ValueError:  # a column of the reader's own, not a number: kept as text
+        return pd.Series(cells, dtype=object)
+
+
+def recompute(runs_path: Path, protocol: Protocol, *, variants: Collection[str] | None = None) -> list[dict[str, Any]]:
     """The verdicts file's entries decided again from the runs file alone, under ``protocol``'s
-    pre-registered claims and margins."""
-    runs, metric = read_runs(runs_path)
+    pre-registered claims and margins; the file is validated first (:func:`read_runs`), and a file
+    that fails is refused (:class:`DataError`, exit 2 on the command line), never decided from."""
+    runs, metric = read_runs(runs_path, protocol, variants=variants)
     _, verdicts, _ = summarize_runs(
         runs, protocol, metric=metric, margin=protocol.margin, large_margin=protocol.large_margin
     )
