@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -105,7 +106,7 @@ def check_base_config(spec: SearchSpec, *, check_paths: bool = True) -> None:
             failures.append(error)
             continue
         if check_paths:
-            _check_data_dir(trial.data)
+            check_data_dir(trial.data)
         return  # a valid config exists: whatever else fails depends on the sampled values
     fields = {error.field for error in failures}
     if len(fields) == 1:  # every sample fails on the same key: no sampled value can fix it
@@ -118,14 +119,19 @@ def check_base_config(spec: SearchSpec, *, check_paths: bool = True) -> None:
     # Only combinations of searched model values failed: infeasible at sampling time, not a spec error.
 
 
-def _check_data_dir(data: Any) -> None:
+def check_data_dir(data: Any, *, search: bool = True) -> None:
+    """An on-disk dataset's ``data_dir`` is a directory here (a file or a FIFO is named as such), and
+    an image folder has its splits: checked before a search dispatches or ``archsearch trial`` runs,
+    so a wrong path is the user's one-line error (exit 2), not a failed trial."""
     if data.data_dir is None or data.download:
         return
     path = Path(data.data_dir).expanduser()
     if not path.is_dir():
+        what = "does not exist" if not os.path.lexists(path) else "is not a directory (a file, a FIFO, a device?)"
         raise ConfigError(
             "data.data_dir",
-            f"{data.data_dir} is not a directory on this machine (with --address, workers check it themselves)",
+            f"{data.data_dir} {what} on this machine"
+            + (" (with --address, workers check it themselves)" if search else ""),
         )
     if data.name == "imagefolder":  # both splits before anything is dispatched, not after 3 failed trials
         if not (path / "train").is_dir():

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from trials.cpus import usable_cpus
 from trials.torch_internals import (
     async_compile,
     dynamo_callback,
@@ -74,7 +75,7 @@ def compile_threads(cpus: float | None) -> int:
     process, with no pool at all); Inductor's own ceiling of 32 stays.
     """
     if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = usable_cpus()
     return max(1, min(MAX_COMPILE_THREADS, math.floor(cpus)))
 
 

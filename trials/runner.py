@@ -63,6 +63,9 @@ class TrialResult:
     runtime: dict[str, Any] = field(default_factory=dict)
     # A sticky CUDA error broke this process's CUDA context: the worker must not run another trial.
     worker_unusable: bool = False
+    # The key a configuration error named (a data_dir without the dataset, a model that does not
+    # build): the trial's input was wrong, not its run; ``archsearch trial`` exits 2 on it, naming it.
+    config_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +81,7 @@ class TrialResult:
             "notes": list(self.notes),
             "runtime": dict(self.runtime),
             "worker_unusable": self.worker_unusable,
+            "config_key": self.config_key,
         }
 
 
@@ -119,6 +123,10 @@ def test_metrics(trainer) -> dict[str, float]:
 def _peak(name: str, values: list[float | None]) -> dict[str, float]:
     known = [v for v in values if v is not None]
     return {name: max(known)} if known else {}
+
+
+def _config_key(error: BaseException) -> str | None:
+    return (error.field or "config") if isinstance(error, ConfigError) else None
 
 
 def _error_text(error: BaseException) -> str:
@@ -214,6 +222,7 @@ def _run_lead(trial, result, callback, progress, resume_state, launcher, started
 
 def _failed_to_build(result: TrialResult, error: BaseException, started: float) -> TrialResult:
     result.error = _error_text(error)
+    result.config_key = _config_key(error)
     result.worker_unusable = is_sticky_cuda_error(error)
     result.wall_time_s = time.perf_counter() - started
     return result
@@ -261,6 +270,7 @@ def _run(
         result.epochs = list(trainer.history)
         result.final = {**final_metrics(trainer.history), **trial_facts(trainer)}
         result.error = _error_text(error)
+        result.config_key = _config_key(error)
         result.worker_unusable = is_sticky_cuda_error(error)
     result.notes = list(trainer.notes)
     result.runtime.update(trial_facts(trainer))

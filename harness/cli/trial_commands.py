@@ -7,9 +7,11 @@ from pathlib import Path
 
 import click
 
-from harness.cli.common import UsageError, config_error
+from harness.cli.common import UsageError, config_error, one_line
 from harness.output import FORMATS, render
+from search_space.validation import check_data_dir
 from trials.configio import ConfigError
+from trials.cpus import usable_cpus
 from trials.lazy import lazy_import
 from trials.status import TrialStatus
 from trials.trial_config import load_trial_config, read_yaml
@@ -82,21 +84,42 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
     """
     try:
         raw = read_yaml(config_path)
-        if device is not None and isinstance(raw, dict):
+        if not isinstance(raw, dict):  # never echoed: the file may not be the config the user meant
+            raise ConfigError("", f"{config_path}: a trial config is a YAML mapping (model:, data:, ...), "
+                                  f"this file holds a {type(raw).__name__}")  # fmt: skip
+        if device is not None:
             raw["device"] = device
         config = load_trial_config(raw)
-        gpu.checked_device(config.device)  # a device this machine lacks: one line now, not a failed trial
+        device = gpu.checked_device(config.device)  # a device this machine lacks: one line now, not a failed trial
+        check_data_dir(config.data, search=False)  # a data_dir that is not a directory here: one line now
+        check_local_processes(config.distributed.workers, device.type)
     except ConfigError as error:
         raise config_error(error) from None
     except gpu.DeviceError as error:
         raise UsageError(f"device: {error}") from None
     result = runner.run_trial(config, progress=progress)
+    refused = result.status == TrialStatus.FAILED and result.config_key is not None  # the input, not the run
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
-    else:
+    elif not refused:
         click.echo(_trial_report(result))
+    if refused:  # a usage error naming the key, as if it had been found before the trial started
+        raise UsageError(one_line((result.error or "").removeprefix("ConfigError: ")))
     if result.status == TrialStatus.FAILED:
         raise SystemExit(1)
+
+
+def check_local_processes(workers: int, device_type: str) -> None:
+    """A data-parallel trial on this machine's CPUs runs one process per rank: more ranks than usable
+    CPUs is refused (six ranks on two cores once spawned five processes, 3.5 GB, to crawl)."""
+    if workers > 1 and device_type == "cpu":
+        cpus = usable_cpus()
+        if workers > cpus:
+            raise ConfigError(
+                "distributed.workers",
+                f"{workers} processes on the CPU, but this process may use {cpus} CPUs: at most {cpus} "
+                "(or run it in a search on a Ray cluster, one node's CPUs per rank)",
+            )
 
 
 def _trial_report(result) -> str:

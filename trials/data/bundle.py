@@ -8,12 +8,12 @@ from the DataLoader processes, normalised on the device; on CUDA their JPEGs are
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..configio import ConfigError
+from ..cpus import usable_cpus
 from ..data_config import DataConfig
 from .augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
 from .loading import IMAGENET_STATS, Split, Stats, folder_splits, in_memory_splits, test_split, warn_if_upscaled
@@ -70,11 +70,6 @@ class DataBundle:
     def loader_processes(self) -> int:
         """DataLoader processes of the training path (0: device-resident tensors or the main process)."""
         return getattr(self.train, "loader_processes", 0)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def auto_loader_processes(cpus: float | None = None, *, accelerator: bool = False) -> int:

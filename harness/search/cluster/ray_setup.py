@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import platform
 import re
@@ -20,6 +19,7 @@ from typing import Any
 
 from harness.search.cluster.join import alive_nodes, join
 from search_space.spec import SearchSpec
+from trials.cpus import usable_cpus
 from trials.errors import RunError, capped
 from trials.lazy import lazy_import
 
@@ -76,11 +76,15 @@ def init_ray(address: str | None, spec: SearchSpec) -> None:
     if address:
         join(address)  # the cluster's token, a pre-flight check, one-line errors (ClusterError)
     else:
-        # address="local": always a fresh local Ray, never a cluster someone else started here.
-        wanted = spec.search.resources
-        cpus = max(os.cpu_count() or 1, math.ceil(spec.search.concurrency * wanted.workers * wanted.cpus))
+        # address="local": always a fresh local Ray, never a cluster someone else started here, sized
+        # to the CPUs this process may use: a request beyond them is refused (check_resources), and
+        # trials beyond them queue, rather than Ray promising CPUs the machine does not have.
         ray.init(
-            address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+            address="local",
+            num_cpus=usable_cpus(),
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
         )
 
 

@@ -1,0 +1,91 @@
+"""Issue 44, item 6: ``archsearch trial``'s input checked before it runs, wherever the value comes
+from, and sizes checked against the CPUs this process may really use.
+
+A data_dir that is not a directory (a FIFO, a file, nothing), a dataset missing from an existing
+directory, a config file that is not a mapping (never echoed back), more data-parallel ranks than
+usable CPUs: each is one line naming the key, exit 2, not a failed trial (exit 1). The local Ray
+is sized to the usable CPUs, so a search asking more CPUs per trial than there are is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import tiny_search_spec
+
+from trials.cpus import usable_cpus
+
+EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
+TRIAL = {
+    "model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2},
+    "data": {"name": "synthetic", "num_classes": 4, "train_size": 32, "val_size": 16, "batch_size": 8},
+    "training": {"epochs": 1},
+    "measure": {"batch_size": 2, "repeats": 1, "warmup": 0, "latency": False},
+    "device": "cpu",
+}
+
+
+def _trial(tmp_path, config, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "trial.yaml"
+    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config))
+    return subprocess.run([EXE, "trial", str(path), *args], capture_output=True, text=True, timeout=300)
+
+
+def _one_line(done: subprocess.CompletedProcess, *said: str) -> str:
+    assert done.returncode == 2, done.stdout[-1500:] + done.stderr[-1500:]
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and all(s in lines[0] for s in said), lines
+    return lines[0]
+
+
+def _data_dir(kind: str, tmp_path) -> tuple[dict, str]:
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return {"name": "cifar10", "data_dir": str(tmp_path / "fifo")}, "is not a directory"
+    if kind == "file":
+        (tmp_path / "file").write_text("x")
+        return {"name": "imagefolder", "data_dir": str(tmp_path / "file")}, "is not a directory"
+    if kind == "missing":
+        return {"name": "cifar10", "data_dir": str(tmp_path / "missing")}, "does not exist"
+    (tmp_path / "empty").mkdir()  # a directory without the dataset: found when the trial loads it
+    return {"name": "cifar10", "data_dir": str(tmp_path / "empty")}, "not found or corrupted"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "file", "missing", "directory-without-the-dataset"])
+def test_a_data_dir_that_holds_no_dataset_is_a_usage_error_naming_the_key(tmp_path, kind):
+    data, said = _data_dir(kind, tmp_path)
+    config = {**TRIAL, "data": {**TRIAL["data"], **data, "num_classes": 10}}
+    _one_line(_trial(tmp_path, config), "data.data_dir:", said)
+
+
+def test_a_config_that_is_not_a_mapping_is_refused_without_echoing_it(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root-password-hunter2 and more\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(secret)
+    done = subprocess.run([EXE, "trial", str(link)], capture_output=True, text=True, timeout=120)
+    line = _one_line(done, "a trial config is a YAML mapping", "holds a str")
+    assert "hunter2" not in done.stdout + done.stderr, line
+
+
+def test_more_data_parallel_ranks_than_usable_cpus_are_refused_before_any_process_starts(tmp_path):
+    workers = usable_cpus() + 1
+    config = {**TRIAL, "distributed": {"workers": workers}}
+    _one_line(_trial(tmp_path, config), "distributed.workers:", f"{workers} processes on the CPU")
+
+
+def test_a_search_asking_more_cpus_per_trial_than_this_process_may_use_is_refused(tmp_path):
+    spec = tiny_search_spec("too-wide")
+    spec["search"]["resources"] = {"cpus": 1, "workers": usable_cpus() + 2}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    done = subprocess.run(
+        [EXE, "search", str(path), "--store", f"sqlite:///{tmp_path / 's.db'}", "--results-dir", str(tmp_path / "rr")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    _one_line(done, "search.resources.workers:", "but the Ray cluster has")
+    assert not (tmp_path / "s.db").exists() and not (tmp_path / "rr").exists()
