@@ -61,14 +61,34 @@ def parse_objectives(text: str) -> dict[str, str]:
 
 
 def parse_where(items: Iterable[str]) -> dict[str, str]:
-    """``["layout=CCTT"]`` -> ``{"layout": "CCTT"}``."""
+    """``["layout=CCTT"]`` -> ``{"layout": "CCTT"}``. A key given twice is refused: the filters are
+    ANDed, and two values of one key would match nothing (keeping the last one silently did)."""
     where: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ParetoError(f"filter {item!r} is not KEY=VALUE (e.g. layout=CCTT)")
-        where[key.strip()] = value.strip()
+        key = key.strip()
+        if key in where:
+            raise ParetoError(
+                f"filter key {key!r} given twice ({key}={where[key]}, {key}={value.strip()}): one value per key"
+            )
+        where[key] = value.strip()
     return where
+
+
+def resolve_color_by(key: str, columns: Sequence[str]) -> str:
+    """``--color-by``: ``study``, a config column (``config.model.layout``) or the last part of one
+    (``layout``), resolved against the studies' config columns; anything else is refused, never
+    ignored under a caption that says the figure is coloured by it."""
+    if key == "study":
+        return key
+    try:
+        return _resolve_config_key(key, columns)
+    except ParetoError as error:
+        reason = "is ambiguous" if "ambiguous" in str(error) else "is not a config column of these studies"
+        known = sorted({c.removeprefix("config.") for c in columns})[:12]
+        raise ParetoError(f"--color-by {key!r} {reason}; e.g. {', '.join(known) or 'none recorded'}") from None
 
 
 def _numeric(frame, column: str) -> np.ndarray:

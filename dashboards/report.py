@@ -29,7 +29,7 @@ from jinja2 import Environment
 
 from dashboards import compare, figures, interactive
 from dashboards.columns import log_scaled_columns
-from dashboards.pareto import front_mask, hypervolume_progress
+from dashboards.pareto import front_mask, hypervolume_progress, resolve_color_by
 from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts
 from trials.data_config import DATA_STARVED_FRACTION
@@ -566,6 +566,9 @@ def write_report(
     (and, for several studies, their combined scatter as ``studies-pareto.png``). ``static``: PNG
     figures in the page and no script, instead of the interactive figures.
     """
+    if color_by is not None:  # before anything is created: an unknown column is the user's error
+        columns = sorted({c for name in studies for c in store.config_columns(name)})
+        color_by = resolve_color_by(color_by, columns)
     out = Path(out_path) if out_path is not None else None  # None: standard output
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
