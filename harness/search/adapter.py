@@ -16,6 +16,9 @@ test instead of every search.
 from __future__ import annotations
 
 import contextlib
+import copy
+import os
+from pathlib import Path
 from typing import Any
 
 from trials.errors import EnvironmentProblem
@@ -25,6 +28,8 @@ from trials.lazy import lazy_import
 optuna = lazy_import("optuna")
 ray = lazy_import("ray")
 ray_raylet = lazy_import("ray._raylet")
+ray_cloudpickle = lazy_import("ray.cloudpickle")
+ray_search_generator = lazy_import("ray.tune.search.search_generator")
 ray_services = lazy_import("ray._private.services")
 optuna_hypervolume_history = lazy_import("optuna.visualization._hypervolume_history")
 
@@ -122,3 +127,36 @@ def hypervolume_history_info(study: Any, reference_point: Any) -> Any:
     """Optuna's own hypervolume history (what ``plot_hypervolume_history`` draws): the benchmark's
     reference for ours; Optuna exposes it only through the plot."""
     return optuna_hypervolume_history._get_hypervolume_history_info(study, reference_point)
+
+
+def relocate_saved_search_state(experiment_dir: str, storage_path: str, experiment_name: str) -> bool:
+    """New trials of a restored experiment go where the experiment is now, not where it was saved.
+
+    Ray Tune 2.x moves a restored experiment's own trials to its new place, but a trial its search
+    algorithm creates after the restore takes the storage saved with the algorithm's experiment
+    (``search_gen_state-*.json``, a cloudpickle): a results dir moved or mounted elsewhere (another
+    machine, a copied fixture) made every new trial fail ``Unable to set up cluster storage`` at its
+    first checkpoint. Before ``fit()`` restores that state, the newest state file (the one Ray
+    loads) is rewritten with the experiment's real place, to a temporary name and renamed. Returns
+    whether it was rewritten. Local storage only (a URI stays as saved).
+    """
+    if "://" in storage_path:
+        return False
+    pattern = ray_search_generator.SearchGenerator.CKPT_FILE_TMPL.format("*")
+    saved = sorted(Path(experiment_dir).glob(pattern))
+    if not saved:
+        return False
+    newest = saved[-1]  # Ray loads the greatest name (a timestamp)
+    state = ray_cloudpickle.loads(newest.read_bytes())
+    experiment = state.get("experiment") if isinstance(state, dict) else None
+    storage = getattr(experiment, "storage", None)
+    if storage is None or (storage.storage_fs_path, storage.experiment_dir_name) == (storage_path, experiment_name):
+        return False
+    moved = copy.copy(storage)
+    moved.storage_fs_path, moved.experiment_dir_name = storage_path, experiment_name
+    experiment.storage = moved
+    experiment.spec["storage"] = moved
+    temporary = newest.with_name(f".{newest.name}.relocating")
+    temporary.write_bytes(ray_cloudpickle.dumps(state))
+    os.replace(temporary, newest)
+    return True

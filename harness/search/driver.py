@@ -24,7 +24,7 @@ from ray import tune
 from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
-from harness.search import experiment_guard, verify
+from harness.search import adapter, experiment_guard, verify
 from harness.search.cluster.ray_setup import (
     check_resources,
     check_storage,
@@ -302,6 +302,7 @@ def _run_search(
         alias_legacy_modules()  # an experiment pickled before the searcher's modules were renamed
         # Tune restores the run config it pickled, callbacks included (the trackers the search started
         # with); Tuner.restore takes no others.
+        adapter.relocate_saved_search_state(experiment, storage_path, experiment_name)  # a moved results dir
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
         replay_finished(tuner, spec, public_url, name)
     else:
