@@ -43,7 +43,7 @@ from .gpu import (
 from .measure import CostMeasurement, measure_cost
 from .models import build_model
 from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
-from .trial_config import TrialConfig, load_trial_config
+from .trial_config import TrialConfig, load_trial_config, trial_threads
 
 
 @dataclass
@@ -316,6 +316,11 @@ def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = No
     except GpuShareError as error:
         raise ConfigError("gpu_memory_fraction", str(error).removeprefix("gpu_memory_fraction: ")) from None
     runtime.update(configure_backends(device))
+    threads = trial_threads(trial, device.type)
+    if threads is not None:  # before any op runs: a CPU result depends on it
+        torch.set_num_threads(threads)
+    runtime["threads"] = torch.get_num_threads()  # recorded (final_threads), exported, honoured by `trial`
+    runtime["deterministic"] = torch.are_deterministic_algorithms_enabled()
     seed_everything(trial.seed)
     try:
         data = build_data(trial.data, device, cpus=trial.cpus, train_eval=trial.training.recalibrate_batchnorm)

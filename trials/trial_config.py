@@ -7,6 +7,7 @@ validates it and names the offending key on error, e.g. ``training.lr: must be >
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,18 @@ class DistributedConfig:
         )
 
 
+MAX_THREADS = 1024  # torch's intra-op threads: any real machine has fewer
+
+
+def trial_threads(trial: TrialConfig, device_type: str) -> int | None:
+    """The intra-op threads ``trial`` runs with (None: leave torch's default; a GPU trial that names none)."""
+    if trial.threads is not None:
+        return trial.threads
+    if trial.cpus is not None:
+        return max(1, math.floor(trial.cpus))
+    return 1 if device_type == "cpu" else None
+
+
 @dataclass(frozen=True)
 class TrialConfig:
     """One trial. ``model`` is a preset name, a model mapping (``family`` or ``preset`` key), or a config.
@@ -204,6 +217,11 @@ class TrialConfig:
     # CPUs allocated to this trial (Ray's assignment, or the spec's resources.cpus): DataLoader
     # processes never exceed it. None: the CPUs this process may run on.
     cpus: float | None = None
+    # torch's intra-op CPU threads (torch.set_num_threads). A CPU result depends on it (a reduction
+    # split over N threads sums in another order), so it is recorded with every trial and exported.
+    # None: floor(cpus) (at least 1) when cpus is given, else 1 on the CPU, as a search's default
+    # placement (resources.cpus: 1) runs; on a GPU, torch's own default.
+    threads: int | None = None
     # Several processes per trial (data-parallel); see DistributedConfig.
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
@@ -227,6 +245,12 @@ class TrialConfig:
 
         if self.cpus is not None:
             require(is_number(self.cpus) and self.cpus > 0, "cpus", f"must be a number > 0 or null, got {self.cpus!r}")
+        if self.threads is not None:
+            require(
+                is_int(self.threads) and 1 <= self.threads <= MAX_THREADS,
+                "threads",
+                f"must be an integer in 1..{MAX_THREADS} or null, got {self.threads!r}",
+            )
         workers = self.distributed.workers
         if workers > 1:
             require(
