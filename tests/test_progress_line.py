@@ -15,7 +15,7 @@ import pytest
 from ray.tune.experiment import Trial
 
 from dashboards.multiobjective import plateau_check
-from harness.search.record.progress import ProgressCallback, compact_duration, compact_number, eta_seconds
+from harness.search.record.progress import ProgressCallback, compact_duration, compact_number, eta_seconds, eta_text
 from harness.search.session import SearchSession
 from harness.search.stop.rules import StopRulesStopper
 from harness.store import Store
@@ -48,7 +48,7 @@ def test_one_line_per_trial_end_with_the_stores_counts_and_a_front_refreshed_at_
         _finish(store, 0, top1=50.0, flops=2.0)
         progress.on_trial_complete(0, [], None)
         assert _lines(stream)[-1] == (
-            "[progress] done 1  running 0  pruned 0  failed 0  infeasible 0  duplicate 0  pareto front 1"
+            "[progress] done 1  running 0  completed 1  pruned 0  failed 0  infeasible 0  duplicate 0  pareto front 1"
             "  best max top1 50  min flops 2  elapsed 0s"
         )
 
@@ -58,7 +58,7 @@ def test_one_line_per_trial_end_with_the_stores_counts_and_a_front_refreshed_at_
         progress.on_trial_start(0, [], SimpleNamespace(trial_id="2"))
         clock[0] += 0.5
         progress.on_trial_complete(0, [], None)
-        assert _lines(stream)[-1].startswith("[progress] done 2  running 1  pruned 0  failed 0")
+        assert _lines(stream)[-1].startswith("[progress] done 2  running 1  completed 2  pruned 0  failed 0")
         assert _lines(stream)[-1].endswith("pareto front 1  best max top1 50  min flops 2  elapsed 0s")  # as known
 
         # A second later the front is queried again.
@@ -66,7 +66,7 @@ def test_one_line_per_trial_end_with_the_stores_counts_and_a_front_refreshed_at_
         clock[0] += 0.6
         progress.on_trial_complete(0, [], SimpleNamespace(trial_id="2"))
         assert _lines(stream)[-1] == (
-            "[progress] done 2  running 0  pruned 0  failed 1  infeasible 0  duplicate 0  pareto front 2"
+            "[progress] done 3  running 0  completed 2  pruned 0  failed 1  infeasible 0  duplicate 0  pareto front 2"
             "  best max top1 50  min flops 1  elapsed 1s"  # the failed trial's 60 is no one's best
         )
         assert len(_lines(stream)) == 3
@@ -137,19 +137,21 @@ def test_durations_on_the_line_are_their_two_largest_units(seconds, text):
     assert compact_duration(seconds) == text
 
 
-def test_the_eta_is_unknown_until_a_trial_ended_then_waves_of_the_median_trial():
-    assert eta_seconds(5, [], [], 2) is None
-    assert eta_seconds(0, [], [], 2) == 0.0  # nothing left: known without a duration
-    # Nothing running: ceil(remaining / concurrency) rounds of the median (a 1000 s outlier moves nothing).
-    assert eta_seconds(4, [100.0, 90.0, 1000.0], [], 2) == 200.0
-    assert eta_seconds(5, [100.0], [], 2) == 300.0
-    # Running trials are credited with the time they ran: one 60 s into a 100 s median ends in 40 s,
+def test_the_eta_is_unknown_until_a_trial_ended_then_waves_of_the_typical_trial():
+    assert eta_seconds(5, None, [], 2) is None
+    assert eta_seconds(0, None, [], 2) == 0.0  # nothing left: known without a duration
+    # Nothing running: ceil(remaining / concurrency) rounds of the typical trial.
+    assert eta_seconds(4, 100.0, [], 2) == 200.0
+    assert eta_seconds(5, 100.0, [], 2) == 300.0
+    # Running trials are credited with the time they ran: one 60 s into a 100 s trial ends in 40 s,
     # the other slot takes the next trial at once, the last fills whichever slot frees first.
-    assert eta_seconds(3, [100.0], [60.0], 2) == 140.0
-    # An overdue trial (older than the median) is taken to end now, not at a negative time.
-    assert eta_seconds(1, [100.0], [250.0], 2) == 0.0
+    assert eta_seconds(3, 100.0, [60.0], 2) == 140.0
+    # An overdue trial (older than the typical one) is late, not done: it keeps 5% of the typical length.
+    assert eta_seconds(1, 100.0, [250.0], 2) == 5.0
+    assert eta_seconds(1, 10.0, [250.0], 2) == 1.0  # and at least a second
     # More running than the concurrency (a resize): every one of them is a slot.
-    assert eta_seconds(3, [100.0], [0.0, 0.0, 0.0], 1) == 100.0
+    assert eta_seconds(3, 100.0, [0.0, 0.0, 0.0], 1) == 100.0
+    assert [eta_text(e) for e in (None, 0.0, 0.4, 59.0, 245.0)] == ["?", "0s", "<1m", "<1m", "4m05s"]
 
 
 def _counted_line(stream: io.StringIO) -> dict[str, str]:
@@ -186,9 +188,10 @@ def test_elapsed_eta_and_best_values_on_a_fake_clock(store_url, monkeypatch):
         progress.on_trial_complete(0, [a, b], a)
         line = _lines(stream)[-1]
         assert "  best max top1 93.1  min flops 1.23M  " in line
-        # 6 trials less 2 finished (the infeasible one took no time): b, 100 s into a 100 s median, ends
-        # now; the other 3 fill the 2 slots in two waves of 100 s.
-        assert line.endswith("pareto front 1  best max top1 93.1  min flops 1.23M  elapsed 1m40s  eta 3m20s")
+        # 6 trials less the 1 finished (the infeasible one comes on top of n_trials): b, 100 s into a
+        # 100 s trial, is late (5 s left); the other 4 fill the 2 slots in two waves of 100 s.
+        assert line.startswith("[progress] done 1/6  running 1  completed 1  ")
+        assert line.endswith("pareto front 1  best max top1 93.1  min flops 1.23M  elapsed 1m40s  eta 3m25s")
         assert _counted_line(stream)["running"] == "1"
 
 
@@ -246,12 +249,12 @@ def test_running_is_the_trials_ray_runs_not_the_stores_rows(store_url, monkeypat
             store.start_trial("progress", number, {"lr": 0.001 * (number + 1)})
             progress.on_trial_start(0, [a, b], trial)
         progress.on_step_end(0, [a, b])
-        assert _lines(stream) == []  # no heartbeat before _HEARTBEAT_S
+        assert len(_lines(stream)) == 1 and " starting: done 0/3, " in _lines(stream)[0]  # no heartbeat yet
         clock[0] += ProgressCallback._HEARTBEAT_S
         progress.on_step_end(0, [a, b])
         assert _counted_line(stream)["running"] == "2"
         progress.on_step_end(0, [a, b])
-        assert len(_lines(stream)) == 1  # one heartbeat per _HEARTBEAT_S
+        assert len(_lines(stream)) == 2  # one heartbeat per _HEARTBEAT_S
 
         clock[0] += 10
         _finish(store, 0, top1=50.0, flops=2.0)  # StoreCallback's record of a's end comes first ...
@@ -263,7 +266,7 @@ def test_running_is_the_trials_ray_runs_not_the_stores_rows(store_url, monkeypat
         progress.on_trial_start(0, [a, b, c], c)  # a's successor
         clock[0] += ProgressCallback._HEARTBEAT_S - 1
         progress.on_step_end(0, [a, b, c])
-        assert len(_lines(stream)) == 2  # the heartbeat waits _HEARTBEAT_S from the last line
+        assert len(_lines(stream)) == 3  # the heartbeat waits _HEARTBEAT_S from the last line
         clock[0] += 1
         progress.on_step_end(0, [a, b, c])
         assert _counted_line(stream)["running"] == "2"  # b and c, whatever the store's rows say
@@ -273,7 +276,7 @@ def test_running_is_the_trials_ray_runs_not_the_stores_rows(store_url, monkeypat
         assert _counted_line(stream)["running"] == "0"
         clock[0] += 10 * ProgressCallback._HEARTBEAT_S
         progress.on_step_end(0, [a, b, c])
-        assert len(_lines(stream)) == 5  # nothing running: no heartbeat
+        assert len(_lines(stream)) == 6  # nothing running: no heartbeat
         progress._store.close()
 
 
@@ -297,4 +300,4 @@ def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path
         ray.shutdown()
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[watch] done ")]
     assert any("  running 2  " in line for line in lines), lines
-    assert lines[-1].startswith("[watch] done 2  running 0  ") and lines[-1].endswith("  eta 0s"), lines
+    assert lines[-1].startswith("[watch] done 2/2  running 0  completed 2  ") and lines[-1].endswith("  eta 0s"), lines

@@ -21,7 +21,7 @@ from harness.search.propose import initial_design, warm_start
 from harness.search.propose.samplers import make_sampler
 from harness.search.propose.searcher import ArchsearchSearch
 from harness.search.record.outcome import ConfigBuilder
-from harness.search.record.progress import ProgressCallback
+from harness.search.record.progress import ProgressCallback, planned_trials
 from harness.search.record.store_writer import StoreCallback
 from harness.search.session import SearchSession
 from harness.search.stop.early_stopping import make_scheduler
@@ -82,9 +82,10 @@ def build_engine(
                 store_url,
                 name,
                 dict(spec.objectives),
-                n_trials=spec.search.n_trials,
+                n_trials=planned_trials(spec),
                 concurrency=spec.search.concurrency,
                 session=session,
+                clock=session.clock,
             )
         )
     callbacks += list(extra_callbacks)

@@ -1,12 +1,12 @@
-"""The live progress line: counts, the front's best values, data wait and an ETA, every few seconds."""
+"""The live progress line: a first line at once, then done k/N, counts, the front's best values, data wait and
+an ETA that counts only the trials still to train, at every trial end and every minute."""
 
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,8 @@ from dashboards.pareto import front_mask
 from harness.search.result_keys import NUMBER_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
+from search_space.sampling import discrete_space_size
+from search_space.spec import SearchSpec
 from trials.data_config import DATA_STARVED_FRACTION, is_data_starved
 from trials.status import TrialStatus
 
@@ -84,34 +86,108 @@ def compact_duration(seconds: float) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def eta_seconds(
-    remaining: int, durations: Sequence[float], running_ages: Sequence[float], concurrency: int
-) -> float | None:
-    """Seconds until the search's last trial ends, or None before any trial has ended.
+_TRAINED = frozenset(status for status in TrialStatus if status.trained)  # what counts towards N
 
-    ``remaining`` counts the trials still to finish (``n_trials`` less every finished row, the
-    infeasible and duplicate ones included: they take no time), the running ones among them. Each
-    trial is taken to last the median of the finished ones (robust to the few that fail at once or
-    run long; pruned trials count at their real, shorter length, which is what early stopping will
-    keep doing). Rather than ``ceil(remaining / concurrency)`` whole rounds, each running trial is
-    credited with the time it has run (a trial at 90% of its median is nearly done), and the trials
-    not yet started fill the ``concurrency`` slots in turn as they free up: with equal lengths and
-    every slot free within one median, that greedy schedule is a round robin over the slots in the
-    order they free, so the estimate is closed-form (no simulation at 100k trials).
+
+def planned_trials(spec: SearchSpec) -> int:
+    """``N`` of the progress line's ``done k/N``: the trials the search will finish.
+
+    ``search.n_trials`` is Tune's ``num_samples`` and the searcher's budget (``dispatched``): every
+    trial a worker trains counts (completed, pruned by early stopping: it ended, so it is done;
+    failed or diverged), and so does a warm start's reused result (a completed trial of this study
+    that took a slot of the budget and no time). Infeasible and duplicate proposals never reach a
+    worker and take no slot: the searcher stores them and asks again, so they come on top of
+    ``n_trials``, never out of it. A discrete space with fewer configurations than ``n_trials``
+    ends when every one has been tried (the searcher's ``_space_exhausted``), so ``N`` is the
+    smaller of the two. A stop rule or a hopeless search may still end it earlier.
+    """
+    size = discrete_space_size(spec)
+    return spec.search.n_trials if size is None else max(1, min(spec.search.n_trials, size))
+
+
+def finished_trials(counts: Mapping[str, int]) -> int:
+    """``k`` of ``done k/N``: the store's trials that count towards ``N`` and have ended
+    (:attr:`TrialStatus.trained`: completed, reused, pruned, failed, diverged). Infeasible and
+    duplicate rows are not among them, and an interrupted one runs again on resume."""
+    return sum(n for status, n in counts.items() if status in _TRAINED)
+
+
+class TrialLengths:
+    """How long the search's next trial will take: an exponentially weighted mean of the wall times
+    of the trials that ended in this driver process (their weight halves every ``half_life`` trials).
+
+    Why a mean and not the median: the time left is the sum of the remaining trials' lengths, whose
+    expectation is their count times the mean length. With early stopping the lengths are a mix of
+    pruned (short) and full-length trials; the median sits on one mode and flips to the other when
+    the mix crosses one half (an ETA that jumps by the ratio of the two lengths), and it ignores the
+    long trials that hold most of the time left. Pruned and failed trials count at their real length,
+    which is what they will keep doing. Why weighted: a search drifts (the sampler moves to larger or
+    smaller models, more trials reach the late rungs), and the last few dozen trials say more about
+    the next ones than the first did. With a half-life of 20 trials the newest weighs about a
+    thirtieth of the whole (``1/n`` while fewer than that have ended), so one trial moves the
+    estimate by about a thirtieth of its difference from it: a straggler or a trial that fails at
+    once nudges the ETA, it does not make it jump. Kept incrementally: O(1) per trial at any size.
+    """
+
+    def __init__(self, half_life: float = 20.0):
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.weighted = 0.0
+        self.weight = 0.0
+        self.count = 0
+
+    def add(self, seconds: float) -> None:
+        self.weighted = self.weighted * self.decay + max(0.0, seconds)
+        self.weight = self.weight * self.decay + 1.0
+        self.count += 1
+
+    @property
+    def typical(self) -> float | None:
+        """The estimate in seconds; None before any trial has ended."""
+        return self.weighted / self.weight if self.count else None
+
+
+MIN_LEFT_S = 1.0  # the least time left a running trial (or a search with trials left) is given
+OVERDUE_SHARE = 0.05  # a trial past its expected length has this share of that length left
+
+
+def eta_seconds(remaining: int, trial_s: float | None, running_ages: Sequence[float], concurrency: int) -> float | None:
+    """Seconds until the search's last trial ends: 0 with nothing left, None before any trial has
+    ended, else positive (at least ``MIN_LEFT_S``): a line never says ``0s`` while a trial remains.
+
+    ``remaining`` counts the trials still to finish, the running ones among them: ``N - k``
+    (:func:`planned_trials`, :func:`finished_trials`; infeasible and duplicate proposals take no
+    time and no slot). Each trial lasts ``trial_s`` (:class:`TrialLengths`). A running trial is
+    credited with the time it has run, so it has ``trial_s - age`` left, but never less than
+    ``OVERDUE_SHARE`` of ``trial_s`` (and ``MIN_LEFT_S``): one running past the typical length is
+    late, not done. The trials not yet started fill the ``concurrency`` slots in turn as they free
+    up; with equal lengths and every slot free within one length, that greedy schedule is a round
+    robin over the slots in the order they free, so the estimate is closed-form (no simulation at
+    100k trials).
     """
     if remaining <= 0:
         return 0.0
-    if not durations:
+    if trial_s is None:
         return None
-    median = statistics.median(durations)
+    overdue = max(MIN_LEFT_S, OVERDUE_SHARE * trial_s)
     slots = max(1, concurrency, len(running_ages))
-    free_at = sorted([max(median - age, 0.0) for age in running_ages] + [0.0] * (slots - len(running_ages)))
+    free_at = sorted([max(trial_s - age, overdue) for age in running_ages] + [0.0] * (slots - len(running_ages)))
     unstarted = max(0, remaining - len(running_ages))
-    finish = free_at[-1]  # the running trials end
+    finish = free_at[-1] if running_ages else 0.0  # the running trials end
     for slot, at in enumerate(free_at):
         rounds = math.ceil((unstarted - slot) / slots) if unstarted > slot else 0
-        finish = max(finish, at + rounds * median)
-    return finish
+        finish = max(finish, at + rounds * trial_s)
+    return max(finish, MIN_LEFT_S)
+
+
+def eta_text(eta: float | None) -> str:
+    """``?`` before a trial has ended, ``0s`` when nothing is left, ``<1m`` for less than a minute
+    (the estimate is not good to the second, and a countdown that stops at a late trial would lie),
+    else the two largest units (``12m30s``)."""
+    if eta is None:
+        return "?"
+    if eta <= 0:
+        return "0s"
+    return "<1m" if eta < 60 else compact_duration(eta)
 
 
 def best_values(outcomes: pd.DataFrame, objectives: Mapping[str, str]) -> dict[str, float]:
@@ -132,8 +208,18 @@ def best_values(outcomes: pd.DataFrame, objectives: Mapping[str, str]) -> dict[s
 
 
 class ProgressCallback(SessionBound, Callback):
-    """One status line per finished trial: done / running / pruned / failed / infeasible / front
-    size / best value of each objective / elapsed time / ETA.
+    """A first line as soon as Tune starts, then one status line per finished trial: done k/N /
+    running / completed / pruned / failed / infeasible / duplicate / front size / best value of each
+    objective / elapsed time / ETA.
+
+    The first line (``[study] starting: done 0/N, ...; Ray is up ...``) comes from :meth:`setup`,
+    which Tune calls once Ray is up and before any trial starts (a second or two after Ray's own
+    start-up): the first trial's line comes only once it has started a worker, compiled and trained
+    (half a minute or more), and until then a search that said nothing looked hung. Nothing is
+    printed before Ray is up: a search refused there (no cluster at ``--address``, a wrong token,
+    resources no node has) is one line, the reason. ``done k/N``: ``k`` trials of ``N`` have ended
+    (:func:`finished_trials`, :func:`planned_trials`); infeasible and duplicate proposals come on
+    top of ``N`` and have their own counts.
 
     ``running`` is the number of trials Ray runs, counted from Tune's own trial start and end
     events, not from the store's ``running`` rows: this callback runs after :class:`StoreCallback`
@@ -154,7 +240,9 @@ class ProgressCallback(SessionBound, Callback):
     data-starved epochs (more than ``DATA_STARVED_FRACTION`` of an epoch spent waiting for
     batches) says so on its line, counted from the epoch results Tune hands this callback (no
     store query). The ETA (:func:`eta_seconds`) uses the lengths of the trials that ended in this
-    driver process, timed from their start to their end as Tune reports them.
+    driver process (:class:`TrialLengths`), timed from their start to their end as Tune reports
+    them on ``clock`` (the search session's: the wall's, or a replay's simulated one), and the
+    concurrency Ray actually reached.
     """
 
     _FRONT_REFRESH_FACTOR = 20.0
@@ -171,6 +259,7 @@ class ProgressCallback(SessionBound, Callback):
         n_trials: int | None = None,
         concurrency: int = 1,
         session: SearchSession | None = None,
+        clock: Callable[[], float] | None = None,
     ):
         self.session = session
         self.store_url = store_url
@@ -179,6 +268,7 @@ class ProgressCallback(SessionBound, Callback):
         self.stream = stream
         self.n_trials = n_trials
         self.concurrency = max(1, concurrency)
+        self.clock = clock  # None: the wall's (time.monotonic)
         self._store = None
         self._front_size: int | None = None
         self._best: dict[str, float] = {}
@@ -191,25 +281,50 @@ class ProgressCallback(SessionBound, Callback):
         self._started: float | None = None
         self._last_line: float | None = None
         self._running: dict[str, float] = {}  # Tune trial id -> when Tune started it
-        self._durations: list[float] = []
+        self._lengths = TrialLengths()
         self._peak_running = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = {
             **self.__dict__, "_store": None, "stream": None, "_front_size": None, "_best": {}, "_front_due": 0.0,
-            "_data_wait": {},
+            "_data_wait": {}, "clock": None,
         }  # fmt: skip
-        state.update(_started=None, _last_line=None, _running={}, _durations=[], _peak_running=0)
+        state.update(_started=None, _last_line=None, _running={}, _lengths=TrialLengths(), _peak_running=0)
         return self._unbound_state(state)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        if "_durations" in state:  # pickled by an older archsearch (a resumed experiment)
+            del state["_durations"]
+            state["_lengths"] = TrialLengths()
+        state.setdefault("clock", None)
+        super().__setstate__(state)
+
     def _now(self) -> float:
-        now = time.monotonic()
+        now = self.clock() if self.clock is not None else time.monotonic()
         if self._started is None:
             self._started = now
         return now
 
     def setup(self, **info: Any) -> None:
-        self._now()  # the search's clock starts with Tune's
+        """Tune starts: the search's clock starts with it, and the first line says so at once."""
+        now = self._now()
+        if self._session().stop_request is None:
+            self._print(self._safe_line(self._starting_line), now)
+
+    def _starting_line(self) -> str:
+        """``[study] starting: done 0/20, up to 2 trials at a time; Ray is up ...``: no trial has started
+        yet (``resuming: done 7/20`` where the store holds finished trials of this study)."""
+        k = finished_trials(self._open_store().counts(self.study, epochs=False))
+        slots = f"up to {self.concurrency} trial{'s' if self.concurrency > 1 else ''} at a time"
+        return (
+            f"[{self.study}] {'resuming' if k else 'starting'}: done {self._done(k)}, {slots}; Ray is up, the first "
+            "trials are starting (a worker starts and compiles before a trial's first epoch; a line comes as each "
+            "trial ends, and every minute)"
+        )
+
+    def _done(self, k: int) -> str:
+        return f"{k}/{self.n_trials}" if self.n_trials is not None else str(k)
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self._running[tune_trial_id(trial)] = self._now()
@@ -229,7 +344,7 @@ class ProgressCallback(SessionBound, Callback):
         now = self._now()
         if now - (self._last_line if self._last_line is not None else self._started) < self._HEARTBEAT_S:
             return
-        self._print(self._safe_line(at_trial_end=False), now)
+        self._print(self._safe_line(lambda: self._line(at_trial_end=False)), now)
 
     def _front(self) -> int:
         now = time.monotonic()
@@ -241,25 +356,35 @@ class ProgressCallback(SessionBound, Callback):
             self._front_due = now + max(self._FRONT_MIN_INTERVAL_S, self._FRONT_REFRESH_FACTOR * took)
         return self._front_size
 
+    def eta(self, counts: Mapping[str, int], now: float) -> float | None:
+        """Seconds left (:func:`eta_seconds`) for the store's ``counts`` at ``now``; None without ``n_trials``
+        or before a trial has ended."""
+        if self.n_trials is None:
+            return None
+        concurrency = min(self.concurrency, max(self._peak_running, 1))  # fewer where Ray's resources allow fewer
+        return eta_seconds(
+            max(self.n_trials - finished_trials(counts), len(self._running)),  # a running trial is never done
+            self._lengths.typical,
+            [now - at for at in self._running.values()],
+            concurrency,
+        )
+
     def _timing(self, counts: Mapping[str, int], now: float) -> str:
         """``elapsed 4m05s  eta 12m30s``: ``eta ?`` until a trial has ended, none without ``n_trials``."""
         elapsed = f"elapsed {compact_duration(now - (self._started if self._started is not None else now))}"
         if self.n_trials is None:
             return elapsed
-        finished = sum(
-            n for status, n in counts.items() if status not in (TrialStatus.RUNNING, TrialStatus.INTERRUPTED, "epochs")
-        )
-        concurrency = min(self.concurrency, max(self._peak_running, 1))  # fewer where Ray's resources allow fewer
-        eta = eta_seconds(
-            self.n_trials - finished, self._durations, [now - at for at in self._running.values()], concurrency
-        )
-        return f"{elapsed}  eta {'?' if eta is None else compact_duration(eta)}"
+        return f"{elapsed}  eta {eta_text(self.eta(counts, now))}"
 
-    def _line(self, *, at_trial_end: bool = True) -> str:
+    def _open_store(self) -> Store:
         if self._store is None:
             self._store = Store.open(self.store_url)
+        return self._store
+
+    def _line(self, *, at_trial_end: bool = True) -> str:
+        store = self._open_store()
         now = self._now()
-        counts = self._store.counts(self.study, epochs=False)
+        counts = store.counts(self.study, epochs=False)
         if at_trial_end:
             self._session().refresh_plateau()  # the plateau reading that counts this trial end
         front = self._front()
@@ -268,12 +393,12 @@ class ProgressCallback(SessionBound, Callback):
             for name, direction in self.objectives.items()
             if name in self._best
         )
-        done, pruned = counts[TrialStatus.COMPLETED], counts[TrialStatus.PRUNED]
+        completed, pruned = counts[TrialStatus.COMPLETED], counts[TrialStatus.PRUNED]
         failed = counts[TrialStatus.FAILED] + counts[TrialStatus.DIVERGED]
         infeasible, duplicate = counts[TrialStatus.INFEASIBLE], counts[TrialStatus.DUPLICATE]
         return (
-            f"[{self.study}] done {done}  running {len(self._running)}  pruned {pruned}  "
-            f"failed {failed}  infeasible {infeasible}  "
+            f"[{self.study}] done {self._done(finished_trials(counts))}  running {len(self._running)}  "
+            f"completed {completed}  pruned {pruned}  failed {failed}  infeasible {infeasible}  "
             f"duplicate {duplicate}  "
             f"pareto front {front}"
             + (f"  best {best}" if best else "")
@@ -281,9 +406,9 @@ class ProgressCallback(SessionBound, Callback):
             + (f"  {note}" if (note := self._session().rule_note) else "")
         )
 
-    def _safe_line(self, *, at_trial_end: bool = True) -> str:
+    def _safe_line(self, make: Callable[[], str] | None = None) -> str:
         try:
-            return self._line(at_trial_end=at_trial_end)
+            return (make or self._line)()
         except Exception as error:  # progress display must never fail a trial
             return f"[{self.study}] (progress unavailable: {type(error).__name__}: {error})"
 
@@ -297,7 +422,7 @@ class ProgressCallback(SessionBound, Callback):
         now = self._now()
         started = self._running.pop(trial_id, None)
         if started is not None:
-            self._durations.append(now - started)
+            self._lengths.add(now - started)
         if self._session().stop_request is not None:  # stopping: the one line that says why comes at the end
             return
         line = self._safe_line()
