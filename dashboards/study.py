@@ -18,11 +18,18 @@ store already open, a fake in a test) can be passed as ``store`` instead of a UR
 
 Reading never writes: the store is opened read-only, and a study whose driver died is only shown
 ``interrupted``.
+
+A damaged row (a JSON column or a number of the store that does not parse into its record) is the
+project's typed error, never a bare ``ValueError``: the study's objectives or spec raise the store's
+``DamagedRow`` (an :class:`~trials.errors.ArchsearchError`, the store kind), so does
+:meth:`Study.trial_config` of a damaged trial; the frames leave damaged trials out with a
+:class:`DamagedRowsLeftOut` warning naming each.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib.metadata import distributions
 from typing import Any
@@ -32,17 +39,22 @@ import pandas as pd
 from dashboards.pareto import hypervolume_progress, parse_objectives, query_front
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
-from trials.errors import DataError
+from trials.errors import ArchsearchError, DataError
 from trials.trial_config import TrialConfig, load_trial_config
 
 READER_GROUP = "archsearch.study_readers"  # the entry-point group a store registers its opener in
 READER_NAME = "sql"  # the store of this project (harness.store.open_study_reader)
 
-__all__ = ["READER_GROUP", "READER_NAME", "Study", "StudyNotFound", "load_study"]
+__all__ = ["READER_GROUP", "READER_NAME", "DamagedRowsLeftOut", "Study", "StudyNotFound", "load_study"]
 
 
 class StudyNotFound(DataError, LookupError):
     """The store has no study of that name (the message lists the ones it has)."""
+
+
+class DamagedRowsLeftOut(UserWarning):
+    """A read of the study left out a trial whose stored JSON or numbers do not parse (one warning
+    per trial and column, naming them)."""
 
 
 def _opener(name: str = READER_NAME) -> Callable[[str | None], StudyReader]:
@@ -90,8 +102,11 @@ def _close(reader: StudyReader) -> None:
         close()
 
 
-def _decoded(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+def _damaged(reader: StudyReader, name: str) -> list[Exception]:
+    """The damaged rows of study ``name`` the reader has found (a store notes them; a reader that
+    does not, none)."""
+    damaged_rows = getattr(reader, "damaged_rows", None)
+    return list(damaged_rows(name)) if callable(damaged_rows) else []
 
 
 class Study:
@@ -103,9 +118,21 @@ class Study:
         self.name = name
         self._reader = reader
         self._owns_reader = owns_reader
+        self._warned: set[str] = set()
 
     def __repr__(self) -> str:
-        return f"Study({self.name!r}, objectives={self.objectives})"
+        try:
+            objectives: Any = self.objectives
+        except ArchsearchError:  # a damaged objectives column: repr never raises
+            objectives = "damaged"
+        return f"Study({self.name!r}, objectives={objectives})"
+
+    def _warn_left_out(self) -> None:
+        """A :class:`DamagedRowsLeftOut` warning for each trial the reads so far left out, once each."""
+        for problem in _damaged(self._reader, self.name):
+            if getattr(problem, "trial", None) is not None and str(problem) not in self._warned:
+                self._warned.add(str(problem))
+                warnings.warn(f"{problem}; left out", DamagedRowsLeftOut, stacklevel=3)
 
     def __enter__(self) -> Study:
         return self
@@ -126,8 +153,21 @@ class Study:
 
     @property
     def spec(self) -> dict[str, Any]:
-        """The spec the study ran (as a dict, the YAML's structure)."""
-        return _decoded(self.record.get("spec")) or {}
+        """The spec the study ran (as a dict, the YAML's structure); the store's ``DamagedRow``
+        where the stored spec does not parse."""
+        record = self.record
+        damaged = (record.get("damaged") or {}).get("spec")
+        if damaged is not None:
+            raise damaged
+        spec = record.get("spec")
+        if isinstance(spec, str):  # a reader that hands back JSON text
+            try:
+                spec = json.loads(spec)
+            except (ValueError, RecursionError):
+                raise DataError(f"study {self.name!r}: its stored spec is not JSON") from None
+        if spec is not None and not isinstance(spec, dict):
+            raise DataError(f"study {self.name!r}: its stored spec is not a JSON object")
+        return spec or {}
 
     @property
     def objectives(self) -> dict[str, str]:
@@ -157,6 +197,7 @@ class Study:
         if not self._reader.study_counts(self.name).total:
             return pd.DataFrame(columns=["study", "number", "status", *wanted])
         front = query_front(self._reader, [self.name], wanted).front.reset_index(drop=True)
+        self._warn_left_out()
         verified = self._reader.verified(self.name)
         if front.empty or verified.empty or not set(front["number"]) & set(verified["number"]):
             return front
@@ -169,18 +210,23 @@ class Study:
         final metrics and the config as ``config.*`` columns (``sampled.*``/``fixed.*``: the values
         the search drew and those the spec fixed)."""
         statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
-        return self._reader.trials(self.name, statuses=statuses)
+        frame = self._reader.trials(self.name, statuses=statuses)
+        self._warn_left_out()
+        return frame
 
     def learning_curves(self, numbers: Iterable[int] | None = None) -> pd.DataFrame:
         """Per-epoch metrics (one row per epoch: number, status, epoch, top1, losses, ...) of every
         trial, or of the trials ``numbers``."""
-        return self._reader.learning_curves(self.name, None if numbers is None else [int(n) for n in numbers])
+        frame = self._reader.learning_curves(self.name, None if numbers is None else [int(n) for n in numbers])
+        self._warn_left_out()
+        return frame
 
     def hypervolume_progress(self, objectives: Mapping[str, str] | str | None = None) -> pd.DataFrame:
         """Hypervolume of the front after each finished trial (``n_finished``, ``hypervolume``), in
         finish order, against a fixed reference (the worst completed value of each objective)."""
         wanted = self._objectives(objectives)
         outcomes = self._reader.outcomes(self.name, list(wanted), strict=False)
+        self._warn_left_out()
         return hypervolume_progress(outcomes, wanted)
 
     def trial_config(self, number: int) -> TrialConfig:
@@ -189,5 +235,8 @@ class Study:
         longer: ``dataclasses.replace(config, training=dataclasses.replace(config.training, epochs=N))``."""
         records = self._reader.trial_records(self.name, [int(number)])
         if int(number) not in records:
+            for problem in _damaged(self._reader, self.name):
+                if getattr(problem, "trial", None) == int(number):
+                    raise problem  # the store's DamagedRow: the trial is there, a column of it does not parse
             raise DataError(f"study {self.name!r} has no trial {number}")
         return load_trial_config(records[int(number)]["config"])

@@ -18,6 +18,7 @@ import yaml
 
 from dashboards.files import OutputRefused, check_output, write_output
 from harness.cli.common import UsageError, open_store, store_option
+from harness.output import printable
 from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, storage_location
 from harness.search.experiment_guard import check_purgeable, purge_experiment
 from trials.configio import ConfigError
@@ -88,6 +89,9 @@ def export_command(
         except store_package.StoreError as error:
             raise UsageError(str(error)) from None
         url = store.url
+    damaged = [p for p in store.damaged_rows(study) if p.trial == number]
+    if record is None and damaged:  # the trial is there, but a column of it does not parse: that one line
+        raise UsageError(printable(str(damaged[0])))
     if record is None:
         raise UsageError(f"study {study!r} has no trial {number} (see: archsearch trials {study})")
     status, config, measured = record["status"], record["config"], record["measurement"]

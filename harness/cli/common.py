@@ -12,6 +12,7 @@ import traceback
 
 import click
 
+from harness.output import printable
 from trials.lazy import lazy_import
 
 store_package = lazy_import("harness.store")  # SQLAlchemy: only for the commands that open a store
@@ -79,6 +80,23 @@ def open_store(url: str | None, *, create: bool, read_only: bool = False):
         return store_package.Store.open(url, create=create, read_only=read_only)
     except store_package.StoreError as error:
         raise UsageError(str(error)) from None
+
+
+DAMAGED_SHOWN = 20  # damaged rows a command names, one line each, before it counts the rest
+
+
+def warn_damaged(store, study: str | None = None) -> int:
+    """One warning line on stderr for each row the command's reads found damaged (a JSON column or
+    a number of the store that does not parse: ``harness.store.rows``), escaped, at most
+    :data:`DAMAGED_SHOWN` of them, then how many more; returns how many trials they left out. A trial
+    named here was left out of what the command shows; a study, read without the damaged column."""
+    damaged = store.damaged_rows(study)
+    for problem in damaged[:DAMAGED_SHOWN]:
+        left_out = "; left out" if problem.trial is not None else ""
+        click.echo(printable(one_line(f"warning: {problem}{left_out}")), err=True)
+    if len(damaged) > DAMAGED_SHOWN:
+        click.echo(f"warning: and {len(damaged) - DAMAGED_SHOWN} more damaged rows", err=True)
+    return sum(problem.trial is not None for problem in damaged)
 
 
 def records(frame) -> list[dict]:

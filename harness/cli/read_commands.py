@@ -12,8 +12,8 @@ from dashboards import compare
 from dashboards.columns import searched_config_columns
 from dashboards.files import OutputRefused, check_output, check_output_dir
 from harness.cli import admin_commands
-from harness.cli.common import UsageError, open_store, records, store_option
-from harness.output import FORMATS, render
+from harness.cli.common import UsageError, open_store, records, store_option, warn_damaged
+from harness.output import FORMATS, printable, render
 from trials.lazy import lazy_import
 
 pareto = lazy_import("dashboards.pareto")  # pandas and moocore: only when a front is asked for
@@ -58,6 +58,7 @@ def studies_command(
         return
     with open_store(store_url, create=False, read_only=True) as store:
         frame = store.studies()
+    warn_damaged(store)  # a study whose objectives do not parse: listed, with what is wrong
     rows = records(frame)
     columns = ["name", "status", "objectives", "trials", "completed", "pruned", "failed", "diverged", "infeasible"]
     click.echo(render(rows, fmt, [*columns, "running", "interrupted", "updated_at", "message"]))
@@ -93,15 +94,18 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
             spec = store.study(study).get("spec")
         except store_package.StoreError as error:
             raise UsageError(str(error)) from None
+    damaged = warn_damaged(store, study)  # before the table, on stderr: --format json stays parseable
     mismatches = spec_mismatches(spec, frame)
     frame = queries.flatten_configs(frame)
     if mismatches:
         frame = frame.assign(spec_mismatch=[mismatches.get(int(n), "") for n in frame["number"]])
         shown = "; ".join(f"trial {n}: {text}" for n, text in list(mismatches.items())[:3])
         click.echo(
-            f"warning: {len(mismatches)} of {len(frame)} trials shown do not match the study's spec (a study "
-            f"written by an older archsearch, which dropped fixed parameters?): {shown}"
-            + (" ..." if len(mismatches) > 3 else ""),
+            printable(  # the stored configs' values: escaped before they reach a terminal
+                f"warning: {len(mismatches)} of {len(frame)} trials shown do not match the study's spec (a study "
+                f"written by an older archsearch, which dropped fixed parameters?): {shown}"
+                + (" ..." if len(mismatches) > 3 else "")
+            ),
             err=True,
         )
     rows = records(frame)
@@ -120,10 +124,11 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
     click.echo(render(rows, "table", [*columns, *mismatch_column]))
     fixed = fixed_values(spec)
     if fixed:
-        click.echo("fixed by the spec: " + ", ".join(f"{name}={value!r}" for name, value in fixed.items()))
+        click.echo(printable("fixed by the spec: " + ", ".join(f"{name}={value!r}" for name, value in fixed.items())))
     if len(frame) < total:
         order = f", sorted by {metric} {'descending' if descending else 'ascending'}" if metric else ""
-        click.echo(f"{len(frame)} of {total} trials{order}")
+        left_out = f"; {damaged} damaged, left out (see the warnings)" if damaged else ""
+        click.echo(printable(f"{len(frame)} of {total} trials{order}{left_out}"))
 
 
 def _spec_of(spec: Any):
@@ -206,9 +211,10 @@ def pareto_command(
     except (pareto.ParetoError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
     # Before the table and on stderr, so --format json/csv on stdout stays parseable.
+    warn_damaged(store)
     differ = compare.differences_line(compare.spec_differences(specs))
     if differ:
-        click.echo(f"warning: {differ}", err=True)
+        click.echo(printable(f"warning: {differ}"), err=True)
     front = result.front
     front, verified_columns = _with_verified(store_url, front, wanted)
     config_columns = [c for c in front.columns if c.startswith("config.")]
@@ -279,6 +285,7 @@ def report_command(
             path = report.write_report(
                 store, list(studies), wanted, target, png_dir=png_dir, color_by=color_by, static=static
             )
+            warn_damaged(store)
     except (pareto.ParetoError, store_package.StoreError, OutputRefused) as error:
         raise UsageError(str(error)) from None
     except OSError as error:  # a non-directory or read-only place, a full disk: one line, exit 2
