@@ -226,7 +226,7 @@ def test_a_spec_that_is_a_fifo_or_a_device_is_named_as_such_not_missing(tmp_path
     ("args", "said"),
     [
         (["--dataset", "../../etc"], "--dataset: 'cait-depth-tiny-../../etc' is not a valid study name"),
-        (["--dataset", "imagefolder", "--data-dir", "/nonexistent"], "data.data_dir: /nonexistent is not a directory"),
+        (["--dataset", "imagefolder", "--data-dir", "/nonexistent"], "data.data_dir: /nonexistent does not exist"),
     ],
 )
 def test_a_plan_the_run_would_refuse_is_refused(args, said):

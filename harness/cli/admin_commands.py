@@ -8,10 +8,13 @@ The export keeps what decides the model and its training (``model``, ``data``, `
 carried over they would pin a retrain to a share of a GPU or a CPU count it no longer has. A data
 parallel trial splits each global batch between its ranks, so it trains the same model on one
 process. Data paths (``data.data_dir``) stay as stored: the export is meant to run where the study
-ran.
+ran. The CPU threads the trial ran with are kept as ``threads`` (a CPU result depends on them): on
+the same code and CPU, ``archsearch trial`` of the export trains to the stored numbers bit for bit.
 """
 
 from __future__ import annotations
+
+import re
 
 import click
 import yaml
@@ -33,15 +36,24 @@ PLACEMENT_KEYS = ("cpus", "gpu_memory_fraction", "device", "distributed")
 
 
 def exported_config(
-    config: dict, study: str, number: int, *, epochs: int | None = None, steps: int | None = None
+    config: dict,
+    study: str,
+    number: int,
+    *,
+    epochs: int | None = None,
+    steps: int | None = None,
+    threads: int | None = None,
 ) -> tuple[dict, list[str]]:
     """(the trial YAML's content, the keys of the stored config it dropped) for a stored config.
 
     ``epochs`` replaces the budget and clears a stored ``steps`` (which would otherwise win:
-    ``TrainingConfig`` trains ``steps`` when given); ``steps`` sets a step budget."""
+    ``TrainingConfig`` trains ``steps`` when given); ``steps`` sets a step budget. ``threads``: the
+    CPU threads the trial ran with (recorded with it), kept because a CPU result depends on them."""
     dropped = [key for key in PLACEMENT_KEYS if key in config]
     exported = {key: value for key, value in config.items() if key not in PLACEMENT_KEYS}
     exported["name"] = f"{study}-trial{number}"
+    if threads is not None:
+        exported["threads"] = threads
     training = dict(exported.get("training") or {})
     if epochs is not None:
         training["epochs"] = epochs
@@ -97,7 +109,8 @@ def export_command(
     status, config, measured = record["status"], record["config"], record["measurement"]
     if not isinstance(config.get("model"), dict) or not config["model"]:
         raise UsageError(f"trial {number} of study {study!r} ({status}) has no stored model config: nothing to export")
-    exported, dropped = exported_config(config, study, number, epochs=epochs, steps=steps)
+    threads = ran_with_threads(record)
+    exported, dropped = exported_config(config, study, number, epochs=epochs, steps=steps, threads=threads)
     try:
         load_trial_config(dict(exported))  # what `archsearch trial` will read: refused now, not then
     except ConfigError as error:
@@ -105,7 +118,8 @@ def export_command(
     cost = ", ".join(f"{key} {measured[key]:,}" for key in ("params", "flops") if measured.get(key) is not None)
     header = [
         f"archsearch export: trial {number} of study {study} ({status}{', ' + cost if cost else ''}) from {url}",
-        "Kept: the model, data (paths as stored), training, measure, seed and precision of the stored trial.",
+        "Kept: the model, data (paths as stored), training, measure, seed and precision of the stored trial"
+        + (f", and the {threads} CPU thread(s) it ran with (a CPU result depends on them)." if threads else "."),
         "Left out, the original run's placement: "
         + (", ".join(dropped) if dropped else "nothing was stored")
         + " (add device/cpus here to place this run).",
@@ -124,6 +138,20 @@ def export_command(
         )
     where = "standard output" if path is None else str(path)  # the note goes to stderr then: stdout is the YAML
     click.echo(f"trial {number} of study {study} written to {where}" + (f" ({cost})" if cost else ""), err=path is None)
+
+
+THREADS_IN_DEVICE = re.compile(r", (\d+) threads\)$")  # "cpu (x86_64, 1 threads)": a trial's measured device
+
+
+def ran_with_threads(record: dict) -> int | None:
+    """The CPU threads a stored trial ran with: recorded in its final facts (``threads``), or, for a
+    trial of an older archsearch, read from its measured device (``cpu (x86_64, 1 threads)``)."""
+    recorded = (record.get("final") or {}).get("threads")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded >= 1:
+        return int(recorded)
+    device = (record.get("measurement") or {}).get("device")
+    found = THREADS_IN_DEVICE.search(device) if isinstance(device, str) else None
+    return int(found.group(1)) if found else None
 
 
 def _budget(config: dict) -> str:
