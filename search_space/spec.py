@@ -271,7 +271,11 @@ class SearchSettings(_Strict):
     # whole product of params, e.g. more seeds for two variants than for the rest; a param a
     # sub-grid leaves out takes every value of its domain there
     grid: list[dict[str, list[Any]]] | None = Field(None, min_length=1)
-    keep_checkpoints: bool = False  # keep trial checkpoints after the study completed (default: removed)
+    # What stays of the trial checkpoints when the study completes: false (the default) removes them
+    # all; true keeps every trial's last one; "front" keeps the final weights of the study's Pareto
+    # front alone (``archsearch export STUDY N --weights W.pt`` then starts a fine-tune from them).
+    # true and "front" also checkpoint each trial's last epoch (harness.search.checkpoints).
+    keep_checkpoints: bool | Literal["front"] = False
     # A trial's checkpoint (model and optimiser state: ~0.5 GB for CaiT-S24) is written after an epoch
     # once at least ``checkpoint_every`` epochs and ``checkpoint_min_interval_s`` seconds have passed
     # since its last one (or its start): short epochs need not write one each. A retried trial
@@ -282,6 +286,13 @@ class SearchSettings(_Strict):
     # them there too, without a second logging path: Ray Tune's MLflow and TensorBoard callbacks.
     # Off by default (each logger costs the driver time per result, and a file or a server per trial).
     track: Track = Track()
+
+    @field_validator("keep_checkpoints", mode="before")
+    @classmethod
+    def _keep_checkpoints_word(cls, value: Any) -> Any:
+        if value is True or value is False or value == "front":
+            return value
+        raise ValueError(f"must be false, true or front, got {value!r}")
 
     @property
     def verifies_front(self) -> bool:

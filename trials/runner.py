@@ -18,6 +18,7 @@ import torch
 
 from trials.status import TrialStatus
 
+from .checkpoint import load_initial_weights
 from .configio import ConfigError
 from .data import build_data
 from .distributed import (
@@ -333,6 +334,8 @@ def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = No
         runtime["cpus"] = trial.cpus
     # The head and the input size follow the dataset.
     model = build_model(trial.model, num_classes=data.num_classes, image_size=data.image_size)
+    if trial.init_from is not None:  # a fine-tune: the weights replaced, the same model (its cost unchanged)
+        load_initial_weights(model, trial.init_from)
     runtime["world_size"] = 1 if group is None else group.world_size
     if group is not None and not group.lead:  # DDP starts every rank from rank 0's weights:
         seed_everything(trial.seed + 1_000_003 * group.rank)  # dropout and drop-path differ per rank

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -224,6 +225,11 @@ class TrialConfig:
     threads: int | None = None
     # Several processes per trial (data-parallel); see DistributedConfig.
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    # Start from these model weights (a state dict: what ``archsearch export STUDY N --weights W.pt``
+    # writes) instead of the initialisation: a fine-tune, the optimiser and its schedule starting
+    # fresh. Loaded with weights_only=True after the model is built; every parameter and buffer must
+    # match the model's by name and shape. A relative path in a YAML file is relative to that file.
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.model, (CaiTConfig, CoAtNetConfig)), "model", "must be a model config")
@@ -251,6 +257,12 @@ class TrialConfig:
                 "threads",
                 f"must be an integer in 1..{MAX_THREADS} or null, got {self.threads!r}",
             )
+        if self.init_from is not None:
+            require(
+                isinstance(self.init_from, str) and self.init_from.strip() != "" and "\x00" not in self.init_from,
+                "init_from",
+                f"must be the path of a weights file (archsearch export --weights), got {self.init_from!r}",
+            )
         workers = self.distributed.workers
         if workers > 1:
             require(
@@ -262,6 +274,8 @@ class TrialConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-friendly dict; ``load_trial_config`` of it gives back an equal config."""
         out = {f.name: to_mapping(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "model"}
+        if out.get("init_from") is None:  # a trial from its initialisation: as before the key existed
+            out.pop("init_from", None)
         return {"model": self.model.to_dict(), **out}
 
 
@@ -280,7 +294,7 @@ def load_trial_config(source: TrialConfig | Mapping[str, Any] | str | Path) -> T
     if isinstance(source, TrialConfig):
         return source
     if isinstance(source, (str, Path)):
-        source = read_yaml(source)
+        source = anchor_paths(read_yaml(source), Path(source).parent)
     if not isinstance(source, Mapping):
         raise ConfigError("", f"a trial config must be a mapping, got {type(source).__name__}")
     check_fields(TrialConfig, source, "")
@@ -300,6 +314,17 @@ def load_trial_config(source: TrialConfig | Mapping[str, Any] | str | Path) -> T
         return TrialConfig(**values)
     except ConfigError as error:
         raise error.under("") from None
+
+
+def anchor_paths(raw: Any, directory: str | Path) -> Any:
+    """A trial config read from a YAML file in ``directory``, its relative ``init_from`` made relative
+    to that file (an export's YAML names its weights file beside it, wherever the trial is run from).
+    Anything else is returned as it is (the loader names what is wrong with it)."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("init_from"), str) and raw["init_from"].strip():
+        path = Path(raw["init_from"]).expanduser()
+        anchored = str(path) if path.is_absolute() else os.path.abspath(Path(directory) / path)
+        return {**raw, "init_from": anchored}
+    return raw
 
 
 MAX_CONFIG_BYTES = 1_000_000  # a spec or trial config is a page of YAML; anything larger is the wrong file

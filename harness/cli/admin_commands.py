@@ -10,19 +10,30 @@ parallel trial splits each global batch between its ranks, so it trains the same
 process. Data paths (``data.data_dir``) stay as stored: the export is meant to run where the study
 ran. The CPU threads the trial ran with are kept as ``threads`` (a CPU result depends on them): on
 the same code and CPU, ``archsearch trial`` of the export trains to the stored numbers bit for bit.
+With ``--weights W.pt`` the trial's final model weights, read from the checkpoint its search kept
+(``search.keep_checkpoints: front``, :mod:`harness.search.checkpoints`), go to ``W.pt``, which the
+YAML names as ``init_from`` (relative to the YAML): ``archsearch trial`` then fine-tunes them.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import click
 import yaml
 
-from dashboards.files import OutputRefused, check_output, write_output
+from dashboards.files import OutputRefused, atomic_write, check_output, write_output
 from harness.cli.common import UsageError, open_store, store_option
 from harness.output import printable
-from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, storage_location
+from harness.search.cluster.ray_setup import (
+    SearchError,
+    check_study_name,
+    experiment_path,
+    is_uri,
+    storage_location,
+)
 from harness.search.experiment_guard import check_purgeable, purge_experiment
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
@@ -30,6 +41,7 @@ from trials.status import TrialStatus
 from trials.trial_config import load_trial_config
 
 store_package = lazy_import("harness.store")  # SQLAlchemy
+checkpoints = lazy_import("harness.search.checkpoints")  # torch, for --weights
 
 # Where the original run was placed: dropped from an export (see the module docstring).
 PLACEMENT_KEYS = ("cpus", "gpu_memory_fraction", "device", "distributed")
@@ -76,9 +88,29 @@ def exported_config(
     help="Train this many epochs (clears a stored --steps budget).",
 )
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Train this many optimiser steps instead.")
+@click.option(
+    "--weights",
+    "weights",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Also write the trial's final model weights here (its kept checkpoint); the YAML starts from them.",
+)
+@click.option(
+    "--results-dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="With --weights: where its search kept results (default ./ray_results).",
+)
 @store_option
 def export_command(
-    study: str, number: int, output: str, epochs: int | None, steps: int | None, store_url: str | None
+    study: str,
+    number: int,
+    output: str,
+    epochs: int | None,
+    steps: int | None,
+    weights: str | None,
+    results_dir: str | None,
+    store_url: str | None,
 ) -> None:
     """Write trial NUMBER of STUDY as a trial YAML that `archsearch trial` trains again: the same
     model (same params and FLOPs), data, training and seed; the original run's placement (cpus,
@@ -86,19 +118,30 @@ def export_command(
 
     Any trial with a stored config exports, an infeasible one too (with a warning: it was never
     trained, and breaks the study's constraints).
+
+    With --weights W.pt, the trial's final model weights (from the checkpoint its search kept:
+    `search.keep_checkpoints: front` keeps the front's) are written to W.pt and the YAML names them
+    as `init_from` (relative to the YAML): `archsearch trial` then fine-tunes the trained model,
+    with a fresh optimiser and schedule, instead of training it from scratch.
     """
     if epochs is not None and steps is not None:
         raise UsageError("--epochs and --steps: give one budget, not both")
+    if results_dir is not None and weights is None:
+        raise UsageError("--results-dir goes with --weights (where the search kept the trial's checkpoint)")
     store_files = store_package.sqlite_files(store_package.resolve_store_url(store_url))
     try:  # looked at before anything is read or written: never the store, never a device or a link
         target = check_output(output, reads=store_files, option="--output")
+        weights_target = _weights_output(weights, target, store_files)
     except OutputRefused as error:
         raise UsageError(str(error)) from None
     with open_store(store_url, create=False, read_only=True) as store:
         try:
-            store.study(study)
+            study_record = store.study(study)
             record = store.trial_records(study, [number]).get(number)
-        except store_package.StoreError as error:
+            experiment = None
+            if weights is not None:  # where the study's search kept its checkpoints: the entry it owns
+                experiment = experiment_path(storage_location(results_dir)[0], _owned_entry(store, study))
+        except (store_package.StoreError, SearchError) as error:
             raise UsageError(str(error)) from None
         url = store.url
     damaged = [p for p in store.damaged_rows(study) if p.trial == number]
@@ -111,6 +154,10 @@ def export_command(
         raise UsageError(f"trial {number} of study {study!r} ({status}) has no stored model config: nothing to export")
     threads = ran_with_threads(record)
     exported, dropped = exported_config(config, study, number, epochs=epochs, steps=steps, threads=threads)
+    initial = None  # (the weights' bytes, the epoch they were saved after)
+    if weights_target is not None:
+        initial = _final_weights(study, number, record, experiment, study_record.get("spec"))
+        exported["init_from"] = _init_from_path(weights_target, target)
     try:
         load_trial_config(dict(exported))  # what `archsearch trial` will read: refused now, not then
     except ConfigError as error:
@@ -127,7 +174,18 @@ def export_command(
     if epochs is not None or steps is not None:
         budget = f"{epochs} epochs" if epochs is not None else f"{steps} steps"
         header.append(f"Budget changed on export to {budget} (the trial trained {_budget(config)}).")
+    if initial is not None:
+        header.append(
+            f"Starts from the trial's final weights (after epoch {initial[1]}), init_from"
+            + (" (relative to this file)" if target is not None else "")
+            + ": a fine-tune; the optimiser and the schedule start fresh."
+        )
     text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(exported, sort_keys=False)
+    if initial is not None:  # before the YAML that names them
+        try:
+            atomic_write(weights_target, initial[0])
+        except OSError as error:
+            raise UsageError(f"cannot write {weights}: {error.strerror or error}") from None
     try:
         path = write_output(target, text)
     except OSError as error:
@@ -137,7 +195,58 @@ def export_command(
             f"warning: trial {number} was infeasible (never trained; it breaks the study's constraints)", err=True
         )
     where = "standard output" if path is None else str(path)  # the note goes to stderr then: stdout is the YAML
-    click.echo(f"trial {number} of study {study} written to {where}" + (f" ({cost})" if cost else ""), err=path is None)
+    said = f"trial {number} of study {study} written to {where}" + (f" ({cost})" if cost else "")
+    if initial is not None:
+        said += f"; its final weights (epoch {initial[1]}) to {weights_target}"
+    click.echo(said, err=path is None)
+
+
+def _weights_output(weights: str | None, yaml_target: Path | None, reads: list) -> Path | None:
+    """The file ``--weights`` goes to, looked at as every output is: a file path (the weights are
+    binary: never standard output), never the YAML the export writes, nor a file the command reads."""
+    if weights is None:
+        return None
+    target = check_output(weights, reads=reads, option="--weights")
+    if target is None:
+        raise OutputRefused(f"--weights {weights}: the weights are binary; give a file path, not standard output")
+    if yaml_target is not None and os.path.abspath(target) == os.path.abspath(yaml_target):
+        raise OutputRefused(f"--weights {weights}: is the --output file too; give the weights a file of their own")
+    return target
+
+
+def _init_from_path(weights: Path, yaml_target: Path | None) -> str:
+    """``init_from`` as the YAML names it: relative to the YAML's directory (the two files move
+    together), absolute when the YAML goes to standard output."""
+    absolute = os.path.abspath(weights)
+    if yaml_target is None:
+        return absolute
+    return os.path.relpath(absolute, os.path.dirname(os.path.abspath(yaml_target)))
+
+
+def _final_weights(study: str, number: int, record: dict, experiment: str, spec: dict | None) -> tuple[bytes, int]:
+    """(trial ``number``'s final model weights as the bytes of a state dict, the epoch they were saved
+    after), from the checkpoint its search kept under ``experiment``; refused in one line without one."""
+    keep = ((spec or {}).get("search") or {}).get("keep_checkpoints")
+    if is_uri(experiment):
+        raise UsageError(f"--weights reads a trial's checkpoint from a directory; {experiment} is not one")
+    checkpoint = checkpoints.kept_checkpoint(experiment, number)
+    if checkpoint is None:
+        why = " (the study kept its Pareto front's alone)" if keep == "front" else ""
+        raise UsageError(
+            f"trial {number} of study {study!r} has no kept checkpoint under {experiment}{why}; to fine-tune a "
+            "search's trials, run it with `search.keep_checkpoints: front` (its front's final weights are kept)"
+        )
+    try:
+        state, epoch = checkpoints.final_weights(checkpoint)
+    except ValueError as error:
+        raise UsageError(f"trial {number} of study {study!r}: {error}") from None
+    stored = [e.get("epoch") for e in record.get("epochs") or [] if isinstance(e.get("epoch"), (int, float))]
+    if stored and epoch != int(max(stored)):
+        raise UsageError(
+            f"trial {number} of study {study!r}: its kept checkpoint is of epoch {epoch}, but its record ends at "
+            f"epoch {int(max(stored))}: not its final weights"
+        )
+    return checkpoints.state_bytes(state), epoch
 
 
 THREADS_IN_DEVICE = re.compile(r", (\d+) threads\)$")  # "cpu (x86_64, 1 threads)": a trial's measured device

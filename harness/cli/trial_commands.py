@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -14,7 +15,7 @@ from trials.configio import ConfigError
 from trials.cpus import usable_cpus
 from trials.lazy import lazy_import
 from trials.status import TrialStatus
-from trials.trial_config import load_trial_config, read_yaml
+from trials.trial_config import anchor_paths, load_trial_config, read_yaml
 
 # torch and the models: only for the commands that build one (``--help`` stays instant).
 models_package = lazy_import("trials.models")
@@ -76,23 +77,37 @@ def _key_settings(config) -> dict[str, str]:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--device", default=None, help="Override the config's device (auto, cpu, cuda, cuda:N).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
-def trial_command(config_path: str, fmt: str, device: str | None, progress: bool | None) -> None:
+@click.option(
+    "--init-from",
+    "init_from",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Start from these model weights (archsearch export --weights): a fine-tune; overrides init_from.",
+)
+def trial_command(config_path: str, fmt: str, device: str | None, progress: bool | None, init_from: str | None) -> None:
     """Run one trial from a YAML config: build, measure, train, evaluate; print the result.
+
+    With ``--init-from W.pt`` (or ``init_from:`` in the config, relative to the config file) the
+    model starts from those weights, loaded strictly, and the optimiser and schedule start fresh: a
+    fine-tune of the same model (same params and FLOPs).
 
     Exit code 0 when the trial completed or diverged (both are results), 1 when it failed,
     2 when the config is invalid.
     """
     try:
-        raw = read_yaml(config_path)
+        raw = anchor_paths(read_yaml(config_path), Path(config_path).parent)  # init_from: beside the YAML
         if not isinstance(raw, dict):  # never echoed: the file may not be the config the user meant
             raise ConfigError("", f"{config_path}: a trial config is a YAML mapping (model:, data:, ...), "
                                   f"this file holds a {type(raw).__name__}")  # fmt: skip
         if device is not None:
             raw["device"] = device
+        if init_from is not None:  # relative to where the command runs, as any path on its command line
+            raw["init_from"] = os.path.abspath(Path(init_from).expanduser())
         config = load_trial_config(raw)
         device = gpu.checked_device(config.device)  # a device this machine lacks: one line now, not a failed trial
         check_data_dir(config.data, search=False)  # a data_dir that is not a directory here: one line now
         check_local_processes(config.distributed.workers, device.type)
+        check_init_from(config.init_from)
     except ConfigError as error:
         raise config_error(error) from None
     except gpu.DeviceError as error:
@@ -107,6 +122,14 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
         raise UsageError(one_line((result.error or "").removeprefix("ConfigError: ")))
     if result.status == TrialStatus.FAILED:
         raise SystemExit(1)
+
+
+def check_init_from(path: str | None) -> None:
+    """A weights file that is not there: one line now, not after the data is built (whether the
+    weights fit the model is checked once it is built: :func:`trials.checkpoint.load_initial_weights`)."""
+    if path is not None and not Path(path).is_file():
+        what = "no such file" if not Path(path).exists() else "not a regular file"
+        raise ConfigError("init_from", f"{path}: {what} (archsearch export STUDY N --weights W.pt writes one)")
 
 
 def check_local_processes(workers: int, device_type: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -25,13 +24,13 @@ from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
 from harness.search import adapter, experiment_guard, verify
+from harness.search.checkpoints import prune_checkpoints
 from harness.search.cluster.ray_setup import (
     check_resources,
     check_storage,
     check_study_name,
     experiment_path,
     init_ray,
-    is_uri,
     json_results_only,
     quiet_ray,
     ray_hardware,
@@ -346,27 +345,15 @@ def _run_search(
             status, message, spec_problem = StudyStatus.COMPLETED, f"stopped early: {ruled}{none}", False
         store.set_study_status(name, status, message=message)
         front = study_front(store, name, dict(spec.objectives))
-    if status == StudyStatus.COMPLETED and not spec.search.keep_checkpoints:
-        prune_checkpoints(experiment)
+    keep = spec.search.keep_checkpoints
+    if status == StudyStatus.COMPLETED and keep is not True:  # false: none kept; front: the front's final weights
+        prune_checkpoints(experiment, keep={int(n) for n in front["number"]} if keep == "front" else ())
     verified = None
     if spec.search.verifies_front and status == StudyStatus.COMPLETED:  # on a whole GPU of the cluster, trials done
         verified = verify.verify_front(store_url, name)
     return SearchSummary(
         name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem, verified
     )
-
-
-def prune_checkpoints(experiment: str) -> int:
-    """Remove the trial checkpoints of a completed study (nothing is left to resume); Ray's small
-    experiment state stays. Local or shared directories only; returns the bytes freed."""
-    if is_uri(experiment) or not Path(experiment).is_dir():
-        return 0
-    freed = 0
-    for checkpoint in Path(experiment).glob("*/checkpoint_*"):
-        if checkpoint.is_dir() and not checkpoint.is_symlink():
-            freed += sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
-            shutil.rmtree(checkpoint, ignore_errors=True)
-    return freed
 
 
 def resume_command(name: str, store_url: str, address: str | None, storage_path: str, chosen: bool) -> str:

@@ -4,7 +4,7 @@ It rebuilds the trial config from the sampled parameters, runs :func:`trials.run
 reports every epoch to Tune with a checkpoint at the pace the spec sets (every epoch by default,
 so a trial retried on another node resumes from its last finished epoch; ``search.checkpoint_every``
 and ``checkpoint_min_interval_s`` space them out; the final epoch's only with
-``search.keep_checkpoints``), and marks its
+``search.keep_checkpoints`` true or front), and marks its
 last report with the outcome (``archsearch_status``): the driver's searcher and store callback
 read the outcome from there.
 """
@@ -154,10 +154,12 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
         "resumed_from_epoch": int(pending[0]["epoch"]) if pending else 0,
     }
 
-    # The last epoch's checkpoint is written only where it is kept (search.keep_checkpoints: the
-    # trained weights): a completed study's checkpoints are removed, and a one-epoch trial then
-    # writes none at all (a model's state saved, copied to the results dir and deleted, per trial).
-    keep_final = search_spec.search.keep_checkpoints
+    # The last epoch's checkpoint is written only where it may be kept (search.keep_checkpoints: true,
+    # or front: the trained weights, every trial's or the front's): a completed study's checkpoints are
+    # removed otherwise, and a one-epoch trial then writes none at all (a model's state saved, copied
+    # to the results dir and deleted, per trial). Which trials will be on the front is known only
+    # at the end: with front, every trial writes its final one and the driver prunes the rest.
+    keep_final = search_spec.search.keep_checkpoints in (True, "front")
     settings = search_spec.search
     pace = CheckpointPace(
         settings.checkpoint_every, settings.checkpoint_min_interval_s, placement["resumed_from_epoch"]
