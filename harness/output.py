@@ -4,6 +4,12 @@ Rows come from the store, which holds whatever users and trials wrote: a table c
 character that is not printable (control and escape sequences, a window-title sequence, line breaks)
 as its escape (``\x1b``), so nothing stored reaches a terminal raw. JSON is strict (RFC 8259): a NaN
 is ``null``, an infinity the string ``"inf"`` or ``"-inf"``; JSON escapes control characters itself.
+
+Numbers a person reads are written by one function, :func:`format_number`, in one of three kinds:
+``count`` (parameters, FLOPs: a whole number with thousands separators, ``937,806``), ``compact``
+(three significant digits with an SI suffix, ``4.87M``: the progress line, which must stay one
+terminal line) and ``real`` (six significant digits, never an exponent from a million up). A table
+column whose name ends in ``params`` or ``flops`` is a count; JSON and CSV keep the raw numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +22,46 @@ from collections.abc import Sequence
 from typing import Any
 
 FORMATS = ("table", "json", "csv")
+NUMBER_KINDS = ("count", "compact", "real")
+COUNT_COLUMNS = ("params", "flops")  # a column named so (or ``*.params``, ``*.flops``) holds counts
+_SI_PREFIXES = ("", "k", "M", "G", "T", "P")
+
+
+def format_number(value: float | int, kind: str = "real") -> str:
+    """``value`` as a person reads it: ``count`` ``937,806`` (rounded to a whole number, separators,
+    never ``.0``), ``compact`` ``4.87M`` (three significant digits, an SI suffix from a thousand up),
+    ``real`` ``0.0042``/``93.1417`` (six significant digits; from a million up a whole number with
+    separators, never ``4.86643e+06``). NaN and infinities read ``nan``, ``inf``, ``-inf`` in every kind."""
+    if kind not in NUMBER_KINDS:
+        raise ValueError(f"unknown number kind {kind!r}; use one of {', '.join(NUMBER_KINDS)}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        value = float(value)  # numpy scalars, Decimals: as the float they stand for
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if kind == "count":
+        return f"{round(value):,}"
+    if kind == "compact":
+        return _compact(float(value))
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 1_000_000 else str(value)
+    return f"{value:,.0f}" if abs(value) >= 1_000_000 else f"{value:.6g}"
+
+
+def _compact(value: float) -> str:
+    scale = 0
+    while abs(value) >= 1000 and scale < len(_SI_PREFIXES) - 1:
+        value /= 1000
+        scale += 1
+    text = f"{value:.3g}"
+    if abs(float(text)) >= 1000 and scale < len(_SI_PREFIXES) - 1:  # 999.7k rounds to 1e+03k: 1M instead
+        value, scale = value / 1000, scale + 1
+        text = f"{value:.3g}"
+    return text + _SI_PREFIXES[scale]
+
+
+def column_kind(column: str) -> str:
+    """How a table shows a column's numbers: ``count`` for parameters and FLOPs, else ``real``."""
+    return "count" if column.rsplit(".", 1)[-1] in COUNT_COLUMNS else "real"
 
 
 def printable(text: str) -> str:
@@ -25,13 +71,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, kind: str = "real") -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return f"{value:.6g}"
+    if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and kind == "count"):
+        return format_number(value, kind)
     if isinstance(value, (list, tuple)):
         return printable("/".join(str(v) for v in value))
     return printable(str(value))
@@ -52,12 +96,16 @@ def strict_json_value(value: Any) -> Any:
     return value
 
 
-def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
-    """Left-aligned text columns with a header rule; numbers right-aligned."""
+def render_table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, kinds: dict[str, str] | None = None
+) -> str:
+    """Left-aligned text columns with a header rule; numbers right-aligned, each column's numbers in
+    its kind (:func:`format_number`): ``kinds`` where given, else :func:`column_kind` of its name."""
     if not rows:
         return "(no rows)"
     columns = list(columns or rows[0].keys())
-    cells = [[_cell(row.get(col)) for col in columns] for row in rows]
+    kind = {col: (kinds or {}).get(col) or column_kind(col) for col in columns}
+    cells = [[_cell(row.get(col), kind[col]) for col in columns] for row in rows]
     widths = [max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)]
     numeric = [all(isinstance(row.get(col), (int, float)) or row.get(col) is None for row in rows) for col in columns]
 
@@ -80,14 +128,17 @@ def render_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
     return buffer.getvalue().rstrip("\n")
 
 
-def render(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None) -> str:
-    """Render ``rows`` as ``table``, ``csv`` or ``json`` (JSON keeps every key, not only ``columns``)."""
+def render(
+    rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None, kinds: dict[str, str] | None = None
+) -> str:
+    """Render ``rows`` as ``table``, ``csv`` or ``json`` (JSON keeps every key, not only ``columns``;
+    JSON and CSV keep raw numbers, ``kinds`` shape a table's only)."""
     if fmt == "json":
         return json.dumps(strict_json_value(list(rows)), indent=2, default=str, allow_nan=False)
     if fmt == "csv":
         return render_csv(rows, columns)
     if fmt == "table":
-        return render_table(rows, columns)
+        return render_table(rows, columns, kinds)
     raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 

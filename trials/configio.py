@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from trials.errors import ArchsearchError
+from trials.errors import ArchsearchError, cut_at_word
 
 T = TypeVar("T")
 
@@ -25,11 +25,11 @@ class ConfigError(ArchsearchError, ValueError):
 
     kind = "spec"
 
-    MAX_MESSAGE = 400  # one readable line: a huge offending value is cut, never printed whole
+    MAX_MESSAGE = 400  # one readable line: a huge offending value is cut (at a word), never printed whole
 
     def __init__(self, field: str, message: str):
-        field = field if len(field) <= 200 else field[:197] + "..."
-        message = message if len(message) <= self.MAX_MESSAGE else message[: self.MAX_MESSAGE - 3] + "..."
+        field = cut_at_word(field, 200)
+        message = cut_at_word(message, self.MAX_MESSAGE)
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}" if field else message)

@@ -43,6 +43,18 @@ class EnvironmentProblem(ArchsearchError):
 ECHO_LIMIT = 80  # characters of a user's value an error line repeats
 
 
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: whole, or cut at the last space before the limit with
+    ``...`` after the last whole word (``... (coatnet) or ...``, never ``(coatne...``); a text with no
+    space in its second half (one huge value) is cut at the limit."""
+    if len(text) <= limit:
+        return text
+    space = text.rfind(" ", 0, limit - 3)  # text[:space] ends on a whole word; " ..." fits after it
+    if space < limit // 2:
+        return text[: limit - 3] + "..."
+    return text[:space].rstrip(" ,;:(/") + " ..."
+
+
 def capped(value: object, limit: int = ECHO_LIMIT) -> str:
     """``value`` as an error line may repeat it: at most ``limit`` characters, then how long it was.
 

@@ -26,7 +26,7 @@ import yaml
 
 from dashboards.files import OutputRefused, atomic_write, check_output, write_output
 from harness.cli.common import UsageError, open_store, store_option
-from harness.output import printable
+from harness.output import format_number, printable
 from harness.search.cluster.ray_setup import (
     SearchError,
     check_study_name,
@@ -162,7 +162,9 @@ def export_command(
         load_trial_config(dict(exported))  # what `archsearch trial` will read: refused now, not then
     except ConfigError as error:
         raise UsageError(f"trial {number} of study {study!r}: its stored config no longer loads: {error}") from None
-    cost = ", ".join(f"{key} {measured[key]:,}" for key in ("params", "flops") if measured.get(key) is not None)
+    cost = ", ".join(
+        f"{key} {format_number(measured[key], 'count')}" for key in ("params", "flops") if measured.get(key) is not None
+    )
     header = [
         f"archsearch export: trial {number} of study {study} ({status}{', ' + cost if cost else ''}) from {url}",
         "Kept: the model, data (paths as stored), training, measure, seed and precision of the stored trial"

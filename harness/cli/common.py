@@ -13,6 +13,7 @@ import traceback
 import click
 
 from harness.output import printable
+from trials.errors import cut_at_word
 from trials.lazy import lazy_import
 
 store_package = lazy_import("harness.store")  # SQLAlchemy: only for the commands that open a store
@@ -28,9 +29,9 @@ MAX_ERROR_LINE = 600  # characters: an error is one readable line, whatever valu
 
 
 def one_line(text: str) -> str:
-    """The first line of ``text``, cut to MAX_ERROR_LINE characters."""
+    """The first line of ``text``, cut at a word to MAX_ERROR_LINE characters (:func:`trials.errors.cut_at_word`)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 3] + "..."
+    return cut_at_word(line, MAX_ERROR_LINE)
 
 
 def config_error(error: Exception) -> UsageError:

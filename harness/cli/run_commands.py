@@ -5,14 +5,24 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from dashboards.columns import searched_config_columns
 from dashboards.files import OutputRefused, check_output_dir
-from harness.cli.common import UsageError, check_utf8_arguments, config_error, open_store, records, store_option
-from harness.output import render
+from harness.cli.common import (
+    UsageError,
+    check_utf8_arguments,
+    config_error,
+    one_line,
+    open_store,
+    records,
+    store_option,
+)
+from harness.output import printable, render
 from harness.reproduce import registry as reproduce_registry
 from harness.search.cluster.ray_setup import SearchError, check_study_name
 from search_space.validation import load_spec
@@ -135,11 +145,21 @@ def search_command(
     type=click.Choice(list(reproduce_registry.SCALE_NAMES)),
     default="tiny",
     show_default=True,
-    help="tiny: a smoke run (decides nothing); cpu: the committed studies' budget on a 2-core CPU (decides "
-    "some claims, not all: see docs/reproductions); small: one GPU; paper: the papers' budgets.",
+    help="tiny: a smoke run in minutes that decides nothing (the default, so that a forgotten --scale "
+    "costs minutes, not hours: the plan and the run say so); cpu: the committed studies' budget on a 2-core "
+    "CPU (decides some claims, not all: see docs/reproductions); small: one GPU; paper: the papers' budgets.",
 )
 @click.option("--seeds", type=click.IntRange(1, 100), default=None,
-              help="Seeds per variant (default: the scale's, 7 at cpu; some variants may run more).")  # fmt: skip
+              help="Seeds per variant (default: the scale's, 7 at cpu). A variant the protocol pre-registers "
+                   "more seeds for keeps them (cpu: C-C-T-T and C-T-T-T 30); --plan shows each variant's.")  # fmt: skip
+@click.option(
+    "--only",
+    "only",
+    default=None,
+    metavar="A,B,...",
+    help="Run (or plan) these variants alone, as their own grid study; the verdicts cover the claims "
+    "both of whose sides ran.",
+)
 @click.option(
     "--protocol",
     "protocols",
@@ -163,18 +183,25 @@ def search_command(
 @click.option("--address", default=None, help="Ray cluster to join; default: local Ray.")
 @store_option
 def reproduce_command(
-    study, scale, seeds, protocols, dataset, data_dir, output, margin, large_margin, report_only, plan_only, fmt,
-    address, store_url,
+    study, scale, seeds, only, protocols, dataset, data_dir, output, margin, large_margin, report_only, plan_only,
+    fmt, address, store_url,
 ) -> None:  # fmt: skip
     """Reproduce a paper comparison as a grid study; write a Markdown summary and an HTML report."""
     check_utf8_arguments()
     for option, value in (("--margin", margin), ("--large-margin", large_margin)):
         if value is not None and not math.isfinite(value):  # click's range lets nan and inf through
             raise UsageError(f"{option}: {value} is not a finite number")
-    seeds = seeds if seeds is not None else reproduction.default_seeds(scale)
+    scale_given = click.get_current_context().get_parameter_source("scale") != ParameterSource.DEFAULT
+    seeds_given = seeds is not None
+    seeds = seeds if seeds_given else reproduction.default_seeds(scale)
+    variants = _only_variants(only)
     if plan_only:
-        _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt)
+        _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt, variants, scale_given)
         return
+    try:  # --only checked (an unknown variant named) before anything is opened or run
+        planned = reproduction.plan(study, scale, seeds, tuple(protocols), dataset, data_dir, variants)
+    except (ConfigError, ValueError) as error:
+        raise UsageError(one_line(str(error))) from None
     url = store_package.resolve_store_url(store_url)
     try:  # looked at before the store is opened or created: a directory or nothing, never a link
         check_output_dir(output, option="--output")
@@ -184,9 +211,15 @@ def reproduce_command(
     store = open_store(url, create=False) if report_only else _existing_store(url)
     if store is not None:
         store.close()
+    # Said once every check has passed (a refusal stays one line), before hours of runs start.
+    notes = [_default_scale_note(scale)] if not (scale_given or report_only) else []
+    notes += [run.protocol.more_seeds_note() for run in planned] if seeds_given and not report_only else []
+    for note in dict.fromkeys(n for n in notes if n):
+        click.echo(f"note: {note}", err=True)
     protocols = tuple(protocols) or reproduce_registry.STUDIES[study].protocols
     # The command as a reader can re-run it from where it ran: the output folder relative to there.
     shown = ["archsearch reproduce", study, f"--scale {scale}", f"--seeds {seeds}"]
+    shown += [f"--only {shlex.quote(','.join(variants))}"] if variants else []
     shown += [f"--protocol {p}" for p in protocols]
     shown += [f"--dataset {dataset}"] + ([f"--data-dir {data_dir}"] if data_dir else [])
     shown += [f"--output {os.path.relpath(output)}"]
@@ -207,6 +240,7 @@ def reproduce_command(
             margin=margin,
             large_margin=large_margin,
             run=not report_only,
+            only=variants,
         )
     except (ConfigError, store_package.StoreError, ValueError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
@@ -222,35 +256,80 @@ def _existing_store(url: str):
         raise UsageError(str(error)) from None
 
 
-def _print_plan(study: str, scale: str, seeds: int, protocols: tuple, dataset: str, data_dir, fmt: str) -> None:
-    """``--plan``: the variants (params, FLOPs, token grids), the protocol and the estimated time here."""
+def _only_variants(only: str | None) -> tuple[str, ...]:
+    """``--only A,B`` as its variant names, in the order given, each once (an empty one refused)."""
+    if only is None:
+        return ()
+    names = tuple(dict.fromkeys(name.strip() for name in only.split(",")))
+    if not all(names):
+        raise UsageError(f"--only {printable(only)!r}: give variant names separated by commas (see --plan)")
+    return names
+
+
+def _default_scale_note(scale: str) -> str:
+    return (f"scale {scale} (the default, no --scale given): a smoke run that decides nothing; --scale cpu "
+            "is the committed studies' budget")  # fmt: skip
+
+
+def _metric_words(protocol) -> str:
+    """The protocol's metric in a few words: what ``level`` means, never a bare ``None``."""
+    if protocol.level is not None:
+        return f"validation top-1 at training loss {protocol.level:g}"
+    return {"capacity": "final training loss", "accuracy": "final test top-1"}.get(protocol.kind, protocol.kind)
+
+
+def _wall_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "not estimated at this scale (its training set's size is not fixed here)"
+    if seconds < 60:
+        return "under a minute"
+    minutes = round(seconds / 60)
+    return f"{minutes:,} min" + (f" ({seconds / 3600:.1f} h)" if minutes >= 120 else "")
+
+
+def _print_plan(
+    study: str,
+    scale: str,
+    seeds: int,
+    protocols: tuple,
+    dataset: str,
+    data_dir,
+    fmt: str,
+    only: tuple[str, ...] = (),
+    scale_given: bool = True,
+) -> None:
+    """``--plan``: the variants (seeds, params, FLOPs, token grids), the protocol and the estimated time here."""
     try:
-        runs = reproduction.plan(study, scale, seeds, protocols, dataset, data_dir)
+        runs = reproduction.plan(study, scale, seeds, protocols, dataset, data_dir, only)
         for planned in runs:  # the checks the run makes before it writes anything: a plan it would refuse is refused
             for spec in {planned.spec["name"]: planned.spec, **{p["name"]: p for p in planned.run_specs}}.values():
                 check_study_name(spec["name"], "--dataset")
                 load_spec(spec, check_paths=True)
     except (ConfigError, ValueError, SearchError) as error:
-        raise UsageError(str(error).splitlines()[0]) from None
-    report = planning.plan_report(runs)
+        raise UsageError(one_line(str(error))) from None
+    report = planning.plan_report(runs, scale=scale)
     if fmt == "json":
         click.echo(json.dumps(report, indent=2))
         return
-    for entry in report["studies"]:
-        protocol = entry["protocol"]
-        click.echo(f"{entry['study']}: {protocol['dataset']} at {protocol['image_size']} px, "
-                   f"{protocol['epochs']} epochs, {protocol['seeds']} seeds, level {protocol['level']}")  # fmt: skip
+    scale_words = f"scale {scale}" if scale_given else _default_scale_note(scale)
+    for run, entry in zip(runs, report["studies"], strict=True):
+        protocol = run.protocol
+        click.echo(f"{entry['study']}: {scale_words}; {protocol.dataset} at {protocol.image_size} px, "
+                   f"{protocol.epochs} epochs, {protocol.seeds_text()}, {entry['runs']:,} runs; "
+                   f"metric: {_metric_words(protocol)}")  # fmt: skip
         rows = [
-            {"variant": v["name"], "params": v["params"], "gflops": v["flops"] / 1e9, "grids": v["grids"],
-             "run_s": v.get("estimated_run_s")}
+            {"variant": v["name"], "seeds": v["seeds"], "params": v["params"], "flops": v["flops"],
+             "grids": "/".join("x".join(map(str, grid)) for grid in v["grids"]), "run_s": v.get("estimated_run_s")}
             for v in entry["variants"]
         ]  # fmt: skip
-        click.echo(render(rows, "table", ["variant", "params", "gflops", "grids", "run_s"]))
-        click.echo("claims: " + "; ".join(protocol["claims"]))
+        click.echo(render(rows, "table", ["variant", "seeds", "params", "flops", "grids", "run_s"]))
+        claims = "; ".join(" ".join(c) for c in protocol.claims_run) or "none (no claim has both sides here)"
+        click.echo(("claims run: " if protocol.only else "claims: ") + claims)
+        for note in entry["notes"]:
+            click.echo(f"note: {note}")
         for part in entry["parts"]:
             click.echo(f"part {part['study']}: {part['runs']} runs (its own grid study; the summary pools the parts)")
-        minutes = entry["estimated_wall_time_s"]
-        click.echo(f"estimated wall time here: {minutes / 60:.0f} min\n" if minutes else "")
+        click.echo(f"estimated wall time here: {_wall_time(entry['estimated_wall_time_s'])}\n")
 
 
 @click.command("verify")

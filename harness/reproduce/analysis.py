@@ -506,7 +506,9 @@ def summarize_runs(
             "margin": used,
             "verdict": "inconclusive (a variant did not complete)",
         }
-    verdicts = [decided[claim] for claim in family]  # in the protocol's order
+    # In the protocol's order; with --only, the claims whose both sides ran (Holm above counted them all).
+    shown = pre.claims_run if pre is not None and pre.only else family
+    verdicts = [decided[tuple(claim)] for claim in family if tuple(claim) in set(map(tuple, shown))]
     if numbers.failures:
         numbers.fisher = _fisher_pairs(claims or [], numbers.failures)
     return rows, verdicts, metric

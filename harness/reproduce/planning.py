@@ -76,6 +76,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         config = _variant_config(run, name)
         entry = {
             "name": name,
+            "seeds": run.protocol.seeds_of(name),
             "params": estimate_params(config),
             "flops": estimate_flops(config),
             "grids": grids(config),
@@ -88,21 +89,25 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
             entry["estimated_run_s"] = round(RUN_OVERHEAD_S + training["epochs"] * epoch, 1)
             seconds += entry["estimated_run_s"] * run.protocol.seeds_of(name)
         variants.append(entry)
+    notes = [note for note in (run.protocol.more_seeds_note(), run.protocol.selection_note()) if note]
     return {
         "study": run.protocol.study,
+        "runs": run.spec["search"]["n_trials"],
         "parts": [{"study": part["name"], "runs": part["search"]["n_trials"]} for part in run.parts],
         "variants": variants,
         "protocol": run.protocol.to_dict(),
+        "notes": notes,
         "estimated_wall_time_s": round(seconds / concurrency, 0) if seconds else None,
     }
 
 
-def plan_report(runs: list[Run], *, timed: bool = True) -> dict[str, Any]:
+def plan_report(runs: list[Run], *, timed: bool = True, scale: str | None = None) -> dict[str, Any]:
     """The whole reproduction: ``variants`` and ``protocol`` of the first study (every layout study
-    shares its variants), and ``studies`` with each one's own."""
+    shares its variants), and ``studies`` with each one's own; ``scale`` as asked (or defaulted)."""
     studies = [describe(run, timed=timed) for run in runs]
     total = [s["estimated_wall_time_s"] for s in studies]
     return {
+        "scale": scale,
         "variants": studies[0]["variants"],
         "protocol": studies[0]["protocol"],
         "studies": studies,

@@ -76,12 +76,20 @@ PROTOCOL_NAMES = tuple(dict.fromkeys(p for study in STUDIES.values() for p in st
 
 
 def plan(
-    study: str, scale: str, seeds: int, protocols: tuple[str, ...], dataset: str, data_dir: str | None
+    study: str,
+    scale: str,
+    seeds: int,
+    protocols: tuple[str, ...],
+    dataset: str,
+    data_dir: str | None,
+    only: tuple[str, ...] = (),
 ) -> list[Run]:
-    """Every grid study a reproduction needs, with its pre-registered protocol and its recipe."""
+    """Every grid study a reproduction needs, with its pre-registered protocol and its recipe;
+    ``only``: those variants alone (``--only``, :func:`harness.reproduce.studies.select_variants`)."""
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; use one of {', '.join(STUDIES)}")
     runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir)
+    runs = [studies.select_variants(run, tuple(only)) for run in runs]
     return [replace(run, protocol=replace(run.protocol, recipe=_recipe_or_none(run.spec))) for run in runs]
 
 

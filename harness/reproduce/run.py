@@ -11,7 +11,7 @@ from dashboards.report import write_report
 from harness.reproduce.analysis import StudyNumbers, pairs_on_test_split, run_table, summarize_runs
 from harness.reproduce.records import write_records
 from harness.reproduce.registry import plan
-from harness.reproduce.studies import DEFAULT_DATASET
+from harness.reproduce.studies import DEFAULT_DATASET, default_seeds
 from harness.reproduce.summary import markdown_summary, study_figures
 from harness.search.cluster.ray_setup import experiment_path, storage_location
 from harness.search.driver import run_search
@@ -40,14 +40,16 @@ def reproduce(
     margin: float | None = None,
     large_margin: float | None = None,
     run: bool = True,
+    only: tuple[str, ...] = (),
 ) -> list[Path]:
     """Run the study's grid searches, then write a Markdown summary and an HTML report for each.
 
     ``run=False`` writes the summaries and reports again from the store (e.g. with another
-    ``margin``) without running anything.
+    ``margin``) without running anything. ``only``: those variants alone, as their own grid study
+    (``--only``); the summary's verdicts then cover the claims both of whose sides ran, and say so.
     """
     written = []
-    for planned in plan(study, scale, seeds, protocols, dataset, data_dir):
+    for planned in plan(study, scale, seeds, protocols, dataset, data_dir, tuple(only)):
         protocol = planned.protocol
         spec = load_spec(planned.spec, check_paths=address is None)
         parts = [load_spec(part, check_paths=address is None) for part in planned.run_specs]
@@ -81,6 +83,12 @@ def reproduce(
                 for what, value in used.items()
                 if value != getattr(protocol, what)
             ]
+            if seeds != default_seeds(scale):
+                kept = "".join(f"; {v} keeps its pre-registered {n}" for v, n in protocol.more_seeds.items())
+                deviations.append(f"{seeds} seeds per variant instead of the scale's {default_seeds(scale)} "
+                                  f"(--seeds {seeds}){kept}")  # fmt: skip
+            if protocol.selection_note():
+                deviations.append(protocol.selection_note())
             deviations += [
                 f"part {name} has not run yet: this summary pools {', '.join(present)} only" for name in missing
             ]

@@ -11,8 +11,10 @@ summary prints it first.
 
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from search_space.matching import match_layouts
@@ -177,6 +179,7 @@ class Protocol:
     failure_rule: str | None = None  # when a run counts as a failure to learn (cait-depth)
     gpus: float = 0.0
     more_seeds: dict[str, int] = field(default_factory=dict)  # variants run on more seeds than ``seeds``
+    only: tuple[str, ...] = ()  # ``--only``: the variants this run has (empty: every variant)
     # The training recipe as it runs (every value a trial's config resolves to, defaults included):
     # filled from the study's spec by the registry (:mod:`harness.reproduce.registry`).
     recipe: dict[str, Any] = field(default_factory=dict)
@@ -185,6 +188,61 @@ class Protocol:
         """How many seeds ``variant`` runs (seeds 0..n-1)."""
         return self.more_seeds.get(variant, self.seeds)
 
+    def seeds_text(self) -> str:
+        """``7 seeds per variant`` or, with more for some, ``7-30 seeds per variant (CCTT, CTTT 30)``."""
+        counts = [self.seeds_of(v) for v in self.only] if self.only else [self.seeds, *self.more_seeds.values()]
+        low, high = min(counts), max(counts)
+        if low == high:
+            return f"{low} seeds per variant"
+        more: dict[int, list[str]] = {}
+        for variant, n in self.more_seeds.items():
+            more.setdefault(n, []).append(variant)
+        return f"{low}-{high} seeds per variant (" + "; ".join(f"{', '.join(v)} {n}" for n, v in more.items()) + ")"
+
+    def more_seeds_note(self) -> str | None:
+        """Why some variants run more seeds and what ``--seeds`` does to them (None: every variant runs
+        ``seeds``). A pre-registered count is a floor: fewer seeds would run the claim it was
+        computed for under-powered, and an inconclusive verdict there would read as evidence."""
+        if not self.more_seeds:
+            return None
+        named = " and ".join(self.more_seeds)
+        counts = "/".join(map(str, sorted(set(self.more_seeds.values()))))
+        others = [v for v in (self.only or self.claim_variants()) if v not in self.more_seeds]
+        rest = (
+            f"--seeds sets the other variants' seeds ({self.seeds} here) and never lowers a pre-registered count"
+            if others
+            else "--seeds never lowers a pre-registered count"
+        )
+        leave_out = f"; --only {','.join(others)} runs the others without them" if others and not self.only else ""
+        return (
+            f"{named} {'runs' if len(self.more_seeds) == 1 else 'run'} {counts} seeds each, pre-registered for the "
+            f"claims on them (the protocol's notes give the power calculation): {rest} (fewer would leave those "
+            f"claims under-powered){leave_out}"
+        )
+
+    def claim_variants(self) -> list[str]:
+        """Every variant the claims name, in the order they first appear."""
+        return list(dict.fromkeys(v for claim in self.claims for v in claim_variants(claim)))
+
+    @property
+    def claims_run(self) -> tuple[tuple[str, str, str], ...]:
+        """The claims whose both sides run (with ``--only``: those naming only variants it keeps)."""
+        if not self.only:
+            return self.claims
+        return tuple(c for c in self.claims if set(claim_variants(c)) <= set(self.only))
+
+    def selection_note(self) -> str | None:
+        """What ``--only`` leaves out, in one line for the plan and the summary's deviations (None without it)."""
+        if not self.only:
+            return None
+        run, left = self.claims_run, [c for c in self.claims if c not in self.claims_run]
+        shown = "; ".join(" ".join(c) for c in run) or "none"
+        return (
+            f"--only {', '.join(self.only)}: these variants alone run; the verdicts cover the claims both of whose "
+            f"sides ran ({shown}), the other {len(left)} of the {len(self.claims)} pre-registered are not "
+            f"tested, and Holm's correction still counts all {len(self.claims)} (those not run at p = 1)"
+        )
+
     @property
     def higher_is_better(self) -> bool:
         return self.kind != "capacity"
@@ -192,6 +250,8 @@ class Protocol:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["claims"] = [" ".join(c) for c in self.claims]
+        out["only"] = list(self.only)
+        out["claims_run"] = [" ".join(c) for c in self.claims_run]
         return out
 
     def markdown(self) -> list[str]:
@@ -248,6 +308,77 @@ class Run:
     def run_specs(self) -> tuple[dict[str, Any], ...]:
         """The grid studies to run, in order: the parts, or the whole spec."""
         return self.parts or (self.spec,)
+
+
+def claim_variants(claim: tuple[str, str, str]) -> list[str]:
+    """The variants a claim names: ``A > B`` two, an interaction ``A - B > C - D`` four."""
+    a, _, b = claim
+    return [part.strip() for side in (a, b) for part in side.split(" - ")]
+
+
+MAX_NAME = 128  # a study name's longest (harness.search.cluster.ray_setup.STUDY_NAME_PATTERN)
+
+
+def subset_name(name: str, variants: list[str]) -> str:
+    """The grid study of ``name``'s ``variants`` alone: ``<name>-only-CCTT_CTTT`` (each variant's name
+    with anything but letters, digits and '-' as '-'), or ``<name>-only-<hash>`` where that is too long
+    for a study name. Its own name: it never mixes with the whole study's runs in a store, and its
+    summary never overwrites the whole study's."""
+    tag = "_".join(re.sub(r"[^A-Za-z0-9-]+", "-", v).strip("-") or "v" for v in variants)
+    named = f"{name}-only-{tag}"
+    if len(named) <= MAX_NAME:
+        return named
+    return f"{name}-only-{hashlib.sha256(chr(0).join(variants).encode()).hexdigest()[:12]}"
+
+
+def select_variants(run: Run, only: tuple[str, ...]) -> Run:
+    """``run`` with only the variants ``only`` names (``--only``): its own grid study
+    (:func:`subset_name`), each variant on the seeds the protocol gives it, the protocol recording
+    the selection (its claims stay the registered family: the verdicts cover those whose both sides
+    run, Holm counts them all). A registered part of the grid is kept, under its own name, where the
+    selection is a union of whole parts (``--only CCTT,CTTT`` at ``cpu``: the named pair's two parts,
+    shared with the whole study's run); otherwise the selection runs as one grid study."""
+    if not only:
+        return run
+    variants = run.spec["variants"]
+    for name in only:
+        if name not in variants:
+            raise ValueError(
+                f"--only {name}: {run.protocol.study} has no variant {name!r}; its variants: {', '.join(variants)}"
+            )
+    chosen = [v for v in variants if v in only]  # the registered order
+    protocol = run.protocol
+    more = {v: n for v, n in protocol.more_seeds.items() if v in chosen}
+    name = subset_name(run.spec["name"], chosen)
+    search = run.spec["search"]
+    spec = _grid_spec(
+        name,
+        family=run.spec["family"],
+        base_model=run.spec["base_model"],
+        data=run.spec["data"],
+        training=run.spec["training"],
+        variants={v: variants[v] for v in chosen},
+        seeds=protocol.seeds,
+        objectives=run.spec["objectives"],
+        gpus=(search.get("resources") or {}).get("gpus", 0.0),
+        more_seeds=more,
+    )
+    points = {(v, s) for v in chosen for s in range(protocol.seeds_of(v))}
+    parts = []
+    for part in run.parts:
+        part_variants = set(part["params"]["variant"]["choice"])
+        if part_variants <= set(chosen):
+            parts.append(part)
+        elif part_variants & set(chosen):  # a part cut in two: the selection runs as one grid study
+            parts = []
+            break
+    covered = [(v, s) for part in parts for v in part["params"]["variant"]["choice"]
+               for s in part["params"]["seed"]["choice"]]  # fmt: skip
+    if sorted(covered) != sorted(points):
+        parts = []
+    selected = replace(protocol, study=name, more_seeds=more, only=tuple(chosen))
+    models = {v: m for v, m in run.variant_models.items() if v in chosen}
+    return Run(spec, selected, models, tuple(parts))
 
 
 def default_seeds(scale: str) -> int:

@@ -15,6 +15,7 @@ import pandas as pd
 from ray.tune import Callback
 
 from dashboards.pareto import front_mask
+from harness.output import format_number
 from harness.search.result_keys import NUMBER_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
@@ -51,24 +52,12 @@ class DataWait:
         )
 
 
-_SI_PREFIXES = ("", "k", "M", "G", "T", "P")
-
-
 def compact_number(value: float) -> str:
     """Three significant digits with an SI suffix from a thousand up (``93.1``, ``1.23M``, ``0.0042``):
     the line must stay one terminal line with several objectives on it, and FLOPs or parameter
-    counts in full digits would not."""
-    if not math.isfinite(value):
-        return str(value)
-    scale = 0
-    while abs(value) >= 1000 and scale < len(_SI_PREFIXES) - 1:
-        value /= 1000
-        scale += 1
-    text = f"{value:.3g}"
-    if abs(float(text)) >= 1000 and scale < len(_SI_PREFIXES) - 1:  # 999.7k rounds to 1e+03k: 1M instead
-        value, scale = value / 1000, scale + 1
-        text = f"{value:.3g}"
-    return text + _SI_PREFIXES[scale]
+    counts in full digits would not. The one number formatter's compact kind (tables show the same
+    numbers in full: :func:`harness.output.format_number`)."""
+    return format_number(value, "compact")
 
 
 def compact_duration(seconds: float) -> str:

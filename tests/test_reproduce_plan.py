@@ -1,0 +1,159 @@
+"""``archsearch reproduce --plan`` shows what will run (issue 45 item 6): seeds per variant, the
+honest range in the header, no bare ``None``, the scale (the default said so); ``--seeds`` never
+lowers a pre-registered count and says why; ``--only`` runs a subset as its own grid study whose
+verdicts cover the claims both of whose sides ran, Holm still counting the registered family."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.reproduce import planning
+from harness.reproduce.analysis import summarize_runs
+from harness.reproduce.records import recompute, write_records
+from harness.reproduce.registry import plan
+from harness.reproduce.studies import select_variants, subset_name
+from search_space.sampling import grid_points
+from search_space.validation import load_spec
+from trials.status import TrialStatus
+
+
+@pytest.fixture(autouse=True)
+def _untimed(monkeypatch):
+    """The plan times one training step per variant; the tests read its shape, not the time."""
+    monkeypatch.setattr(planning, "_step_seconds", lambda config, batch: 0.01)
+
+
+def _plan(*args: str) -> str:
+    result = CliRunner().invoke(main, ["reproduce", *args, "--plan"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _table(output: str) -> dict[str, list[str]]:
+    """variant -> its row's cells, from the first plan table in ``output``."""
+    rows, header = {}, None
+    for line in output.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells[0] == "variant":
+            if header:
+                break
+            header = cells
+        elif header and len(cells) == len(header) and not line.startswith("-"):
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_the_plan_shows_each_variants_seeds_and_the_header_says_the_range():
+    output = _plan("coatnet-layouts", "--scale", "cpu")
+    first = output.splitlines()[0]
+    assert "7-30 seeds per variant (CCTT, CTTT 30)" in first and "81 runs" in first and "scale cpu" in first
+    assert output.splitlines()[1].split()[:3] == ["variant", "seeds", "params"]
+    rows = _table(output)
+    assert rows["CCTT"][1] == "30" and rows["CTTT"][1] == "30" and rows["VIT-REL"][1] == "7"
+    assert re.fullmatch(r"\d{3},\d{3}", rows["CTTT"][2])  # params in full, with separators
+    capacity = next(line for line in output.splitlines() if line.startswith("coatnet-layouts-capacity"))
+    assert "7 seeds per variant" in capacity and "metric: final training loss" in capacity
+    assert "None" not in output and "level" not in capacity
+    assert "note: CCTT and CTTT run 30 seeds each, pre-registered" in output
+
+
+def test_no_bare_none_at_a_scale_that_estimates_no_time():
+    output = _plan("cait-class-attention", "--scale", "paper")
+    assert "None" not in output
+    assert "estimated wall time here: not estimated at this scale" in output
+
+
+def test_the_default_scale_is_named_in_the_help_and_in_the_plans_header():
+    help_text = " ".join(CliRunner().invoke(main, ["reproduce", "--help"]).output.split())
+    assert "[default: tiny]" in help_text and "decides nothing (the default" in help_text
+    output = _plan("cait-depth")
+    assert "scale tiny (the default, no --scale given): a smoke run that decides nothing" in output.splitlines()[0]
+    assert "scale tiny (the default" not in _plan("cait-depth", "--scale", "tiny")
+
+
+def test_seeds_set_the_other_variants_and_never_lower_a_pre_registered_count_saying_why():
+    output = _plan("coatnet-layouts", "--scale", "cpu", "--protocol", "generalisation", "--seeds", "3")
+    rows = _table(output)
+    assert [rows[v][1] for v in ("VIT-REL", "CCCC", "CCCT", "CCTT", "CTTT")] == ["3", "3", "3", "30", "30"]
+    assert "3-30 seeds per variant (CCTT, CTTT 30), 69 runs" in output.splitlines()[0]
+    notes = [line for line in output.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "never lowers a pre-registered count" in notes[0] and "under-powered" in notes[0]
+    assert "--only CCCC,CCCT,VIT-REL" in notes[0]  # the way to run without the pair
+    report = json.loads(
+        CliRunner()
+        .invoke(main, ["reproduce", "coatnet-layouts", "--scale", "cpu", "--protocol", "generalisation",
+                       "--seeds", "3", "--plan", "--format", "json"])
+        .output
+    )  # fmt: skip
+    assert {v["name"]: v["seeds"] for v in report["variants"]} == {
+        "VIT-REL": 3, "CCCC": 3, "CCCT": 3, "CCTT": 30, "CTTT": 30,
+    }  # fmt: skip
+    assert report["scale"] == "cpu" and report["studies"][0]["runs"] == 69
+    # At as many seeds as the pair's or more, every variant runs them: nothing to say.
+    many = _plan("coatnet-layouts", "--scale", "cpu", "--protocol", "generalisation", "--seeds", "31")
+    assert "31 seeds per variant" in many and "note:" not in many
+
+
+def test_only_plans_a_subset_as_its_own_study_and_names_the_claims_it_runs():
+    output = _plan("coatnet-layouts", "--scale", "cpu", "--protocol", "generalisation", "--only", "CTTT,CCTT")
+    assert set(_table(output)) == {"CCTT", "CTTT"}
+    assert output.splitlines()[0].startswith("coatnet-layouts-generalisation-cpu-mnist5k-only-CCTT_CTTT:")
+    assert "claims run: CCTT > CTTT\n" in output
+    assert "Holm's correction still counts all 5" in output
+    # The registered parts of the named pair are the subset: kept under their names (shared with a full run).
+    assert "part coatnet-layouts-generalisation-cpu-mnist5k-part1: 30 runs" in output
+    assert "part3" not in output
+    (run,) = plan("coatnet-layouts", "cpu", 7, ("generalisation",), "mnist5k", None, ("CCTT", "CTTT"))
+    assert len(grid_points(load_spec(run.spec))) == run.spec["search"]["n_trials"] == 60
+
+
+def test_only_refuses_an_unknown_variant_naming_it_and_creates_nothing(tmp_path: Path):
+    runner = CliRunner()
+    for args in (["--plan"], ["--store", f"sqlite:///{tmp_path / 'store.db'}", "--output", str(tmp_path / "out")]):
+        result = runner.invoke(main, ["reproduce", "cait-depth", "--scale", "cpu", "--only", "d12-none,d99", *args])
+        assert result.exit_code == 2, result.output
+        assert "--only d99: " in result.output and "has no variant 'd99'" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "store.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_subset_name_is_a_valid_study_name_however_the_variants_are_named():
+    from harness.search.cluster.ray_setup import check_study_name
+
+    assert subset_name("cait-class-attention", ["6+0 cls@5", "6+2"]) == "cait-class-attention-only-6-0-cls-5_6-2"
+    long = subset_name("cait-residual-schemes-cpu-mnist5k", [f"d12-scheme-number-{i}+ln" for i in range(12)])
+    assert len(long) <= 128
+    for name in (long, subset_name("x", ["6+0 cls@5"])):
+        check_study_name(name)
+
+
+def _runs(protocol, values: dict[str, list[float]]) -> pd.DataFrame:
+    rows = [
+        {"variant": variant, "seed": seed, "status": TrialStatus.COMPLETED.value, "value": value, "left_out": "",
+         "params": 1000.0, "flops": 1e6}
+        for variant, per_seed in values.items()
+        for seed, value in enumerate(per_seed)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_subsets_verdicts_cover_the_claims_both_of_whose_sides_ran_and_holm_counts_the_family(tmp_path: Path):
+    (whole,) = plan("coatnet-layouts", "tiny", 5, ("generalisation",), "synthetic", None)
+    run = select_variants(whole, ("CCTT", "CTTT"))
+    assert run.protocol.claims == whole.protocol.claims  # the registered family, unchanged
+    values = {"CCTT": [90.0, 91.0, 92.5, 90.5, 91.2], "CTTT": [88.0, 88.4, 89.0, 88.1, 88.9]}
+    runs = _runs(run.protocol, values)
+    _, verdicts, _ = summarize_runs(runs, run.protocol, metric="top-1")
+    assert [v["claim"] for v in verdicts] == ["CCTT > CTTT"]
+    _, alone, _ = summarize_runs(runs, whole.protocol, claims=[("CCTT", ">", "CTTT")], metric="top-1")
+    assert verdicts[0]["p_holm"] == pytest.approx(min(1.0, 5 * alone[0]["p_holm"]))  # Holm over all 5
+    write_records(tmp_path, run.spec["name"], runs, verdicts, "top-1")
+    assert [v["claim"] for v in recompute(tmp_path / f"{run.spec['name']}.runs.csv", run.protocol)] == ["CCTT > CTTT"]
+    assert "Holm's correction still counts all 5" in run.protocol.selection_note()
