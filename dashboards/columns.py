@@ -13,14 +13,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 _INDEX = re.compile(r"\[\d+\]$")
+_DRAWN = {"int", "float", "choice"}
 
 
 def searched_config_columns(spec: Mapping[str, Any] | None, columns: Iterable[str]) -> list[str]:
-    """The ``config.*`` columns of the spec's searched parameters, in the spec's order, without repeats."""
+    """The ``config.*`` columns of the spec's searched parameters (its fixed ones are not searched), in
+    the spec's order, without repeats."""
     present = list(columns)
     available = set(present)
     found: list[str] = []
-    for key in (spec or {}).get("params", {}) or {}:
+    for key, domain in ((spec or {}).get("params", {}) or {}).items():
+        if not _searched(domain):
+            continue
         base = _INDEX.sub("", str(key))
         candidates = [f"config.{base}"] if "." in base else [f"config.model.{base}", f"config.training.{base}"]
         candidates.append(f"config.{base}")
@@ -28,6 +32,12 @@ def searched_config_columns(spec: Mapping[str, Any] | None, columns: Iterable[st
         if column is not None and column not in found:
             found.append(column)
     return found
+
+
+def _searched(domain: Any) -> bool:
+    """A domain the search draws from (``int``, ``float``, ``choice``); ``{fixed: v}`` and a bare value
+    are the spec's constants, said once under a table, not a column of it."""
+    return isinstance(domain, Mapping) and bool(_DRAWN & set(domain))
 
 
 def log_scaled_columns(spec: Mapping[str, Any] | None, columns: Iterable[str]) -> list[str]:

@@ -10,8 +10,9 @@ come from the store in one lean query per study, the front is moocore's O(n log 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,7 @@ __all__ = [
     "FINISHED_STATUSES",
     "FrontQuery",
     "ParetoError",
+    "WhereKey",
     "front_mask",
     "hypervolume",
     "hypervolume_progress",
@@ -34,6 +36,7 @@ __all__ = [
     "parse_objectives",
     "parse_where",
     "query_front",
+    "resolve_where",
     "study_front",
 ]
 
@@ -121,7 +124,7 @@ def pareto_front(trials, objectives: Mapping[str, str]):
 
 
 def _resolve_config_key(key: str, columns: Sequence[str]) -> str:
-    """A filter key: a config column (``config.model.layout``) or the last part of one (``layout``)."""
+    """A config key: a config column (``config.model.layout``) or the last part of one (``layout``)."""
     if key in columns:
         return key
     if not key.startswith("config.") and f"config.{key}" in columns:
@@ -134,14 +137,69 @@ def _resolve_config_key(key: str, columns: Sequence[str]) -> str:
     raise ParetoError(f"filter key {key!r} is ambiguous: {', '.join(matches)}")
 
 
+_INDEXED = re.compile(r"^(?P<base>.+)\[(?P<index>\d+)\]$")  # ``depths[3]``: one stage of a list, as a spec names it
+
+
+@dataclass(frozen=True)
+class WhereKey:
+    """A ``--where`` key resolved: the config column it reads and, for ``depths[3]``, the list index."""
+
+    key: str  # as given
+    column: str  # config.model.depths
+    index: int | None = None
+
+
+def resolve_where(where: Mapping[str, str], columns_by_study: Mapping[str, Sequence[str]]) -> dict[str, WhereKey]:
+    """Each filter key resolved against the union of the studies' config columns, so one key means one
+    column in every study: ``layout`` is ``config.model.layout`` wherever it is found, or the key is
+    refused as ambiguous, naming the columns and the studies that hold each. A spec's indexed key
+    (``depths[3]``) filters on that element of the list. A key none of the studies has is refused,
+    with some of the keys they have."""
+    union = sorted({c for columns in columns_by_study.values() for c in columns})
+    resolved = {}
+    for key in where:
+        indexed = _INDEXED.match(key)
+        base, index = (indexed["base"], int(indexed["index"])) if indexed else (key, None)
+        try:
+            column = _resolve_config_key(base, union)
+        except ParetoError as error:
+            if "ambiguous" in str(error):
+                matches = [c for c in union if c.rsplit(".", 1)[-1] == base]
+                held = "; ".join(
+                    f"{c} ({', '.join(s for s, cols in columns_by_study.items() if c in cols)})" for c in matches
+                )
+                raise ParetoError(f"filter key {key!r} is ambiguous: {held}; give the whole key") from None
+            known = sorted({c.removeprefix("config.") for c in union})[:12]
+            studies = "these studies" if len(columns_by_study) > 1 else "this study"
+            raise ParetoError(
+                f"unknown filter key {key!r}: no config key of {studies}; e.g. {', '.join(known) or 'none recorded'}"
+            ) from None
+        resolved[key] = WhereKey(key, column, index)
+    return resolved
+
+
 def _matches(series, value: str):
-    as_text = series.map(lambda v: "None" if v is None else str(v))
+    as_text = (series.map(_as_text) == value) | (series.map(str) == value)  # a list also as Python writes it
     try:
         number = float(value)
     except ValueError:
-        return as_text == value
+        return as_text
     numeric = series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
-    return (numeric & (series.where(numeric, np.nan).astype(float) == number)) | (as_text == value)
+    return (numeric & (series.where(numeric, np.nan).astype(float) == number)) | as_text
+
+
+def _as_text(value) -> str:
+    """A config value as a filter compares it: ``None``, ``CCTT``, and a list as the tables show it (``2/2/3/2``)."""
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple)):
+        return "/".join(map(str, value))
+    return str(value)
+
+
+def _element(series, index: int):
+    """Element ``index`` of each list value (None where the value is no list or too short)."""
+    return series.map(lambda v: v[index] if isinstance(v, (list, tuple)) and index < len(v) else None)
 
 
 @dataclass
@@ -149,20 +207,28 @@ class FrontQuery:
     trials: object  # DataFrame: every matching trial (lean: study, number, status, costs, objectives, filters)
     front: object  # DataFrame: the front, best first by the first objective, with its configs
     counts: dict[str, int]  # matching trials by status
+    lacking: dict[str, list[str]] = field(default_factory=dict)  # study -> filter keys it has no column for
 
 
-def _study_outcomes(store: StudyReader, study: str, objectives: Mapping[str, str], where: Mapping[str, str]):
+def _study_outcomes(
+    store: StudyReader,
+    study: str,
+    objectives: Mapping[str, str],
+    keys: Mapping[str, WhereKey],
+    where: Mapping[str, str],
+    lacking: Sequence[str],
+):
     known = store.metric_names(study)
     for metric in objectives:
         if metric not in known:
             raise ParetoError(f"unknown metric {metric!r}; known: {', '.join(known)}")
-    keys = {}
-    if where:
-        columns = store.config_columns(study)
-        keys = {key: _resolve_config_key(key, columns) for key in where}
-    frame = store.outcomes(study, list(objectives), config_keys=sorted(set(keys.values())))
-    for key, value in where.items():
-        frame = frame[_matches(frame[keys[key]], value)]
+    present = sorted({k.column for name, k in keys.items() if name not in lacking})
+    frame = store.outcomes(study, list(objectives), config_keys=present)
+    if lacking:  # a study without a filtered key has no trial that matches it
+        frame = frame.iloc[0:0].assign(**{keys[name].column: [] for name in lacking})
+    for name, value in where.items():
+        column = frame[keys[name].column]
+        frame = frame[_matches(column if keys[name].index is None else _element(column, keys[name].index), value)]
     return frame.assign(study=study)
 
 
@@ -176,23 +242,34 @@ def query_front(
 ) -> FrontQuery:
     """The front of ``objectives`` over the trials of ``studies`` that match ``where``.
 
-    Reads only number, status, costs and the objectives (plus filtered config keys) of every
-    trial; the configs of the front's members are added when ``with_configs``.
+    Reads only number, status and costs and the objectives (plus filtered config keys) of every
+    trial; the configs of the front's members are added when ``with_configs``. The filter keys are
+    resolved once over all the studies (:func:`resolve_where`); a study without a filtered key
+    contributes no trial, and :attr:`FrontQuery.lacking` names it.
     """
-    frames = []
+    studies = list(dict.fromkeys(studies))  # a study named twice is one study, not each trial twice
+    where = dict(where or {})
     for study in studies:
         if not store.study_counts(study).total:
             raise ParetoError(f"study {study!r} has no trials yet")
-        frames.append(_study_outcomes(store, study, objectives, where or {}))
-    trials = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
+    columns_by_study = {study: store.config_columns(study) for study in studies} if where else {}
+    keys = resolve_where(where, columns_by_study) if where else {}
+    lacking = {
+        study: [name for name, key in keys.items() if key.column not in columns_by_study[study]] for study in studies
+    }
+    lacking = {study: names for study, names in lacking.items() if names}
+    frames = [_study_outcomes(store, s, objectives, keys, where, lacking.get(s, [])) for s in studies]
+    kept = [frame for frame in frames if len(frame)] or frames[:1]  # no empty frame in a concat (dtypes)
+    trials = pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0].reset_index(drop=True)
     if trials.empty:
-        raise ParetoError("no trial matches the filters")
+        shown = "; ".join(f"{s} has no {', '.join(names)}" for s, names in lacking.items())
+        raise ParetoError("no trial matches the filters" + (f" ({shown})" if shown else ""))
     trials = trials.assign(on_front=front_mask(trials, objectives))
     front = _sorted_front(trials, objectives)
     if with_configs and len(front):
         front = _attach_configs(store, front)
     counts = trials["status"].value_counts().to_dict()
-    return FrontQuery(trials=trials, front=front, counts={str(k): int(v) for k, v in counts.items()})
+    return FrontQuery(trials=trials, front=front, counts={str(k): int(v) for k, v in counts.items()}, lacking=lacking)
 
 
 def _attach_configs(store: StudyReader, rows):

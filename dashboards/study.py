@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from difflib import get_close_matches
 from importlib.metadata import distributions
 from typing import Any
 
@@ -39,7 +40,7 @@ import pandas as pd
 from dashboards.pareto import hypervolume_progress, parse_objectives, query_front
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
-from trials.errors import ArchsearchError, DataError
+from trials.errors import ArchsearchError, DataError, capped
 from trials.trial_config import TrialConfig, load_trial_config
 
 READER_GROUP = "archsearch.study_readers"  # the entry-point group a store registers its opener in
@@ -49,7 +50,29 @@ __all__ = ["READER_GROUP", "READER_NAME", "DamagedRowsLeftOut", "Study", "StudyN
 
 
 class StudyNotFound(DataError, LookupError):
-    """The store has no study of that name (the message lists the ones it has)."""
+    """The store has no study of that name: a one-line message naming the nearest names it has, then
+    the others (:func:`unknown_study_message`)."""
+
+
+KNOWN_SHOWN = 20  # studies an unknown name's message lists (as the command line's)
+NEAR_SHOWN = 3  # names like the one asked for, offered first
+
+
+def unknown_study_message(name: str, known: Sequence[str]) -> str:
+    """One line, however long the name or however many studies: the names nearest the one asked for
+    first (those it begins, as ``quickstart`` begins ``quickstart-20250101-120000``, then look-alikes),
+    then the studies the store has. Optuna's ``load_study`` takes exact names only, and so does this."""
+    names = [str(k) for k in known]
+    if not names:
+        return f"study {capped(name)!r} not found: the store has no studies yet"
+    near = [k for k in reversed(names) if k.startswith(name) and name] + get_close_matches(name, names, n=NEAR_SHOWN)
+    near = list(dict.fromkeys(near))[:NEAR_SHOWN]
+    hint = f"did you mean {' or '.join(repr(capped(k)) for k in near)}? " if near else ""
+    more = f" and {len(names) - KNOWN_SHOWN} more" if len(names) > KNOWN_SHOWN else ""
+    return (
+        f"study {capped(name)!r} not found (study names are exact); {hint}"
+        f"known studies: {', '.join(capped(k) for k in names[:KNOWN_SHOWN])}{more}"
+    )
 
 
 class DamagedRowsLeftOut(UserWarning):
@@ -88,7 +111,7 @@ def load_study(name: str, store: str | StudyReader | None = None) -> Study:
     try:
         known = reader.study_names()
         if name not in known:
-            raise StudyNotFound(f"study {name!r} not found; known studies: {', '.join(known) or 'none'}")
+            raise StudyNotFound(unknown_study_message(name, known))
     except BaseException:
         if owned:
             _close(reader)

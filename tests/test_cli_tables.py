@@ -43,6 +43,17 @@ def test_pareto_defaults_to_the_studys_objectives_and_shows_every_searched_param
     assert "front of 2 from 4 trials" in result.output
 
 
+def test_the_trials_table_never_hides_a_searched_parameter_the_rows_shown_agree_on(url):
+    """``trials --sort top1 --limit 2``: the two best share ``depths`` (and ``embed_dim`` for the best
+    one alone): both searched, both shown; the spec's fixed ``lr``, the same in every row, is no column."""
+    for args in (["--sort", "top1", "--limit", "2"], ["--sort", "top1", "--limit", "1"], []):
+        result = CliRunner().invoke(main, ["trials", "s", "--store", url, *args])
+        assert result.exit_code == 0, result.output
+        header = result.output.splitlines()[0].split()
+        assert header[2:4] == ["config.model.embed_dim", "config.model.depths"], args
+        assert "config.training.lr" not in header  # fixed by the spec, the same in every row
+
+
 def test_pareto_and_trials_write_the_same_flat_json_shape(url):
     front = json.loads(CliRunner().invoke(main, ["pareto", "s", "--store", url, "--format", "json"]).output)
     trials = json.loads(CliRunner().invoke(main, ["trials", "s", "--store", url, "--format", "json"]).output)

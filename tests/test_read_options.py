@@ -1,9 +1,15 @@
 """Issue 44: read options say what they do or are refused. ``--where`` twice on one key is refused
 (the last one was silently kept); ``--color-by`` an unknown column is refused before anything is
 written (it was ignored while the caption said the figure was coloured by it), and a short name
-(``layout``) resolves as ``--where`` keys do."""
+(``layout``) resolves as ``--where`` keys do.
+
+Issue 45: ``--where`` over several studies resolves each key once over all their configs (the same
+column in every study, or refused as ambiguous); a study without the key matches nothing, said in
+one note; a spec's indexed key (``depths[3]``) filters on that stage."""
 
 from __future__ import annotations
+
+import json
 
 from click.testing import CliRunner
 
@@ -53,3 +59,81 @@ def test_color_by_a_short_name_colours_by_its_config_column(tmp_path):
     assert done.exit_code == 0, done.output
     html = out.read_text()
     assert "coloured by config.model.layout" in html and "layout = CCTT" in html
+
+
+def _two_families(url: str) -> None:
+    """Study ``s`` (CoAtNet-like: layout, per-stage depths) beside ``cait`` (depth and embed_dim, no layout),
+    and ``odd``, whose trials keep a ``layout`` elsewhere in their config (``data.layout``)."""
+    _study(url)
+    with Store.open(url) as store:
+        for name, config in (
+            ("cait", {"model": {"depth": 12, "embed_dim": 192}, "training": {"lr": 1e-3}}),
+            ("odd", {"model": {"depth": 3}, "data": {"layout": "CCTT"}}),
+        ):
+            store.create_study(name, {"name": name}, {"top1": "max", "flops": "min"})
+            store.finish_trial(
+                name, 0, status="completed", config=config, measurement={"flops": 5e5, "params": 10},
+                final={"top1": 99.0},
+            )  # fmt: skip
+            store.set_study_status(name, "completed")
+
+
+def test_where_over_several_studies_filters_each_and_says_which_lack_the_key(store_url):
+    """``pareto A B --where layout=CCTT``: the key resolves over both studies' configs; the study without
+    a layout has no matching trial, said in one note on stderr (stdout stays JSON). SQLite and PostgreSQL."""
+    url = store_url
+    _two_families(url)
+    done = CliRunner().invoke(
+        main, ["pareto", "s", "cait", "--store", url, "--where", "layout=CCTT", "--format", "json"]
+    )
+    assert done.exit_code == 0, done.output
+    rows = json.loads(done.stdout)
+    assert {(r["study"], r["number"]) for r in rows} == {("s", 0), ("s", 2)}  # the CCTT trials; cait's none
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note:")]
+    assert notes == ["note: --where: cait has no layout, so none of its trials match"]
+    table = CliRunner().invoke(main, ["pareto", "s", "cait", "--store", url, "--where", "layout=CCTT"])
+    assert table.exit_code == 0 and "front of 2 from 2 trials (completed 2)" in table.stdout
+    # A key the CaiT study has and the other lacks works the other way round; neither: no match at all.
+    args = ["pareto", "s", "cait", "--store", url, "--format", "json", "--where"]
+    other = CliRunner().invoke(main, [*args, "embed_dim=192"])
+    assert other.exit_code == 0 and "s has no embed_dim" in other.stderr
+    assert [(r["study"], r["number"]) for r in json.loads(other.stdout)] == [("cait", 0)]
+    nothing = CliRunner().invoke(main, ["pareto", "s", "cait", "--store", url, "--where", "embed_dim=7"])
+    assert nothing.exit_code == 2 and "no trial matches the filters (s has no embed_dim)" in nothing.output
+
+
+def test_a_short_key_that_names_different_columns_in_different_studies_is_ambiguous(tmp_path):
+    """``layout`` is ``config.model.layout`` in ``s`` but ``config.data.layout`` in ``odd``: refused, naming
+    both and where each is, never filtered on one in one study and the other in the other."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _two_families(url)
+    done = CliRunner().invoke(main, ["pareto", "s", "odd", "--store", url, "--where", "layout=CCTT"])
+    assert done.exit_code == 2, done.output
+    assert "filter key 'layout' is ambiguous: config.data.layout (odd); config.model.layout (s)" in done.output
+    assert len(done.output.strip().splitlines()) == 1
+    whole = CliRunner().invoke(main, ["pareto", "s", "odd", "--store", url, "--where", "model.layout=CCTT"])
+    assert whole.exit_code == 0, whole.output
+    assert "odd has no model.layout" in whole.stderr and "odd " not in whole.stdout
+
+
+def test_where_takes_a_searched_parameter_as_the_spec_names_it(tmp_path):
+    """``depths[2]=3``: one stage of a list-valued parameter, the spec's own key; a whole list as the
+    table shows it (``1/1/3/1``)."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _study(url)
+    stage = CliRunner().invoke(main, ["pareto", "s", "--store", url, "--where", "depths[2]=3", "--format", "json"])
+    assert stage.exit_code == 0, stage.output
+    assert [r["number"] for r in json.loads(stage.stdout)] == [2]
+    whole = CliRunner().invoke(main, ["pareto", "s", "--store", url, "--where", "depths=1/1/2/1", "--format", "json"])
+    assert whole.exit_code == 0, whole.output
+    assert [r["number"] for r in json.loads(whole.stdout)] == [1]
+    unknown = CliRunner().invoke(main, ["pareto", "s", "--store", url, "--where", "widths[2]=3"])
+    assert unknown.exit_code == 2 and "unknown filter key 'widths[2]'" in unknown.output
+
+
+def test_a_study_named_twice_is_one_study(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _study(url)
+    done = CliRunner().invoke(main, ["pareto", "s", "s", "--store", url, "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert sorted(r["number"] for r in json.loads(done.stdout)) == [0, 1, 2]  # each trial once

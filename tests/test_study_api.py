@@ -125,6 +125,31 @@ def test_load_study_takes_a_url_and_refuses_an_unknown_study_without_writing(tmp
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
+def test_an_unknown_study_is_one_line_offering_the_nearest_names_first(tmp_path):
+    """``load_study("quickstart")`` where a later demo named its study ``quickstart-<date>-<time>``: names
+    are exact (as Optuna's), and the one typed error says which names are near, newest first, then the
+    rest, capped; a 100,000-character name is echoed short."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    names = ["quickstart-20250101-120000", "quickstart-20250102-090000", "tour", *(f"other-{i:02d}" for i in range(30))]
+    with Store.open(url) as store:
+        for name in names:
+            store.create_study(name, {"name": name}, {"top1": "max", "flops": "min"})
+    with pytest.raises(StudyNotFound) as caught:
+        load_study("quickstart", store=url)
+    message = str(caught.value)
+    assert isinstance(caught.value, LookupError) and "\n" not in message
+    assert message.startswith(
+        "study 'quickstart' not found (study names are exact); "
+        "did you mean 'quickstart-20250102-090000' or 'quickstart-20250101-120000'? known studies: "
+    )
+    assert message.endswith(" and 13 more") and len(message) < 700
+    with pytest.raises(StudyNotFound, match=r"did you mean 'tour'\?"):
+        load_study("tuor", store=url)
+    with pytest.raises(StudyNotFound) as long:
+        load_study("x" * 100_000, store=url)
+    assert len(str(long.value)) < 900 and "100,000 characters" in str(long.value)
+
+
 MANUAL_PAGE = ROOT / "docs" / "fronts-and-reports.md"  # the manual's page the README's tour links for Python
 
 

@@ -82,7 +82,8 @@ def studies_command(
 def trials_command(study: str, store_url: str | None, fmt: str, limit: int | None, sort: str | None) -> None:
     """One row per trial of STUDY: number, status, config, params, FLOPs, throughput, final/best metrics.
 
-    The table shows only the config keys that vary across the rows shown; CSV and JSON have all of them.
+    The table shows the searched parameters and whatever other config keys vary across the rows
+    shown; CSV and JSON have all of them.
     With --sort and --limit the ordering and the cut happen in the database, so the top of a
     100,000-trial study comes back at once.
     """
@@ -113,7 +114,11 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
         click.echo(render(rows, fmt, list(frame.columns)))
         return
     config_columns = [c for c in frame.columns if c.startswith("config.")]
-    varying = [c for c in config_columns if frame[c].astype(str).nunique() > 1]
+    # The searched parameters always (the top 3 may agree on a knob: it was still searched), then
+    # whatever else differs between the rows shown; a constant the spec fixed is said once below.
+    searched = searched_config_columns(_spec_mapping(spec), config_columns)
+    differing = [c for c in config_columns if frame[c].astype(str).nunique() > 1]
+    varying = list(dict.fromkeys([*searched, *differing]))
     metric_columns = [c for c in frame.columns if c not in config_columns and c in _METRIC_COLUMNS]
     for row in rows:  # why a trial failed, in a few words (the whole error: --format json)
         error = " ".join(str(row.get("error") or "").split())
@@ -129,6 +134,15 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
         order = f", sorted by {metric} {'descending' if descending else 'ascending'}" if metric else ""
         left_out = f"; {damaged} damaged, left out (see the warnings)" if damaged else ""
         click.echo(printable(f"{len(frame)} of {total} trials{order}{left_out}"))
+
+
+def _spec_mapping(spec: Any) -> dict[str, Any] | None:
+    """The stored spec as a mapping (it may come back as JSON text), None where it is not one."""
+    try:
+        spec = json.loads(spec) if isinstance(spec, str) else spec
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None
 
 
 def _spec_of(spec: Any):
@@ -194,7 +208,14 @@ def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
     default=None,
     help="2 or 3 METRIC:max|min, e.g. top1:max,flops:min (default: the study's own objectives).",
 )
-@click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter by a config value (repeatable).")
+@click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Filter by a config value, e.g. layout=CCTT or depths[3]=2 (repeatable, ANDed; over several studies "
+    "a key names one column in all, and a study without it matches nothing).",
+)
 @store_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def pareto_command(
@@ -215,6 +236,9 @@ def pareto_command(
     differ = compare.differences_line(compare.spec_differences(specs))
     if differ:
         click.echo(printable(f"warning: {differ}"), err=True)
+    if result.lacking:  # one note for every study a filter key left out whole
+        shown = "; ".join(f"{study} has no {', '.join(keys)}" for study, keys in result.lacking.items())
+        click.echo(printable(f"note: --where: {shown}, so none of its trials match"), err=True)
     front = result.front
     front, verified_columns = _with_verified(store_url, front, wanted)
     config_columns = [c for c in front.columns if c.startswith("config.")]
