@@ -134,3 +134,21 @@ def test_a_name_is_reusable_after_a_rename_and_each_study_purges_its_own_results
     purged = archsearch("studies", "--delete", "a", "--yes", "--purge-results")
     assert purged.returncode == 0 and f"removed {results / 'a.2'}" in purged.stdout, purged.stdout + purged.stderr
     assert sorted(os.listdir(results)) == []
+
+
+@pytest.mark.parametrize("entry", ["", "a/b", "../x", ".hidden", "n" * 300])
+def test_a_damaged_recorded_entry_is_refused_and_nothing_is_removed(tmp_path, entry):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    results = tmp_path / "rr"
+    with Store.open(url) as store:
+        store.create_study("a", {"name": "a"}, {"top1": "max"}, experiment="a.2")
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE archsearch_studies SET experiment = :e"), {"e": entry})
+    (_private_dir(results / "a" / "trial_0") / "result.json").write_text("{}")  # someone else's: must stay
+    done = CliRunner().invoke(
+        main, ["studies", "--store", url, "--results-dir", str(results), "--delete", "a", "--yes", "--purge-results"]
+    )
+    assert done.exit_code == 2 and "recorded results entry" in done.output, done.output
+    assert (results / "a" / "trial_0" / "result.json").exists()
+    with Store.open(url, create=False) as store:
+        assert store.study_names() == ["a"]

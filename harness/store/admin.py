@@ -113,13 +113,13 @@ class StudyAdmin(Liveness):
         study_id = self._study_id(name)
         with self.engine.connect() as conn:
             recorded = conn.execute(select(Study.experiment).where(Study.id == study_id)).scalar()
-        return recorded if isinstance(recorded, str) and recorded else name
+        return name if recorded is None else str(recorded)  # '' is damage: refused as a name by the caller
 
     def recorded_experiments(self) -> set[str]:
         """Every results-dir entry a study of this store owns (a new study never takes one of them)."""
         with self.engine.connect() as conn:
             rows = conn.execute(select(Study.name, Study.experiment)).all()
-        return {experiment or name for name, experiment in rows}
+        return {name if experiment is None else experiment for name, experiment in rows}
 
     def delete_study(self, name: str) -> dict[str, int]:
         """Delete the study ``name``: its trials, costs, epochs, verifications and Optuna's rows, all
