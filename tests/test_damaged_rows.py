@@ -149,6 +149,14 @@ TRIAL_FORMS = [
     pytest.param("trials", "config", '{"model": {"depth": 2', "is not JSON", True, True, id="config-not-json"),
     pytest.param("trials", "config", "[1, 2]", "is an array, not a JSON object", True, False, id="config-a-list"),
     pytest.param("trials", "config", "DEEP", "is nested deeper than 32 levels", True, False, id="config-deep"),
+    pytest.param(
+        "trials", "config", '{"model": 7}', "has 'model' as a number, not a JSON object", True, False,
+        id="config-model-a-number",
+    ),
+    pytest.param(
+        "trials", "config", '{"model": {}, "training": "x"}', "has 'training' as a string, not a JSON object",
+        True, False, id="config-section-a-string",
+    ),
     pytest.param("trials", "final", '"top1"', "is a string, not a JSON object", True, False, id="final-a-string"),
     pytest.param(
         "trials",

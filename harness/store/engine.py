@@ -80,6 +80,10 @@ def _read_only_sqlite_url(url):
     return url.set(database=f"file:{quote(str(path))}?{flags}", query={**query, "uri": "true"})
 
 
+def _tolerant_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
 def _make_engine(url, read_only: bool = False) -> Engine:
     if url.get_backend_name() == "sqlite":
         if read_only and url.database and url.database != ":memory:":
@@ -89,6 +93,10 @@ def _make_engine(url, read_only: bool = False) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:
             dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (below)
+            # A text cell that is not UTF-8 (written by hand, or by another tool) is read with its bad
+            # bytes replaced, so one damaged cell is that row's oddity, not a decode error that fails
+            # every read of the study or of the whole store.
+            dbapi_connection.text_factory = _tolerant_text
             cursor = dbapi_connection.cursor()
             if not read_only:  # a reader never changes the file's journal mode
                 cursor.execute("PRAGMA journal_mode=WAL")

@@ -190,8 +190,19 @@ class TrialJSON:
     final: dict[str, Any]
 
 
+CONFIG_SECTIONS = ("model", "data", "training", "measure", "distributed")  # each an object where present
+
+
 def _config(value: Any) -> dict[str, Any]:
-    return {} if value is None else _object(value)
+    """A config object whose sections are objects: ``{"model": 7}`` is damage, said at this seam, not
+    an AttributeError wherever a view reads ``config["model"]`` as a mapping."""
+    if value is None:
+        return {}
+    config = _object(value)
+    for section in CONFIG_SECTIONS:
+        if section in config and not isinstance(config[section], dict):
+            raise _Bad(f"has {section!r} as {_kind(config[section])}, not a JSON object")
+    return config
 
 
 def trial_config(study: str, number: object, raw: Any) -> dict[str, Any]:
@@ -378,11 +389,18 @@ def trial_json_ok(trial: Any, dialect: str, *, numeric_final: Sequence[str] = ()
     functions refuse) is read from that parse."""
     config, final = trial.c.config, trial.c.final
     if dialect == "sqlite":
-        config_ok = and_(_sqlite_valid(config), _sqlite_starts(config, ("{", "n")), _within_depth(config, dialect))
+        valid = _sqlite_valid(config)
+        sections = [
+            func.coalesce(case((valid, func.json_type(config, _sqlite_path([name]))), else_="object"), "object")
+            == "object"
+            for name in CONFIG_SECTIONS
+        ]
+        config_ok = and_(valid, _sqlite_starts(config, ("{", "n")), _within_depth(config, dialect), *sections)
         final_ok = or_(final.is_(None), _sqlite_starts(final, ("{", "n")))
     else:
+        sections = [func.coalesce(_pg_type(config, [name]), "object") == "object" for name in CONFIG_SECTIONS]
         config_ok = and_(
-            func.coalesce(_pg_type(config).in_(("object", "null")), false()), _within_depth(config, dialect)
+            func.coalesce(_pg_type(config).in_(("object", "null")), false()), _within_depth(config, dialect), *sections
         )
         numbers = [func.coalesce(_pg_type(final, [name]), "null").in_(("number", "null")) for name in numeric_final]
         shape = func.coalesce(_pg_type(final).in_(("object", "null")), false())
