@@ -11,6 +11,7 @@ is an internal error, and nothing stored reaches a terminal unescaped."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import warnings
 
 import pytest
@@ -298,3 +299,18 @@ def test_stored_control_characters_are_escaped_in_tables_and_warnings(stores):
 
     rows = json.loads(result.stdout, parse_constant=refuse)
     assert rows[3]["config.model.depth"] == hostile and rows[3]["throughput"] == "inf" and rows[3]["top1"] is None
+
+
+def test_a_text_cell_that_is_not_utf8_is_read_with_its_bad_bytes_replaced_and_hides_nothing(tmp_path):
+    """Adversarial pass D18: one such cell made `studies` fail for the whole store."""
+    url = f"sqlite:///{tmp_path / 'bytes.db'}"
+    with Store.open(url) as store:
+        for name in ("good", "bad"):
+            store.create_study(name, {"name": name}, {"top1": "max", "flops": "min"})
+            store.set_study_status(name, "completed", message="fine")
+    with sqlite3.connect(tmp_path / "bytes.db") as conn:
+        conn.execute("UPDATE archsearch_studies SET status_message = CAST(x'66fffe80' AS TEXT) WHERE name = 'bad'")
+    done = CliRunner().invoke(main, ["studies", "--store", url, "--format", "json"])
+    assert done.exit_code == 0, done.output
+    rows = {row["name"]: row for row in json.loads(done.output)}
+    assert set(rows) == {"good", "bad"} and rows["bad"]["message"].startswith("f\ufffd")
