@@ -6,8 +6,15 @@ previous good file intact, never a truncated one: ``os.replace`` within one dire
 ``os.replace`` swaps out whatever the path names, so every output path is looked at first
 (:func:`check_output`): it must be a regular file or nothing; ``-`` (and a path that is this process's
 standard output, the ``-o /dev/stdout`` idiom) means standard output; it is never the store or any
-other file the command reads; a device, a FIFO, a directory or a symbolic link is refused in one line.
-An existing file keeps its mode.
+other file the command reads (compared by device and inode, and by name where the file is absent, such
+as a store's ``-wal`` before SQLite makes one), nor, for ``-``, a standard output that is one of them
+(``-o - >> store.db``); a path ending in ``/`` names a directory; a device, a FIFO, a directory or a
+symbolic link is refused in one line. An existing file keeps its mode.
+
+Whatever checked a path, :func:`atomic_write` itself never replaces a SQLite database (its 16-byte header
+``SQLite format 3\\0``), a file with a ``-wal``/``-shm`` beside it, or the ``-wal``/``-shm`` of a database:
+a figure or summary whose name collides with the store refuses, and the store stays a store.
+Paths in messages are escaped (:func:`harness.output.printable`).
 """
 
 from __future__ import annotations
@@ -20,11 +27,71 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.output import printable
+from trials.errors import ArchsearchError
+
 STANDARD_OUTPUT = "-"
+SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_SIDE_FILES = ("-wal", "-shm")
 
 
-class OutputRefused(ValueError):
-    """An output path that is not a regular file (or absent), or names a file the command reads."""
+class OutputRefused(ArchsearchError, ValueError):
+    """An output path that is not a regular file (or absent), or names a file the command reads.
+    An :class:`ArchsearchError` (exit 2, one line) wherever it surfaces."""
+
+    exit_code = 2
+
+
+def _shown(path: str | Path) -> str:
+    return printable(str(path))
+
+
+def _same_file(path: str | Path, other: str | Path) -> bool:
+    """``path`` and ``other`` are one file: the same (device, inode), or, where either is absent, the
+    same name once links in their folders are resolved."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return os.path.realpath(path) == os.path.realpath(other)
+
+
+def standard_output_is(reads: Iterable[str | Path]) -> str | Path | None:
+    """The file of ``reads`` that this process's standard output (file descriptor 1) is, if any (the
+    ``>> store.db`` redirection): compared by (device, inode)."""
+    try:
+        out = os.fstat(1)
+    except OSError:
+        return None
+    if not stat.S_ISREG(out.st_mode):
+        return None
+    for read in reads:
+        with contextlib.suppress(OSError):
+            info = os.stat(read)
+            if (info.st_dev, info.st_ino) == (out.st_dev, out.st_ino):
+                return read
+    return None
+
+
+def _is_sqlite_database(path: str | Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def database_in_the_way(path: str | Path) -> str | None:
+    """Why replacing ``path`` would damage a SQLite database (None when it would not): it is one, it
+    has a ``-wal``/``-shm`` beside it, or it is the ``-wal``/``-shm`` of one."""
+    name = str(path)
+    if os.path.isfile(name) and _is_sqlite_database(name):
+        return "is a SQLite database (a store?)"
+    for side in SQLITE_SIDE_FILES:
+        if os.path.lexists(name + side):
+            return f"has a SQLite {side} file beside it (a store?)"
+        if name.endswith(side) and _is_sqlite_database(name[: -len(side)]):
+            return f"is the {side} file of the SQLite database {_shown(name[: -len(side)])}"
+    return None
 
 
 def _default_mode() -> int:
@@ -48,22 +115,31 @@ def check_output(path: str | Path, *, reads: Iterable[str | Path] = (), option: 
     ``reads``: files the command reads (the SQLite store, a spec); the output may be none of them.
     Raises :class:`OutputRefused` naming ``option`` and the path.
     """
+    reads = list(reads)
+    shown = _shown(path)
     if str(path) == STANDARD_OUTPUT or _is_standard_output(path):
+        read = standard_output_is(reads)
+        if read is not None:
+            raise OutputRefused(
+                f"{option} {shown}: standard output is {_shown(read)}, which this command reads; write elsewhere"
+            )
         return None
+    text = str(path)
+    if not text or text.endswith(os.sep) or os.path.basename(text) in (".", ".."):
+        raise OutputRefused(f"{option} {shown}: names a directory; give a file path, or - for standard output")
     target = Path(path)
     if os.path.islink(target):
-        raise OutputRefused(f"{option} {path}: is a symbolic link; give the file itself, or - for standard output")
+        raise OutputRefused(f"{option} {shown}: is a symbolic link; give the file itself, or - for standard output")
+    for read in reads:  # by (device, inode), or by name where absent (a store's -wal before SQLite makes one)
+        if _same_file(target, read):
+            raise OutputRefused(f"{option} {shown}: is {_shown(read)}, which this command reads; write elsewhere")
     try:
         mode = os.stat(target).st_mode
     except OSError:  # nothing there (or no way there: the write says why, as it always did)
         return target
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise OutputRefused(f"{option} {path}: is {kind}; give a file path, or - for standard output")
-    for read in reads:
-        with contextlib.suppress(OSError):
-            if os.path.samefile(target, read):
-                raise OutputRefused(f"{option} {path}: is {read}, which this command reads; write elsewhere")
+        raise OutputRefused(f"{option} {shown}: is {kind}; give a file path, or - for standard output")
     return target
 
 
@@ -71,9 +147,10 @@ def check_output_dir(path: str | Path, *, option: str) -> Path:
     """An output directory: a directory or nothing (created later), never a file, a device or a link."""
     target = Path(path)
     if os.path.islink(target):
-        raise OutputRefused(f"{option} {path}: is a symbolic link; give the directory itself")
+        raise OutputRefused(f"{option} {_shown(path)}: is a symbolic link; give the directory itself")
     if os.path.lexists(target) and not target.is_dir():
-        raise OutputRefused(f"{option} {path}: is not a directory")
+        kind = "is a file" if target.is_file() else "is not a directory"
+        raise OutputRefused(f"{option} {_shown(path)}: {kind}; give a directory path")
     return target
 
 
@@ -89,8 +166,12 @@ def write_output(path: Path | None, data: bytes | str, encoding: str = "utf-8") 
 
 def atomic_write(path: str | Path, data: bytes | str, encoding: str = "utf-8") -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename (an
-    existing file keeps its mode)."""
+    existing file keeps its mode). Never replaces a SQLite database or its ``-wal``/``-shm``
+    (:func:`database_in_the_way`): :class:`OutputRefused` instead, nothing written."""
     path = Path(path)
+    in_the_way = database_in_the_way(path)
+    if in_the_way is not None:
+        raise OutputRefused(f"{_shown(path)}: {in_the_way}; not overwritten, write elsewhere")
     payload = data.encode(encoding) if isinstance(data, str) else data
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.isfile(path) else _default_mode()

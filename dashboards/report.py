@@ -569,9 +569,10 @@ def write_report(
     if color_by is not None:  # before anything is created: an unknown column is the user's error
         columns = sorted({c for name in studies for c in store.config_columns(name)})
         color_by = resolve_color_by(color_by, columns)
+    if not objectives:  # each study's own, read now: a damaged column fails before any folder is created
+        for name in studies:
+            store.objectives(name)
     out = Path(out_path) if out_path is not None else None  # None: standard output
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
     png_path = Path(png_dir) if png_dir is not None else None
     if png_path is not None:
         png_path.mkdir(parents=True, exist_ok=True)
@@ -589,4 +590,6 @@ def write_report(
         objectives=shown,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
+    if out is not None:  # created once the report is whole: a refused report leaves no folder behind
+        out.parent.mkdir(parents=True, exist_ok=True)
     return write_output(out, html)  # a failure leaves the previous report intact

@@ -150,3 +150,137 @@ def test_json_output_is_strict_and_stored_control_characters_never_reach_a_termi
         shown = CliRunner().invoke(main, [*args, "--store", store_url]).output
         assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown
     assert "\\x1b]0;pwned\\x07" in CliRunner().invoke(main, ["studies", "--store", store_url]).output
+
+
+# --- Outputs never land on the store's files, whatever they are named; refusals are one line (issue 44 pass 2)
+
+
+def _error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_the_stores_absent_wal_and_shm_are_refused_by_name(tmp_path, store_url, command):
+    for side in ("-wal", "-shm"):
+        path = tmp_path / f"store.db{side}"
+        path.unlink(missing_ok=True)  # the store is closed: SQLite has none now, and makes one when it opens
+        result = CliRunner().invoke(main, COMMANDS[command](str(path), store_url))
+        assert result.exit_code == 2 and "which this command reads" in result.output, result.output
+        assert not path.exists()
+
+
+def test_atomic_write_never_replaces_a_sqlite_database_or_its_side_files(tmp_path, store_url):
+    from dashboards.files import OutputRefused, atomic_write
+
+    db = tmp_path / "store.db"
+    before = _digest(db)
+    renamed = tmp_path / "s.runs.csv"  # a store named as a reproduction's runs table
+    renamed.write_bytes(db.read_bytes())
+    plain = tmp_path / "plain.csv"
+    plain.write_text("old")
+    (tmp_path / "plain.csv-wal").write_text("a log")
+    for path in (db, renamed, tmp_path / "store.db-wal", tmp_path / "store.db-shm", plain):
+        with pytest.raises(OutputRefused):
+            atomic_write(path, "x,y\n")
+    assert _digest(db) == before and renamed.read_bytes()[:16] == b"SQLite format 3\0" and plain.read_text() == "old"
+    assert not (tmp_path / "store.db-wal").exists()
+    atomic_write(tmp_path / "fresh.csv", "x\n")  # anything else is written as before
+    assert (tmp_path / "fresh.csv").read_text() == "x\n"
+
+
+def test_a_figure_the_report_writes_is_never_the_store(tmp_path, store_url):
+    png = tmp_path / "png"
+    png.mkdir()
+    store = png / "s-pareto.png"  # the name the report gives study s's Pareto figure
+    (tmp_path / "store.db").rename(store)
+    before = _digest(store)
+    url = f"sqlite:///{store}"
+    out = str(tmp_path / "r.html")
+    result = CliRunner().invoke(main, ["report", "s", "-o", out, "--png", str(png), "--store", url])
+    assert result.exit_code == 2 and len(_error_lines(result.output)) == 1, result.output
+    assert _digest(store) == before and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_standard_output_redirected_into_the_store_is_refused(tmp_path, store_url, command):
+    db = tmp_path / "store.db"
+    before = _digest(db)
+    for spelling in ("-", "/dev/stdout"):
+        with open(db, "ab") as appended:  # archsearch ... -o - >> store.db
+            done = subprocess.run(
+                [EXE, *COMMANDS[command](spelling, store_url)], stdout=appended, stderr=subprocess.PIPE, text=True,
+                cwd=tmp_path, timeout=300,
+            )  # fmt: skip
+        assert done.returncode == 2 and len(_error_lines(done.stderr)) == 1, done.stderr
+        assert "standard output is" in done.stderr
+    with open(db, "ab") as appended:  # any command: what it prints would go into the store
+        done = subprocess.run([EXE, "trials", "s", "--store", store_url], stdout=appended, stderr=subprocess.PIPE,
+                              text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2 and "standard output is the store" in done.stderr
+    assert _digest(db) == before
+
+
+def test_echoed_output_paths_are_escaped(tmp_path, store_url):
+    out = tmp_path / "nl\nx\x1b]0;T\x07.yaml"
+    result = CliRunner().invoke(main, COMMANDS["export"](str(out), store_url))
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if "written to" in line]
+    assert len(said) == 1 and "\\n" in said[0] and "\\x1b]0;T\\x07" in said[0]
+    assert "\x1b" not in result.output and "\x07" not in result.output
+
+
+def test_wrong_kinds_of_output_paths_are_refused_in_one_line(tmp_path, store_url):
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    a_file = tmp_path / "file"
+    a_file.write_text("keep")
+    for args in (
+        ["export", "s", "0", "-o", str(directory)],
+        ["report", "s", "-o", str(tmp_path / "r.html"), "--png", str(a_file)],
+        ["report", "s", "-o", str(tmp_path / "r.html"), "--png", "/dev/stdout"],
+        ["reproduce", "cait-depth", "--report-only", "--output", str(a_file)],
+    ):
+        result = CliRunner().invoke(main, [*args, "--store", store_url])
+        assert result.exit_code == 2, (args, result.output)
+        lines = _error_lines(result.output)
+        assert len(lines) == 1 and lines[0].startswith("Error:") and "Usage:" not in result.output, result.output
+    assert a_file.read_text() == "keep" and not (tmp_path / "r.html").exists()
+
+
+def test_a_trailing_slash_names_a_directory(tmp_path, store_url):
+    result = CliRunner().invoke(main, COMMANDS["export"](str(tmp_path / "newx.yaml") + "/", store_url))
+    assert result.exit_code == 2 and "names a directory" in result.output, result.output
+    assert not (tmp_path / "newx.yaml").exists()
+
+
+def test_the_report_is_never_one_of_its_own_figures(tmp_path, store_url):
+    png = tmp_path / "png"
+    png.mkdir()
+    figure = png / "s-pareto.png"
+    figure.write_bytes(b"\x89PNG an earlier figure")
+    result = CliRunner().invoke(main, ["report", "s", "-o", str(figure), "--png", str(png), "--store", store_url])
+    assert result.exit_code == 2 and len(_error_lines(result.output)) == 1 and "--png" in result.output
+    assert figure.read_bytes() == b"\x89PNG an earlier figure"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_a_full_standard_output_fails_in_one_line(store_url, fmt):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([EXE, "trials", "s", "--format", fmt, "--store", store_url], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert _error_lines(done.stderr) == ["Error: cannot write to standard output: No space left on device"]
+
+
+def test_a_refused_report_creates_no_directory(tmp_path, store_url):
+    from sqlalchemy import update
+
+    from harness.store.schema import Study
+
+    with Store.open(store_url) as store, store.engine.begin() as conn:
+        conn.execute(update(Study).where(Study.name == "s").values(objectives="not json"))
+    out, png = tmp_path / "newparent" / "x.html", tmp_path / "newpng"
+    result = CliRunner().invoke(main, ["report", "s", "-o", str(out), "--png", str(png), "--store", store_url])
+    assert result.exit_code == 2 and len(_error_lines(result.output)) == 1, result.output
+    assert not out.parent.exists() and not png.exists()

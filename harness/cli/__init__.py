@@ -9,7 +9,11 @@ message naming the offending value.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import signal
+import sys
 import threading
 
 import click
@@ -50,6 +54,39 @@ def _catch_signals():
     return signal.signal(signal.SIGTERM, _raise_terminated), signal.signal(signal.SIGINT, _raise_interrupt)
 
 
+def _standard_output_failed(error: BaseException) -> bool:
+    """``error`` is a write to standard output that failed (``> /dev/full``, a pipe closed early):
+    an OSError raised where a stream that is standard output was written or flushed (``click.echo``'s
+    ``file``, a renderer's ``sys.stdout``), so every command's output fails the same one way."""
+    if not isinstance(error, OSError) or error.__traceback__ is None:
+        return False
+    innermost = error.__traceback__
+    while innermost.tb_next is not None:
+        innermost = innermost.tb_next
+    names = innermost.tb_frame.f_locals
+    streams = [names.get("file"), names.get("stream"), names.get("self")]
+    return any(_is_standard_output(stream) for stream in streams if stream is not None)
+
+
+def _is_standard_output(stream) -> bool:
+    if stream is sys.stdout or stream is sys.__stdout__:
+        return True
+    try:
+        return callable(getattr(stream, "write", None)) and stream.fileno() == 1
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+
+
+def _silence_standard_output() -> None:
+    """Point a failed standard output at /dev/null, so that what is still buffered is not flushed into
+    the failure again at exit ("Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        if sys.stdout.fileno() == 1:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.close(null)
+
+
 class _Commands(click.Group):
     """The command group; a Ctrl-C that reaches a command (its own handlers not installed yet, or a
     command without any: verify, report) ends it with one line and exit 130, not click's "Aborted!"
@@ -73,6 +110,10 @@ class _Commands(click.Group):
             click.echo(one_line(f"Error: {error}"), err=True)
             ctx.exit(error.exit_code)
         except Exception as error:  # anything else is a bug: say so, keep the traceback off the screen
+            if _standard_output_failed(error):  # a full disk, a closed pipe: the place, not a bug
+                click.echo(one_line(f"Error: cannot write to standard output: {error.strerror or error}"), err=True)
+                _silence_standard_output()
+                ctx.exit(2)
             if _RECEIVED:  # a stop that surfaced as another error (an import cut short by Ctrl-C)
                 name = ctx.invoked_subcommand or "archsearch"
                 received = _RECEIVED[-1]

@@ -80,7 +80,7 @@ def exported_config(
 @click.command("export")
 @click.argument("study")
 @click.argument("number", type=int)
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="Trial YAML to write.")
+@click.option("-o", "--output", "output", required=True, help="Trial YAML to write (- for standard output).")
 @click.option(
     "--epochs",
     type=click.IntRange(min=1),
@@ -92,7 +92,6 @@ def exported_config(
     "--weights",
     "weights",
     default=None,
-    type=click.Path(dir_okay=False),
     help="Also write the trial's final model weights here (its kept checkpoint); the YAML starts from them.",
 )
 @click.option(
@@ -187,19 +186,20 @@ def export_command(
         try:
             atomic_write(weights_target, initial[0])
         except OSError as error:
-            raise UsageError(f"cannot write {weights}: {error.strerror or error}") from None
+            raise UsageError(printable(f"cannot write {weights}: {error.strerror or error}")) from None
     try:
         path = write_output(target, text)
     except OSError as error:
-        raise UsageError(f"cannot write {output}: {error.strerror or error}") from None
+        raise UsageError(printable(f"cannot write {output}: {error.strerror or error}")) from None
     if status == TrialStatus.INFEASIBLE:
         click.echo(
             f"warning: trial {number} was infeasible (never trained; it breaks the study's constraints)", err=True
         )
-    where = "standard output" if path is None else str(path)  # the note goes to stderr then: stdout is the YAML
+    # The note goes to stderr when standard output is the YAML.
+    where = "standard output" if path is None else printable(str(path))
     said = f"trial {number} of study {study} written to {where}" + (f" ({cost})" if cost else "")
     if initial is not None:
-        said += f"; its final weights (epoch {initial[1]}) to {weights_target}"
+        said += f"; its final weights (epoch {initial[1]}) to {printable(str(weights_target))}"
     click.echo(said, err=path is None)
 
 
@@ -210,9 +210,13 @@ def _weights_output(weights: str | None, yaml_target: Path | None, reads: list) 
         return None
     target = check_output(weights, reads=reads, option="--weights")
     if target is None:
-        raise OutputRefused(f"--weights {weights}: the weights are binary; give a file path, not standard output")
+        raise OutputRefused(
+            f"--weights {printable(weights)}: the weights are binary; give a file path, not standard output"
+        )
     if yaml_target is not None and os.path.abspath(target) == os.path.abspath(yaml_target):
-        raise OutputRefused(f"--weights {weights}: is the --output file too; give the weights a file of their own")
+        raise OutputRefused(
+            f"--weights {printable(weights)}: is the --output file too; give the weights a file of their own"
+        )
     return target
 
 

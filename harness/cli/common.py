@@ -20,9 +20,17 @@ store_package = lazy_import("harness.store")  # SQLAlchemy: only for the command
 
 
 class UsageError(click.ClickException):
-    """A one-line error about the user's input; exit code 2 (like click's own usage errors)."""
+    """A one-line error about the user's input; exit code 2 (like click's own usage errors).
+
+    One line, whatever it quotes: the message is cut to its first line and MAX_ERROR_LINE characters
+    (a 100,000-character name or path must not come back whole) and its control characters escaped
+    (a study name or a path holding a terminal escape must not reach the terminal): here, once, for
+    every message a command raises, not at each place a value is quoted."""
 
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(one_line(str(message))))
 
 
 MAX_ERROR_LINE = 600  # characters: an error is one readable line, whatever value it quotes
@@ -75,8 +83,24 @@ def check_utf8_arguments(arguments: list[str] | None = None) -> None:
             raise UsageError(f"'{shown}' is not valid UTF-8 (Ray cannot take it): rename it or pass another") from None
 
 
+def refuse_store_as_standard_output(url: str | None) -> None:
+    """A one-line usage error where this process's standard output (file descriptor 1) is one of the
+    store's files (``archsearch trials S >> store.db``), compared by (device, inode)."""
+    from dashboards.files import standard_output_is
+
+    try:
+        store_file = standard_output_is(store_package.sqlite_files(store_package.resolve_store_url(url)))
+    except store_package.StoreError:  # a bad URL: opening the store says so
+        return
+    if store_file is not None:
+        raise UsageError(printable(f"standard output is the store's file {store_file}; send it elsewhere"))
+
+
 def open_store(url: str | None, *, create: bool, read_only: bool = False):
-    """The store at ``url`` (or the default), or a one-line usage error naming what is wrong with it."""
+    """The store at ``url`` (or the default), or a one-line usage error naming what is wrong with it;
+    refused, before it is opened, where standard output is one of its files (``>> store.db``): what the
+    command prints would be written into the store."""
+    refuse_store_as_standard_output(url)
     try:
         return store_package.Store.open(url, create=create, read_only=read_only)
     except store_package.StoreError as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -277,11 +278,11 @@ def _with_verified(store_url: str | None, front, objectives: dict[str, str]):
 
 @click.command("report")
 @click.argument("studies", nargs=-1, required=True)
-@click.option("-o", "--output", "output", default="report.html", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--objectives", default=None, help="METRIC:max|min,... (default: each study's own objectives).")
 @click.option(
-    "--png", "png_dir", default=None, type=click.Path(file_okay=False), help="Also write the figures here, as PNGs."
+    "-o", "--output", "output", default="report.html", show_default=True, help="HTML file (- for standard output)."
 )
+@click.option("--objectives", default=None, help="METRIC:max|min,... (default: each study's own objectives).")
+@click.option("--png", "png_dir", default=None, help="Also write the figures here, as PNGs.")
 @click.option("--color-by", default=None, help="Config key to colour the Pareto scatter by (e.g. config.model.layout).")
 @click.option("--static", is_flag=True, help="PNG figures and no script in the page (smaller; no hover).")
 @store_option
@@ -303,6 +304,7 @@ def report_command(
         target = check_output(output, reads=store_files, option="--output")
         if png_dir is not None:
             check_output_dir(png_dir, option="--png")
+            _clear_of_figures(png_dir, output, target, store_files)
         with open_store(store_url, create=False, read_only=True) as store:
             for study in studies:
                 store.study(study)  # unknown study: a one-line error before any work
@@ -318,6 +320,27 @@ def report_command(
         else:
             reason = error.strerror or str(error)
         target = error.filename if isinstance(error.filename, str) and error.filename else output
-        raise UsageError(f"cannot write the report to {output}: {target}: {reason}") from None
+        raise UsageError(printable(f"cannot write the report to {output}: {target}: {reason}")) from None
     if path is not None:  # written to standard output: nothing else goes there
-        click.echo(f"report written to {Path(path).resolve()}")
+        click.echo(f"report written to {printable(str(Path(path).resolve()))}")
+
+
+def _clear_of_figures(png_dir: str, output: str, target: Path | None, store_files: list) -> None:
+    """Neither the report (``-o``) nor the store is a file ``--png`` may write: a ``.png`` name in
+    the --png directory is the figures' (``<study>-<figure>.png``, ``studies-pareto.png``)."""
+
+    def in_png_dir(path) -> bool:
+        return Path(path).suffix.lower() == ".png" and os.path.realpath(os.path.dirname(os.path.abspath(path))) == (
+            os.path.realpath(png_dir)
+        )
+
+    if target is not None and in_png_dir(target):
+        raise OutputRefused(
+            f"--output {printable(output)}: a .png in the --png directory, where the figures go; write elsewhere"
+        )
+    for read in store_files:
+        if in_png_dir(read) and os.path.lexists(read):
+            raise OutputRefused(
+                f"--png {printable(png_dir)}: holds the store {printable(str(read))} under a figure's .png name; "
+                "give another directory"
+            )

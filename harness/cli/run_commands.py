@@ -20,6 +20,7 @@ from harness.cli.common import (
     one_line,
     open_store,
     records,
+    refuse_store_as_standard_output,
     store_option,
 )
 from harness.output import printable, render
@@ -92,6 +93,7 @@ def search_command(
                 check_study_name(spec.name, "name")
         # A bad URL fails here, before Ray starts; an absent store is created only once the search's
         # checks pass (a refused search creates nothing).
+        refuse_store_as_standard_output(url)
         store = store_package.Store.open_existing(url) if resume_study is None else open_store(url, create=False)
         if store is not None:
             with store:
@@ -169,7 +171,7 @@ def search_command(
 )
 @click.option("--dataset", default="mnist5k", show_default=True, help="mnist5k, synthetic, digits, cifar10, ...")
 @click.option("--data-dir", default=None)
-@click.option("--output", default="reproductions", show_default=True, type=click.Path(file_okay=False))
+@click.option("--output", default="reproductions", show_default=True, help="Directory the summaries go to.")
 @click.option("--margin", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Margin of '~' and '>=' claims, in the metric's units (default: the protocol's).")  # fmt: skip
 @click.option("--large-margin", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -245,11 +247,12 @@ def reproduce_command(
     except (ConfigError, store_package.StoreError, ValueError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
     for path in written:
-        click.echo(f"wrote {os.path.relpath(path)}")
+        click.echo(f"wrote {printable(os.path.relpath(path))}")
 
 
 def _existing_store(url: str):
     """The store at ``url``, or None where there is none yet but one could be created (one line otherwise)."""
+    refuse_store_as_standard_output(url)
     try:
         return store_package.Store.open_existing(url)
     except store_package.StoreError as error:
