@@ -35,12 +35,14 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from trials.configio import ConfigError
+from trials.configio import MAX_INTEGER, MAX_SEED, ConfigError, is_int, shown_int
 from trials.models.config import CONFIG_CLASSES
+from trials.trial_config import MAX_EPOCHS, MAX_WORKERS
 
 OBJECTIVE_METRICS = (
     "top1",
@@ -56,6 +58,13 @@ OBJECTIVE_METRICS = (
 COST_METRICS = ("flops", "params")  # known before training, from the closed-form cost model
 TRAINING_FIELDS = ("epochs", "steps", "lr", "min_lr", "weight_decay", "warmup_epochs", "grad_clip", "label_smoothing")
 _INDEXED = re.compile(r"^(?P<field>depths|dims)\[(?P<index>\d)\]$")
+# The integer bound rule (trials.configio): every integer of a spec fits a signed 64-bit integer, a seed
+# is below 2**32 (numpy's RandomState under Optuna's samplers), and every budget is at most its
+# documented maximum; the free-form training/data/measure sections get the trial config's limits
+# (epochs <= 100,000, steps <= 10^9, ...) when the spec's trial configs are validated.
+MAX_TRIALS = 10**6  # search.n_trials (and what counts trials: initial_spread, warm_start.top, a plateau's window)
+MAX_CONCURRENCY = 10_000  # search.concurrency: trials at a time
+MAX_RETRIES = 100  # search.retries: of one failed trial
 _CONSTRAINT = re.compile(r"^\s*(?P<metric>[a-z_0-9]+)\s*(?P<op><=|>=|<|>)\s*(?P<bound>[-+0-9.eE_]+)\s*$")
 
 
@@ -63,6 +72,22 @@ class _Strict(BaseModel):
     # allow_inf_nan=False: the one rule that every float of a spec is finite (``.inf`` and ``.nan`` are
     # YAML floats: ``cpus: .inf`` once overflowed inside Ray, ``reduction_factor: .inf`` pruned every trial).
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _integers_fit(cls, value: Any, info: ValidationInfo) -> Any:
+        # The integer bound rule, for every field of the schema: a signed 64-bit integer at most
+        # (a domain's bounds, a choice, a fixed value; the bounded fields say their own limit).
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if is_int(item) and not -MAX_INTEGER - 1 <= item <= MAX_INTEGER:
+                raise ValueError(f"must fit a signed 64-bit integer (at most 2**63 - 1), got {shown_int(item)}")
+            if isinstance(item, (list, tuple)):
+                stack.extend(item)
+        # the free-form sections (training, data, measure, variants) are mappings: the trial config's
+        # rule names the key there (training.epochs: must be at most 100,000)
+        return value
 
 
 class IntDomain(_Strict):
@@ -166,7 +191,7 @@ class EarlyStopping(_Strict):
     ``single`` is Ray Tune's ASHA on ``metric`` alone, which prunes the cheap end of a front."""
 
     metric: str = "top1"
-    grace_period: int = Field(1, ge=1)
+    grace_period: int = Field(1, ge=1, le=MAX_EPOCHS)
     reduction_factor: float = Field(3.0, gt=1)
     mode: Literal["pareto", "single"] | None = None
 
@@ -182,7 +207,7 @@ class Resources(_Strict):
 
     cpus: float = Field(1.0, gt=0)
     gpus: float = Field(0.0, ge=0)
-    workers: int = Field(1, ge=1)
+    workers: int = Field(1, ge=1, le=MAX_WORKERS)
 
     @field_validator("gpus")
     @classmethod
@@ -212,7 +237,7 @@ class HypervolumePlateau(_Strict):
     """End the study when the front stops moving: the hypervolume gained less than ``min_gain``
     (a fraction) over the last ``window`` completed trials (see harness.search.stop.rules)."""
 
-    window: int = Field(50, ge=1)
+    window: int = Field(50, ge=1, le=MAX_TRIALS)
     min_gain: float = Field(0.001, ge=0, allow_inf_nan=False)
 
 
@@ -229,7 +254,7 @@ class WarmStart(_Strict):
 
     study: str = Field(min_length=1)
     store: str | None = None  # default: the store this search writes to
-    top: int = Field(0, ge=0)
+    top: int = Field(0, ge=0, le=MAX_TRIALS)
     reuse_results: bool = False  # an identical trial config (data, budget, seed): copy, do not retrain
 
 
@@ -251,18 +276,18 @@ class Track(_Strict):
 
 class SearchSettings(_Strict):
     sampler: Literal["tpe", "nsga2", "random", "grid"] = "tpe"
-    n_trials: int = Field(8, ge=1)
-    concurrency: int = Field(1, ge=1)
-    seed: int = 0
+    n_trials: int = Field(8, ge=1, le=MAX_TRIALS)
+    concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY)
+    seed: int = Field(0, ge=0, le=MAX_SEED)  # Optuna's samplers seed numpy's RandomState: 0..2**32 - 1
     resources: Resources = Resources()
     early_stopping: EarlyStopping | None = None
-    retries: int = Field(1, ge=0)
+    retries: int = Field(1, ge=0, le=MAX_RETRIES)
     stop: StopRules = StopRules()
     warm_start: WarmStart | None = None
     # the first K trials at evenly spaced quantiles of the priced cost objective
     # (harness.search.propose.initial_design);
     # None: 8 where it pays (a priced objective, 32 trials or more, no grid or warm start), else none
-    initial_spread: int | None = Field(None, ge=0)
+    initial_spread: int | None = Field(None, ge=0, le=MAX_TRIALS)
     # re-measure the front alone at the end (archsearch verify, on a whole GPU of the cluster);
     # None: on when trials are packed (0 < resources.gpus < 1: their in-trial throughput was timed
     # beside their neighbours'), off otherwise. Read it as ``verifies_front``.
@@ -280,7 +305,7 @@ class SearchSettings(_Strict):
     # once at least ``checkpoint_every`` epochs and ``checkpoint_min_interval_s`` seconds have passed
     # since its last one (or its start): short epochs need not write one each. A retried trial
     # resumes from its last checkpoint. The defaults write one every epoch.
-    checkpoint_every: int = Field(1, ge=1)
+    checkpoint_every: int = Field(1, ge=1, le=MAX_EPOCHS)
     checkpoint_min_interval_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     # The store is archsearch's record; a team that follows its runs in MLflow or TensorBoard gets
     # them there too, without a second logging path: Ray Tune's MLflow and TensorBoard callbacks.
@@ -329,6 +354,17 @@ class SearchSpec(_Strict):
                 for k, v in value.items()
             }
         return value
+
+    @field_validator("params")
+    @classmethod
+    def _seeds_are_seeds(cls, params: dict[str, Any]) -> dict[str, Any]:
+        # a searched or fixed ``seed`` is the trial's seed: 0..2**32 - 1, as search.seed
+        domain = params.get("seed")
+        values = domain.int if isinstance(domain, IntDomain) else domain.candidates() if domain is not None else ()
+        for value in values:
+            if not (is_int(value) and 0 <= value <= MAX_SEED):
+                raise ValueError(f"seed: a trial's seed is an integer in 0..{MAX_SEED:,} (2**32 - 1), got {value!r}")
+        return params
 
     @field_validator("objectives")
     @classmethod

@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import ValidationError
 
 from trials.configio import ConfigError
+from trials.errors import capped
 from trials.trial_config import load_trial_config, read_yaml
 
 from .sampling import MAX_GRID_POINTS, build_trial_config, cost_violations, grid_points, grid_size
@@ -125,22 +126,28 @@ def check_data_dir(data: Any, *, search: bool = True) -> None:
     so a wrong path is the user's one-line error (exit 2), not a failed trial."""
     if data.data_dir is None or data.download:
         return
-    path = Path(data.data_dir).expanduser()
-    if not path.is_dir():
+    try:
+        path = Path(data.data_dir).expanduser()
+        is_dir = path.is_dir()
+        splits = {split: (path / split).is_dir() for split in ("train", "val")} if is_dir else {}
+    except (OSError, RuntimeError) as error:  # a name too long (ENAMETOOLONG), a loop, ~nobody: the user's path
+        why = getattr(error, "strerror", None) or error
+        raise ConfigError("data.data_dir", f"cannot look at {capped(data.data_dir)} ({why})") from None
+    if not is_dir:
         what = "does not exist" if not os.path.lexists(path) else "is not a directory (a file, a FIFO, a device?)"
         raise ConfigError(
             "data.data_dir",
-            f"{data.data_dir} {what} on this machine"
+            f"{capped(data.data_dir)} {what} on this machine"
             + (" (with --address, workers check it themselves)" if search else ""),
         )
     if data.name == "imagefolder":  # both splits before anything is dispatched, not after 3 failed trials
-        if not (path / "train").is_dir():
-            raise ConfigError("data.data_dir", f"{path} has no train/ folder (train/<class>/<image> files)")
-        if data.val_fraction == 0 and not (path / "val").is_dir():
+        if not splits["train"]:
+            raise ConfigError("data.data_dir", f"{capped(path)} has no train/ folder (train/<class>/<image> files)")
+        if data.val_fraction == 0 and not splits["val"]:
             raise ConfigError(
                 "data.data_dir",
-                f"{path} has no val/ folder: add val/<class>/<image> files, or set data.val_fraction (e.g. 0.1) "
-                "to hold out part of train/",
+                f"{capped(path)} has no val/ folder: add val/<class>/<image> files, or set data.val_fraction "
+                "(e.g. 0.1) to hold out part of train/",
             )
 
 

@@ -278,3 +278,48 @@ def test_reproduce_from_a_store_with_a_run_counted_twice_exits_2_with_one_line(t
         line,
     ), line
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("bad", ["99999999999999999999999999", "4294967296", "9" * 5000])
+def test_a_seed_beyond_a_trials_seed_is_refused_naming_the_line_not_an_overflow(tmp_path, bad):
+    lines = _lines(GENERALISATION)
+    k = _row(lines, _counted)
+    message = _refused(tmp_path, GENERALISATION, _set(lines, k, "seed", bad))
+    assert message.startswith(f"line {k + 1}: seed ") and "is not a whole number >= 0" in message, message
+    assert "4,294,967,295" in message and len(message) < 600
+
+
+def test_a_huge_whole_number_in_another_column_is_no_overflow(tmp_path):
+    lines = _lines(GENERALISATION)
+    k = _row(lines, _counted)
+    message = _refused(tmp_path, GENERALISATION, _set(lines, k, "number", "99999999999999999999999999"))
+    assert message.startswith(f"line {k + 1}: number ") and "is not a trial number" in message, message
+
+
+def test_an_unknown_variant_is_refused_from_the_protocol_alone(tmp_path):
+    """recompute(path, protocol) with no variant list: the registry's protocol knows the study's variants."""
+    lines = _lines(GENERALISATION)
+    k = _row(lines, _counted)
+    message = _refused(tmp_path, GENERALISATION, _set(lines, k, "variant", "d99-unknown"))
+    assert message.startswith(f"line {k + 1}: variant 'd99-unknown' is not one of the study's ("), message
+
+
+def test_an_unknown_variant_is_echoed_capped_and_escaped(tmp_path):
+    lines = _lines(GENERALISATION)
+    k = _row(lines, _counted)
+    name = "\x1b]0;owned\x07" + "v" * 100_000
+    message = _refused(tmp_path, GENERALISATION, _set(lines, k, "variant", name))
+    assert message.startswith(f"line {k + 1}: variant ") and "is not one of the study's" in message
+    assert "\x1b" not in message and "\x07" not in message and len(message) < 600, message[:700]
+
+
+def test_the_store_path_refuses_a_variant_the_study_does_not_have(tmp_path):
+    (run,) = plan("cait-class-attention", "tiny", 3, (), "synthetic", None)
+    assert set(run.protocol.variants) == set(run.spec["variants"])
+    trials = [(v, s, 80.0 + s) for s in range(3) for v in run.spec["variants"]]
+    trials.append(("d99-unknown", 0, 99.0))
+    url = _store_with(tmp_path, "c", run.spec, trials)
+    with Store.open(url, create=False) as store:
+        runs, metric, _ = run_table(store, "c", run.protocol)
+    with pytest.raises(DataError, match=r"variant 'd99-unknown' is not one of the study's"):
+        summarize_runs(runs, run.protocol, metric=metric)

@@ -15,9 +15,17 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from trials.errors import ArchsearchError, cut_at_word
+from trials.errors import ArchsearchError, capped, cut_at_word
 
 T = TypeVar("T")
+
+# The one bound rule for integers, beside the finite-number rule: every integer of a spec or a trial
+# config fits what consumes it. Any integer is a signed 64-bit one (torch, numpy and the store's SQL
+# columns hold no more); a seed is below 2**32 (numpy's RandomState, under Optuna's samplers and
+# ``np.random.seed``, takes no more); a budget or a size is at most its documented maximum (the
+# ``MAX_*`` constants beside each field). Refused at load naming the key and the limit, exit 2.
+MAX_INTEGER = 2**63 - 1
+MAX_SEED = 2**32 - 1
 
 
 class ConfigError(ArchsearchError, ValueError):
@@ -90,14 +98,18 @@ def from_mapping(cls: type[T], data: Any, path: str = "") -> T:
             value = tuple(value)
         values[f.name] = value
     try:
-        return cls(**values)
+        built = cls(**values)
     except ConfigError as error:
         raise error.under(path) from None
+    for name, value in values.items():  # a field with a documented maximum named it above
+        require_fits(value, _join(path, name))
+    return built
 
 
 def _require_finite(value: Any, path: str) -> None:
     """The one rule for numbers in a config: every float is finite (``.inf`` and ``.nan`` are YAML
-    floats that every per-key range check would otherwise have to remember)."""
+    floats that every per-key range check would otherwise have to remember). Every integer fits in
+    64 bits (:func:`require_fits`), checked once the fields' own limits have spoken."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(path, f"must be a finite number, got {value!r}")
     if isinstance(value, (list, tuple)):
@@ -138,3 +150,37 @@ def is_number(value: Any) -> bool:
 
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def shown_int(value: Any) -> str:
+    """A value as an error line repeats it: capped, never 10,000 digits (nor Python's refusal to
+    write an integer of more than 4,300)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "an integer of over 4,300 digits"
+    return capped(text, 40) if is_int(value) else capped(text)
+
+
+def require_fits(value: Any, path: str) -> None:
+    """An integer is a signed 64-bit one (:data:`MAX_INTEGER`), else a ConfigError at ``path``."""
+    if is_int(value) and not -MAX_INTEGER - 1 <= value <= MAX_INTEGER:
+        raise ConfigError(path, f"must fit a signed 64-bit integer (at most 2**63 - 1), got {shown_int(value)}")
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            require_fits(item, f"{path}[{index}]")
+
+
+def require_int_in(value: Any, field: str, low: int, high: int, message: str) -> None:
+    """``value`` is an integer in ``low..high``, else a ConfigError at ``field``: ``message`` (what it
+    must be, e.g. ``must be a positive integer``) for a value that is no integer or below ``low``; the
+    documented limit for one above ``high``."""
+    if not (is_int(value) and value >= low):
+        raise ConfigError(field, f"{message}, got {shown_int(value)}")
+    if value > high:
+        raise ConfigError(field, f"must be at most {high:,}, got {shown_int(value)}")
+
+
+def require_seed(value: Any, field: str) -> None:
+    """A seed: an integer in 0..2**32 - 1 (:data:`MAX_SEED`, what numpy's RandomState takes)."""
+    require_int_in(value, field, 0, MAX_SEED, f"must be an integer in 0..{MAX_SEED:,} (2**32 - 1)")

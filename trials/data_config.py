@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .configio import ConfigError, from_mapping, is_int, is_number, require
+from .configio import ConfigError, from_mapping, is_int, is_number, require, require_int_in, require_seed
 
 DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
 IN_MEMORY_DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100")
@@ -41,6 +41,11 @@ MAX_RANDAUGMENT_MAGNITUDE = 30
 # trains at). Flagged in the epoch record, the search's progress line and the report; kept here,
 # torch-free, so the driver and the dashboards read the same threshold as the trial.
 DATA_STARVED_FRACTION = 0.2
+# Sizes, bounded (the integer bound rule of trials.configio): images in a split, in a batch, on a side.
+MAX_DATASET_SIZE = 10**9
+MAX_BATCH_SIZE = 2**20
+MAX_IMAGE_SIZE = 8192
+MAX_LOADER_PROCESSES = 1024
 
 
 def is_data_starved(data_wait_fraction: float | None) -> bool:
@@ -57,13 +62,13 @@ def _check_bool(name: str, value: Any) -> None:
     require(isinstance(value, bool), name, f"must be true or false, got {value!r}")
 
 
-def _check_optional_int(name: str, value: Any, minimum: int) -> None:
+def _check_optional_int(name: str, value: Any, minimum: int, maximum: int) -> None:
     if value is not None:
-        require(is_int(value) and value >= minimum, name, f"must be an integer >= {minimum} or null, got {value!r}")
+        require_int_in(value, name, minimum, maximum, f"must be an integer >= {minimum} or null")
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    require(is_int(value) and value >= minimum, name, f"must be an integer >= {minimum}, got {value!r}")
+def _check_int(name: str, value: Any, minimum: int, maximum: int) -> None:
+    require_int_in(value, name, minimum, maximum, f"must be an integer >= {minimum}")
 
 
 @dataclass(frozen=True)
@@ -149,22 +154,21 @@ class DataConfig:
         require(self.name in DATASETS, "name", f"unknown dataset {self.name!r}; valid names are {', '.join(DATASETS)}")
         self._check_location()
         if self.image_size is not None:
-            _check_int("image_size", self.image_size, 8)
+            _check_int("image_size", self.image_size, 8, MAX_IMAGE_SIZE)
         if self.name == "synthetic":
-            ok = is_int(self.num_classes) and 2 <= self.num_classes <= MAX_CLASSES
-            require(
-                ok, "num_classes", f"must be an integer in 2..{MAX_CLASSES} for synthetic, got {self.num_classes!r}"
+            require_int_in(
+                self.num_classes, "num_classes", 2, MAX_CLASSES, f"must be an integer in 2..{MAX_CLASSES} for synthetic"
             )
-        _check_int("train_size", self.train_size, 1)
-        _check_int("val_size", self.val_size, 1)
+        _check_int("train_size", self.train_size, 1, MAX_DATASET_SIZE)
+        _check_int("val_size", self.val_size, 1, MAX_DATASET_SIZE)
         ok = is_number(self.val_fraction) and 0.0 <= self.val_fraction < 1.0
         require(
             ok, "val_fraction", f"must be a number in [0, 1) (0: use the official split), got {self.val_fraction!r}"
         )
-        require(is_int(self.seed), "seed", f"must be an integer, got {self.seed!r}")
-        _check_int("batch_size", self.batch_size, 1)
-        _check_optional_int("eval_batch_size", self.eval_batch_size, 1)
-        _check_optional_int("num_workers", self.num_workers, 0)
+        require_seed(self.seed, "seed")
+        _check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
+        _check_optional_int("eval_batch_size", self.eval_batch_size, 1, MAX_BATCH_SIZE)
+        _check_optional_int("num_workers", self.num_workers, 0, MAX_LOADER_PROCESSES)
         if self.device_resident is not None:
             _check_bool("device_resident", self.device_resident)
         if self.gpu_decode is not None:

@@ -16,13 +16,31 @@ from typing import Any, Literal
 
 import yaml
 
-from .configio import ConfigError, check_fields, from_mapping, is_int, is_number, require, to_mapping
-from .data_config import DataConfig
+from .configio import (
+    ConfigError,
+    check_fields,
+    from_mapping,
+    is_int,
+    is_number,
+    require,
+    require_int_in,
+    require_seed,
+    to_mapping,
+)
+from .data_config import MAX_BATCH_SIZE, DataConfig
+from .errors import capped
 from .models.build import resolve_config
 from .models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
 from .yaml_bounds import YamlDuplicateKey, YamlTooLarge, safe_load_bounded
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+
+# Budgets, bounded (the integer bound rule of trials.configio): a trial that asks for more would train
+# until it is killed. 100,000 epochs and 10^9 optimiser steps are far beyond any study's.
+MAX_EPOCHS = 100_000
+MAX_STEPS = 10**9
+MAX_MEASURE_REPEATS = 10_000  # measure.repeats and measure.warmup: timed calls
+MAX_WORKERS = 1024  # distributed.workers: processes of one trial
 
 
 @dataclass(frozen=True)
@@ -62,9 +80,9 @@ class TrainingConfig:
     recalibrate_batchnorm: bool = False
 
     def __post_init__(self) -> None:
-        require(is_int(self.epochs) and self.epochs >= 1, "epochs", f"must be a positive integer, got {self.epochs!r}")
+        require_int_in(self.epochs, "epochs", 1, MAX_EPOCHS, "must be a positive integer")
         if self.steps is not None:
-            require(is_int(self.steps) and self.steps >= 1, "steps", f"must be a positive integer, got {self.steps!r}")
+            require_int_in(self.steps, "steps", 1, MAX_STEPS, "must be a positive integer")
         require(is_number(self.lr) and self.lr > 0, "lr", f"must be > 0, got {self.lr!r}")
         require(is_number(self.min_lr) and self.min_lr >= 0, "min_lr", f"must be >= 0, got {self.min_lr!r}")
         require(
@@ -78,11 +96,7 @@ class TrainingConfig:
             f"must be >= 0, got {self.warmup_epochs!r}",
         )
         if self.warmup_steps is not None:
-            require(
-                is_int(self.warmup_steps) and self.warmup_steps >= 0,
-                "warmup_steps",
-                f"must be a non-negative integer, got {self.warmup_steps!r}",
-            )
+            require_int_in(self.warmup_steps, "warmup_steps", 0, MAX_STEPS, "must be a non-negative integer")
         if self.steps is None:
             require(
                 self.warmup_epochs <= self.epochs,
@@ -123,10 +137,12 @@ class TrainingConfig:
             f"must be true or false, got {self.recalibrate_batchnorm!r}",
         )
         if self.divergence_check_every is not None:
-            require(
-                is_int(self.divergence_check_every) and self.divergence_check_every >= 1,
+            require_int_in(
+                self.divergence_check_every,
                 "divergence_check_every",
-                f"must be a positive integer or null, got {self.divergence_check_every!r}",
+                1,
+                MAX_STEPS,
+                "must be a positive integer or null",
             )
         require(
             is_number(self.label_smoothing) and 0 <= self.label_smoothing < 1,
@@ -156,9 +172,10 @@ class MeasureConfig:
             value = getattr(self, name)
             if value is None and name == "batch_size":
                 continue
-            require(is_int(value) and value >= 1, name, f"must be a positive integer, got {value!r}")
+            high = MAX_MEASURE_REPEATS if name == "repeats" else MAX_BATCH_SIZE
+            require_int_in(value, name, 1, high, "must be a positive integer")
         if self.warmup is not None:
-            require(is_int(self.warmup) and self.warmup >= 0, "warmup", f"must be >= 0, got {self.warmup!r}")
+            require_int_in(self.warmup, "warmup", 0, MAX_MEASURE_REPEATS, "must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -174,11 +191,7 @@ class DistributedConfig:
     backend: Literal["auto", "nccl", "gloo"] = "auto"
 
     def __post_init__(self) -> None:
-        require(
-            is_int(self.workers) and self.workers >= 1,
-            "workers",
-            f"must be a positive integer, got {self.workers!r}",
-        )
+        require_int_in(self.workers, "workers", 1, MAX_WORKERS, "must be a positive integer")
         require(
             self.backend in ("auto", "nccl", "gloo"), "backend", f"must be auto, nccl or gloo; got {self.backend!r}"
         )
@@ -233,7 +246,7 @@ class TrialConfig:
 
     def __post_init__(self) -> None:
         require(isinstance(self.model, (CaiTConfig, CoAtNetConfig)), "model", "must be a model config")
-        require(is_int(self.seed) and self.seed >= 0, "seed", f"must be a non-negative integer, got {self.seed!r}")
+        require_seed(self.seed, "seed")
         require(
             self.precision in ("auto", "fp32", "bf16", "fp16"),
             "precision",
@@ -334,18 +347,25 @@ def read_yaml(path: str | Path) -> Any:
     """``yaml.safe_load`` a file, with one-line errors for a missing, oversized, binary or non-UTF-8
     file and for YAML syntax errors (line and column)."""
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError("", f"{path} is a directory, not a YAML config file")
-    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
-        raise ConfigError("", f"{path} is not a regular file (a FIFO, a device?); a config is a YAML text file")
-    if not path.is_file():
-        raise ConfigError("", f"config file not found: {path}")
-    size = path.stat().st_size
+    try:
+        is_dir, exists, is_file = path.is_dir(), path.exists(), path.is_file()
+        size = path.stat().st_size if is_file else 0
+    except OSError as error:  # a name too long (ENAMETOOLONG), a loop of links, ...: the user's path
+        raise ConfigError("", f"{capped(path)}: cannot look at the config file ({error.strerror or error})") from None
+    if is_dir:
+        raise ConfigError("", f"{capped(path)} is a directory, not a YAML config file")
+    if exists and not is_file:  # a FIFO or a device would block or never end
+        raise ConfigError("", f"{capped(path)} is not a regular file (a FIFO, a device?); a config is a YAML text file")
+    if not is_file:
+        raise ConfigError("", f"config file not found: {capped(path)}")
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(
             "", f"{path}: {size:,} bytes is too large for a YAML config (at most {MAX_CONFIG_BYTES:,}); wrong file?"
         )
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ConfigError("", f"{capped(path)}: cannot read the config file ({error.strerror or error})") from None
     if b"\x00" in raw:
         raise ConfigError("", f"{path}: not a text file (it contains NUL bytes); a config is a YAML text file")
     try:

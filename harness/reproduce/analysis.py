@@ -14,9 +14,11 @@ import numpy as np
 import pandas as pd
 
 from dashboards.stats import FailureComparison, assess, difference, failure_rates, holm, mean_ci
+from harness.output import printable
 from harness.reproduce.studies import FAILED_LOSS_FRACTION, PAPER_CLAIMS, Protocol
+from trials.configio import MAX_INTEGER, MAX_SEED
 from trials.data_config import NUM_CLASSES
-from trials.errors import DataError
+from trials.errors import DataError, capped, cut_at_word
 from trials.status import TrialStatus
 
 
@@ -143,9 +145,7 @@ LARGEST_VALUE = 1e150
 _ACCURACIES = ("top1", "test_top1")  # a completed run's, where given: finite, in [0, 100]
 
 
-def run_table(
-    store, study: str | list[str], protocol: str | Protocol
-) -> tuple[pd.DataFrame, str, float | None]:
+def run_table(store, study: str | list[str], protocol: str | Protocol) -> tuple[pd.DataFrame, str, float | None]:
     """(runs, metric in words, level): one row per run of the study, the number its verdicts compare.
 
     Columns: ``variant``, ``seed``, ``status`` (the store's: completed, diverged, failed, ...),
@@ -274,24 +274,28 @@ def check_runs(
         if not variant:
             raise DataError(f"{where}: the variant is empty")
         if variants is not None and variant not in variants:
-            raise DataError(f"{where}: variant {variant!r} is not one of the study's ({', '.join(sorted(variants))})")
+            known = cut_at_word(", ".join(sorted(variants)), 200)
+            raise DataError(f"{where}: variant {_shown(variant)} is not one of the study's ({known})")
         seed = _whole(cells["seed"][i])
-        if seed is None or seed < 0:
-            shown = _text(cells["seed"][i])
-            raise DataError(f"{where}: seed {shown!r} for variant {variant} is not a whole number >= 0")
-        run = f"variant {variant} seed {seed}"
+        if seed is None or not 0 <= seed <= MAX_SEED:
+            raise DataError(
+                f"{where}: seed {_shown(_text(cells['seed'][i]))} for variant {printable(capped(variant))} is not a "
+                f"whole number >= 0 and at most {MAX_SEED:,} (2**32 - 1, a trial's seed)"
+            )
+        run = f"variant {printable(capped(variant))} seed {seed}"
         status = _text(cells["status"][i])
         if status not in statuses:
-            raise DataError(f"{where}: status {status!r} for {run} is not a trial status ({', '.join(statuses)})")
+            raise DataError(f"{where}: status {_shown(status)} for {run} is not a trial status ({', '.join(statuses)})")
         reason = _text(cells["left_out"][i])
         if reason and reason not in LEFT_OUT_REASONS:
             raise DataError(
-                f"{where}: left_out {reason!r} for {run} is not a reason a run is left out "
+                f"{where}: left_out {_shown(reason)} for {run} is not a reason a run is left out "
                 f"({', '.join(map(repr, LEFT_OUT_REASONS))}, or empty)"
             )
         if reason and status != TrialStatus.COMPLETED:
             raise DataError(
-                f"{where}: left_out {reason!r} for {run}, a run that is {status}: only a completed run is left out"
+                f"{where}: left_out {_shown(reason)} for {run}, a run that is {status}: "
+                "only a completed run is left out"
             )
         counted = status == TrialStatus.COMPLETED and not reason
         _check_value(where, run, cells["value"][i], counted, status, reason, (low, high))
@@ -299,10 +303,13 @@ def check_runs(
             shown = _text(cells[column][i])
             number = _number(cells[column][i])
             if shown and number is None:
-                raise DataError(f"{where}: {column} {shown!r} for {run} is not a number")
+                raise DataError(f"{where}: {column} {_shown(shown)} for {run} is not a number")
+            whole = _whole(cells[column][i]) if column == "number" and shown else 0
+            if whole is None or not 0 <= whole <= MAX_INTEGER:
+                raise DataError(f"{where}: number {_shown(shown)} for {run} is not a trial number (whole, >= 0)")
             completed_top1 = column in _ACCURACIES and status == TrialStatus.COMPLETED and shown
             if completed_top1 and not (math.isfinite(number) and 0.0 <= number <= 100.0):
-                raise DataError(f"{where}: {column} {shown!r} for {run} is not a top-1 in [0, 100]")
+                raise DataError(f"{where}: {column} {_shown(shown)} for {run} is not a top-1 in [0, 100]")
         if counted:
             if (variant, seed) in counted_at:
                 raise DataError(
@@ -320,6 +327,11 @@ def check_runs(
             trial_at[trial] = i
 
 
+def _shown(text: str) -> str:
+    """A cell as an error line repeats it: quoted, capped and with control characters escaped (repr)."""
+    return repr(capped(text))
+
+
 def _check_value(
     where: str, run: str, cell: Any, counted: bool, status: str, reason: str, metric_range: tuple[float, float]
 ) -> None:
@@ -329,7 +341,7 @@ def _check_value(
         if shown:
             why = f"left out ({reason})" if reason else status
             raise DataError(
-                f"{where}: value {shown!r} for {run}, a run that is {why}: only a counted run has a value "
+                f"{where}: value {_shown(shown)} for {run}, a run that is {why}: only a counted run has a value "
                 "(leave it empty)"
             )
         return
@@ -340,14 +352,16 @@ def _check_value(
         )
     number = _number(cell)
     if number is None:
-        raise DataError(f"{where}: value {shown!r} for {run} is not a number")
+        raise DataError(f"{where}: value {_shown(shown)} for {run} is not a number")
     if not math.isfinite(number):
-        raise DataError(f"{where}: value {shown!r} for {run} is not finite")
+        raise DataError(f"{where}: value {_shown(shown)} for {run} is not finite")
     low, high = metric_range
     if not low <= number <= high:
-        raise DataError(f"{where}: value {shown!r} for {run} is outside the metric's range [{low:g}, {high:g}]")
+        raise DataError(f"{where}: value {_shown(shown)} for {run} is outside the metric's range [{low:g}, {high:g}]")
     if abs(number) > LARGEST_VALUE:
-        raise DataError(f"{where}: value {shown!r} for {run} is too large to compute with (above {LARGEST_VALUE:g})")
+        raise DataError(
+            f"{where}: value {_shown(shown)} for {run} is too large to compute with (above {LARGEST_VALUE:g})"
+        )
 
 
 def _row_labels(runs: pd.DataFrame) -> list[str]:
@@ -398,7 +412,9 @@ def _whole(cell: Any) -> int | None:
     if isinstance(cell, (float, np.floating)):
         return int(cell) if math.isfinite(cell) and float(cell).is_integer() else None
     text = _text(cell)
-    return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
+    if re.fullmatch(r"[+-]?[0-9]{1,100}", text):  # more digits than any bound: not worth Python's int
+        return int(text)
+    return MAX_INTEGER + 1 if re.fullmatch(r"[+][0-9]+|[0-9]+", text) else None
 
 
 def summarize_runs(
@@ -420,7 +436,8 @@ def summarize_runs(
     """
     pre = protocol if isinstance(protocol, Protocol) else None
     kind = pre.kind if pre else protocol
-    check_runs(runs, kind)  # before any verdict: a table that cannot be trusted decides nothing
+    # before any verdict: a table that cannot be trusted decides nothing (a variant the study never ran included)
+    check_runs(runs, kind, variants=pre.variants if pre is not None and pre.variants else None)
     if pre is not None:
         claims = list(pre.claims) if claims is None else claims
     numbers = numbers if numbers is not None else StudyNumbers()

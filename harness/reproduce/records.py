@@ -8,7 +8,8 @@ metrics) and ``<name>.verdicts.json`` (a list, one entry per claim: ``claim``, `
 protocol, so a reader (or a test) can check every committed verdict without the store that made it.
 The file is validated before any verdict (:func:`read_runs`, :func:`harness.reproduce.analysis.check_runs`):
 a value that is not a finite number in the metric's range on a counted run, a value on a run that
-is not counted, a seed counted twice, an unknown status, a missing column or a bad first line is
+is not counted, a seed counted twice or above 2**32 - 1, a variant the study does not have, an unknown
+status, a missing column or a bad first line is
 refused with a :class:`trials.errors.DataError` naming the file, the line, the column and the value.
 Floats are written with 17 significant digits (a double's round trip): a recomputation gives the
 same digits.
@@ -30,6 +31,7 @@ import pandas as pd
 from dashboards.files import atomic_write
 from harness.reproduce.analysis import REQUIRED_COLUMNS, check_runs, summarize_runs
 from harness.reproduce.studies import Protocol
+from trials.configio import MAX_INTEGER
 from trials.errors import DataError
 
 RUNS_SUFFIX = ".runs.csv"
@@ -84,8 +86,8 @@ def read_runs(
     """(runs, metric in words) from a runs file, validated first (:func:`check_runs`): a file that is
     not a runs file, or a row no verdict may use, is refused with a :class:`DataError` naming the file,
     its line (the metric line is line 1, the header line 2), the column and the value. ``protocol``
-    (or its kind as a word) sets the metric's range (without it: at least 0); ``variants``, where
-    given, are the only variant names allowed."""
+    (or its kind as a word) sets the metric's range (without it: at least 0); ``variants`` (by default
+    the protocol's, :attr:`Protocol.variants`), where known, are the only variant names allowed."""
     name = str(path)
     try:
         with open(path, encoding="utf-8", newline="") as handle:
@@ -124,6 +126,8 @@ def read_runs(
             raise DataError(f"{name} line {line}: {len(row)} fields where the header has {len(header)}")
     text = pd.DataFrame({column: [row[k] for row in rows] for k, column in enumerate(header)}, dtype=object)
     kind = protocol.kind if isinstance(protocol, Protocol) else protocol
+    if variants is None and isinstance(protocol, Protocol) and protocol.variants:
+        variants = protocol.variants  # the study's own: a variant it never ran decides nothing
     check_runs(text, kind, source=name, labels=[f"line {line}" for line in lines], variants=variants)
     runs = pd.DataFrame({column: _typed(column, text[column].tolist()) for column in header})
     return runs, first[len(f"# {METRIC_KEY}: ") :].strip()
@@ -138,7 +142,7 @@ def _typed(column: str, cells: list[str]) -> pd.Series:
     cells = [cell.strip() for cell in cells]
     if column in TEXT_COLUMNS:
         return pd.Series(cells, dtype=object)
-    if cells and all(re.fullmatch(r"[+-]?[0-9]+", cell) for cell in cells):
+    if cells and all(re.fullmatch(r"[+-]?[0-9]{1,19}", cell) and abs(int(cell)) <= MAX_INTEGER for cell in cells):
         return pd.Series([int(cell) for cell in cells], dtype="int64")
     try:
         return pd.Series([float(cell) if cell else math.nan for cell in cells], dtype=float)

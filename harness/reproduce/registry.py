@@ -90,7 +90,15 @@ def plan(
         raise ValueError(f"unknown study {study!r}; use one of {', '.join(STUDIES)}")
     runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir)
     runs = [studies.select_variants(run, tuple(only)) for run in runs]
-    return [replace(run, protocol=replace(run.protocol, recipe=_recipe_or_none(run.spec))) for run in runs]
+    return [
+        replace(
+            run,
+            protocol=replace(
+                run.protocol, recipe=_recipe_or_none(run.spec), variants=tuple(run.spec.get("variants") or ())
+            ),
+        )
+        for run in runs
+    ]
 
 
 def _recipe_or_none(spec: dict[str, Any]) -> dict[str, Any]:

@@ -183,6 +183,9 @@ class Protocol:
     # The training recipe as it runs (every value a trial's config resolves to, defaults included):
     # filled from the study's spec by the registry (:mod:`harness.reproduce.registry`).
     recipe: dict[str, Any] = field(default_factory=dict)
+    # Every variant the study runs (its spec's, after ``--only``): filled by the registry, and the only
+    # names a runs file or the store's runs table may hold (empty: not known, nothing checked).
+    variants: tuple[str, ...] = ()
 
     def seeds_of(self, variant: str) -> int:
         """How many seeds ``variant`` runs (seeds 0..n-1)."""
@@ -251,6 +254,7 @@ class Protocol:
         out = asdict(self)
         out["claims"] = [" ".join(c) for c in self.claims]
         out["only"] = list(self.only)
+        out["variants"] = list(self.variants)
         out["claims_run"] = [" ".join(c) for c in self.claims_run]
         return out
 

@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 
 from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, is_uri
+from trials.errors import capped
 
 MAX_EXPERIMENT_CANDIDATES = 100  # <name>, <name>.2, ... <name>.100: then the plain name's refusal stands
 
@@ -138,12 +139,13 @@ def check_storage_root(storage_path: str) -> list[Path]:
     missing = [p for p in [root, *root.absolute().parents] if not os.path.lexists(p)][::-1]
     try:
         root.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
+        usable = root.is_dir() and os.access(root, os.W_OK | os.X_OK)
+    except OSError as error:  # a name too long (ENAMETOOLONG), a read-only file system, ...
         remove_created(missing)
-        raise SearchError("--results-dir", f"{root}: cannot create it ({error.strerror or error})") from None
-    if not root.is_dir() or not os.access(root, os.W_OK | os.X_OK):
+        raise SearchError("--results-dir", f"{capped(root)}: cannot create it ({error.strerror or error})") from None
+    if not usable:
         remove_created(missing)
-        raise SearchError("--results-dir", f"{root}: not a directory this user can write")
+        raise SearchError("--results-dir", f"{capped(root)}: not a directory this user can write")
     return missing
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
+from trials.errors import capped
+
 from .admin import StudyAdmin
 from .engine import Migrations, _first_line, _make_engine, schema_revisions
 from .errors import NoStore, StoreDriverError, StoreError
@@ -151,11 +153,16 @@ def check_creatable(url: str) -> None:
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
         return
+    masked = capped(mask_url(url))
     directory = Path(parsed.database).parent
-    if not directory.is_dir():
-        raise StoreError(f"cannot create the store at {mask_url(url)}: {directory} is not a directory")
+    try:
+        is_dir = directory.is_dir()
+    except OSError as error:  # a name too long (ENAMETOOLONG), a loop of links: the user's path
+        raise StoreError(f"--store {masked}: cannot look at {capped(directory)} ({error.strerror or error})") from None
+    if not is_dir:
+        raise StoreError(f"cannot create the store at {masked}: {capped(directory)} is not a directory")
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise StoreError(f"cannot create the store at {mask_url(url)}: {directory} is not writable by this user")
+        raise StoreError(f"cannot create the store at {masked}: {capped(directory)} is not writable by this user")
 
 
 def _check_sqlite_path(path: str | None, masked: str, create: bool) -> None:
@@ -169,12 +176,18 @@ def _check_sqlite_path(path: str | None, masked: str, create: bool) -> None:
             "other connections would each see an empty one; give a file (sqlite:///PATH)"
         )
     file = Path(path)
-    if file.is_dir():
+    try:
+        is_dir, exists, is_file = file.is_dir(), file.exists(), file.is_file()
+        rooted = not file.is_absolute() and Path("/", path).exists()
+    except OSError as error:  # a name too long (ENAMETOOLONG), a loop of links: the user's path
+        raise StoreError(f"--store {capped(masked)}: cannot look at the file ({error.strerror or error})") from None
+    masked, path = capped(masked), capped(path)
+    if is_dir:
         raise StoreError(f"no store at {masked}: {path} is a directory, not a SQLite file")
-    if file.exists() and not file.is_file():
+    if exists and not is_file:
         raise StoreError(f"no store at {masked}: {path} is not a regular file (a FIFO, a device?)")
-    if not create and not file.exists():
+    if not create and not exists:
         hint = ""
-        if not file.is_absolute() and Path("/", path).exists():
+        if rooted:
             hint = f"; {path} is relative to this directory, and /{path} exists: an absolute path takes four slashes"
         raise NoStore(f"no store at {masked}: the file does not exist (nothing has been recorded there){hint}")
