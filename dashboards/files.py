@@ -14,7 +14,7 @@ symbolic link is refused in one line. An existing file keeps its mode.
 Whatever checked a path, :func:`atomic_write` itself never replaces a SQLite database (its 16-byte header
 ``SQLite format 3\\0``), a file with a ``-wal``/``-shm`` beside it, or the ``-wal``/``-shm`` of a database:
 a figure or summary whose name collides with the store refuses, and the store stays a store.
-Paths in messages are escaped (:func:`harness.output.printable`).
+Paths in messages are escaped (:func:`trials.errors.printable`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.output import printable
-from trials.errors import ArchsearchError
+from trials.errors import ArchsearchError, printable
 
 STANDARD_OUTPUT = "-"
 SQLITE_HEADER = b"SQLite format 3\x00"

@@ -21,6 +21,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from trials.errors import printable  # the renderers escape cells with it; commands import it from here
+
 FORMATS = ("table", "json", "csv")
 NUMBER_KINDS = ("count", "compact", "real")
 COUNT_COLUMNS = ("params", "flops")  # a column named so (or ``*.params``, ``*.flops``) holds counts
@@ -62,13 +64,6 @@ def _compact(value: float) -> str:
 def column_kind(column: str) -> str:
     """How a table shows a column's numbers: ``count`` for parameters and FLOPs, else ``real``."""
     return "count" if column.rsplit(".", 1)[-1] in COUNT_COLUMNS else "real"
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character as its escape: safe to print to a terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _cell(value: Any, kind: str = "real") -> str:

@@ -183,7 +183,10 @@ def _with(changes: dict) -> dict:
             "search.early_stopping.metric: 'flops' is not reported every epoch",
         ),
         (_with({"data.batch_size": -3}), "data.batch_size: must be an integer >= 1, got -3"),
-        (_with({"data.name": "cifar10", "data.data_dir": "/no/such/dir"}), "data.data_dir: /no/such/dir is not a"),
+        (
+            _with({"data.name": "cifar10", "data.data_dir": "/no/such/dir"}),
+            "data.data_dir: /no/such/dir does not exist",
+        ),
         (_with({"measure.repeats": 0}), "measure.repeats: must be a positive integer, got 0"),
     ],
     ids=[

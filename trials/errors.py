@@ -63,3 +63,11 @@ def capped(value: object, limit: int = ECHO_LIMIT) -> str:
     """
     text = str(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character as its escape: safe to print to a terminal (a
+    study name or a path holding a terminal escape sequence is shown, never obeyed)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

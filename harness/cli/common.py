@@ -12,6 +12,7 @@ import traceback
 
 import click
 
+from dashboards.files import standard_output_is
 from harness.output import printable
 from trials.errors import cut_at_word
 from trials.lazy import lazy_import
@@ -86,8 +87,6 @@ def check_utf8_arguments(arguments: list[str] | None = None) -> None:
 def refuse_store_as_standard_output(url: str | None) -> None:
     """A one-line usage error where this process's standard output (file descriptor 1) is one of the
     store's files (``archsearch trials S >> store.db``), compared by (device, inode)."""
-    from dashboards.files import standard_output_is
-
     try:
         store_file = standard_output_is(store_package.sqlite_files(store_package.resolve_store_url(url)))
     except store_package.StoreError:  # a bad URL: opening the store says so
