@@ -89,3 +89,15 @@ def test_a_search_asking_more_cpus_per_trial_than_this_process_may_use_is_refuse
     )  # fmt: skip
     _one_line(done, "search.resources.workers:", "but the Ray cluster has")
     assert not (tmp_path / "s.db").exists() and not (tmp_path / "rr").exists()
+
+
+def test_a_key_that_looks_like_a_line_of_another_file_is_never_echoed(tmp_path):
+    """Adversarial pass D24: a config linked to /etc/shadow parsed as a one-key mapping and the
+    'unknown key' error printed its first line."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$hunter2hash:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(secret)
+    done = subprocess.run([EXE, "trial", str(link)], capture_output=True, text=True, timeout=120)
+    _one_line(done, "a key that is no config key, nor looks like one (not shown)")
+    assert "hunter2" not in done.stdout + done.stderr and "root" not in done.stdout + done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -69,7 +70,19 @@ def check_fields(owner: type, data: Mapping[str, Any], path: str) -> None:
     known = [f.name for f in dataclasses.fields(owner) if f.init]
     for key in data:
         if key not in known:
+            if not _looks_like_a_key(key):  # a line of some other file (a link to /etc/shadow): never echoed
+                where = f"{path}: " if path else ""
+                raise ConfigError(
+                    "", f"{where}a key that is no config key, nor looks like one (not shown): is this the right "
+                    f"file? valid keys are {', '.join(known)}",
+                )  # fmt: skip
             raise ConfigError(_join(path, str(key)), f"unknown key; valid keys are {', '.join(known)}")
+
+
+def _looks_like_a_key(key: Any) -> bool:
+    """A config key as a person types one (``lr``, ``data_dir``, ``depths[3]``), short and without
+    separators; anything else is echoed by no error, since it may be a line of another file."""
+    return isinstance(key, str) and len(key) <= 64 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\[\]-]*", key) is not None
 
 
 def from_mapping(cls: type[T], data: Any, path: str = "") -> T:
