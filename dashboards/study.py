@@ -40,18 +40,32 @@ import pandas as pd
 from dashboards.pareto import hypervolume_progress, parse_objectives, query_front
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
+from trials.configio import ConfigError
 from trials.errors import ArchsearchError, DataError, capped
+from trials.status import TrialStatus
 from trials.trial_config import TrialConfig, load_trial_config
 
 READER_GROUP = "archsearch.study_readers"  # the entry-point group a store registers its opener in
 READER_NAME = "sql"  # the store of this project (harness.store.open_study_reader)
 
-__all__ = ["READER_GROUP", "READER_NAME", "DamagedRowsLeftOut", "Study", "StudyNotFound", "load_study"]
+__all__ = [
+    "READER_GROUP",
+    "READER_NAME",
+    "DamagedRowsLeftOut",
+    "InfeasibleTrial",
+    "Study",
+    "StudyNotFound",
+    "load_study",
+]
 
 
 class StudyNotFound(DataError, LookupError):
     """The store has no study of that name: a one-line message naming the nearest names it has, then
     the others (:func:`unknown_study_message`)."""
+
+
+class InfeasibleTrial(DataError):
+    """The trial was infeasible (never trained) and its stored config does not build: the message says why."""
 
 
 KNOWN_SHOWN = 20  # studies an unknown name's message lists (as the command line's)
@@ -255,11 +269,23 @@ class Study:
     def trial_config(self, number: int) -> TrialConfig:
         """Trial ``number``'s config as it trained (the stored config: sampled and fixed values
         applied), a frozen :class:`TrialConfig` that ``trials.runner.run_trial`` takes. To train it
-        longer: ``dataclasses.replace(config, training=dataclasses.replace(config.training, epochs=N))``."""
+        longer: ``dataclasses.replace(config, training=dataclasses.replace(config.training, epochs=N))``.
+
+        An infeasible trial's config is the one it would have trained: returned where it builds (it broke
+        a constraint), else :class:`InfeasibleTrial` says so with the reason."""
         records = self._reader.trial_records(self.name, [int(number)])
         if int(number) not in records:
             for problem in _damaged(self._reader, self.name):
                 if getattr(problem, "trial", None) == int(number):
                     raise problem  # the store's DamagedRow: the trial is there, a column of it does not parse
             raise DataError(f"study {self.name!r} has no trial {number}")
-        return load_trial_config(records[int(number)]["config"])
+        record = records[int(number)]
+        try:
+            return load_trial_config(record["config"])
+        except ConfigError as error:
+            if record["status"] != TrialStatus.INFEASIBLE:
+                raise
+            raise InfeasibleTrial(
+                f"trial {number} of study {self.name!r} was infeasible and never trained: its config does not "
+                f"build ({error})"
+            ) from None

@@ -6,6 +6,8 @@ searcher holds :class:`SpaceFunction`.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +15,8 @@ from typing import Any
 from trials.configio import ConfigError
 from trials.data_config import NATIVE_IMAGE_SIZE, NUM_CLASSES
 from trials.models.build import resolve_config
-from trials.models.config import ModelConfigError
+from trials.models.config import CONFIG_CLASSES, ModelConfig, ModelConfigError, normalize_layout
+from trials.models.presets import PRESETS
 
 from .cost_model import estimate_cost
 from .spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec, param_target, parse_constraint
@@ -108,13 +111,19 @@ def config_mismatches(spec: SearchSpec, config: dict[str, Any]) -> list[str]:
     return problems
 
 
-def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
+def build_trial_config(spec: SearchSpec, params: dict[str, Any], *, validate: bool = True) -> dict[str, Any]:
     """The trial config (a plain dict, as :func:`trials.trial_config.load_trial_config` takes) for
     sampled ``params`` with the spec's fixed parameters applied (see :func:`with_fixed_params`);
     the model part is validated here, so an invalid combination raises ConfigError naming
-    ``model.<field>``."""
-    params = with_fixed_params(spec, params)
-    model = _base_model(spec)
+    ``model.<field>``.
+
+    ``validate=False``: the same config without validating the model (nothing raises for the sampled
+    values), for a proposal that does not build: it is stored ``infeasible`` with the config it would
+    have trained, in the shape of a valid trial's (``model: {family, every field}`` with the sampled
+    values applied), so every view reads it like any other trial. A value given for a fixed parameter
+    is kept as given there (the stored config then shows the mismatch)."""
+    params = with_fixed_params(spec, params) if validate else {**fixed_params(spec), **params}
+    overrides: dict[str, Any] = {}  # model fields the variant and the sampled values set, in order
     training = dict(spec.training)
     data = dict(spec.data)
     staged: dict[str, dict[int, Any]] = {}
@@ -122,19 +131,43 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, An
     for name, value in params.items():
         section, field, index = param_target(name, spec.family)
         if section == "variant":
-            if value not in spec.variants:
+            if value in spec.variants:
+                overrides.update(spec.variants[value])
+            elif validate:
                 raise ConfigError("params.variant", f"unknown variant {value!r}; define it under variants:")
-            model.update(spec.variants[value])
         elif section == "seed":
-            seed = int(value)
+            seed = int(value) if validate else value
         elif index is not None:
             staged.setdefault(field, {})[index] = value
         elif section == "model":
-            model[field] = value
+            overrides[field] = value
         elif section == "training":
             training[field] = value
         else:
             data[field] = value
+    if validate:
+        resolved = _validated_model(spec, overrides, staged)
+        model, image_size = resolved.to_dict(), resolved.image_size
+    else:
+        model = _unvalidated_model(spec, overrides, staged)
+        image_size = model.get("image_size")
+    if "seed" in params and "seed" not in spec.data:
+        # A replicate seed also fixes the data (split, order, augmentation draws): every variant run
+        # with the same seed sees the same data, so variants can be compared per seed (paired).
+        data["seed"] = seed
+    if data.get("name") == "imagefolder" and data.get("image_size") is None:
+        # Files have no native size: the model's image size is the one size trained, priced and recorded.
+        data["image_size"] = image_size
+    config = {"model": model, "data": data, "training": training, "seed": seed}
+    if "variant" in params:
+        config["name"] = str(params["variant"])
+    if spec.measure:
+        config["measure"] = dict(spec.measure)
+    return config
+
+
+def _validated_model(spec: SearchSpec, overrides: dict[str, Any], staged: dict[str, dict[int, Any]]) -> ModelConfig:
+    model = {**_base_model(spec), **overrides}
     try:
         base = resolve_config(model)
         for field, entries in staged.items():
@@ -150,26 +183,76 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, An
         raise ConfigError(f"model.{field}", error.message) from None
     if resolved.family != spec.family:
         raise ConfigError("base_model", f"is a {resolved.family} model but the spec's family is {spec.family}")
-    if "seed" in params and "seed" not in spec.data:
-        # A replicate seed also fixes the data (split, order, augmentation draws): every variant run
-        # with the same seed sees the same data, so variants can be compared per seed (paired).
-        data["seed"] = seed
-    if data.get("name") == "imagefolder" and data.get("image_size") is None:
-        # Files have no native size: the model's image size is the one size trained, priced and recorded.
-        data["image_size"] = resolved.image_size
-    config = {"model": resolved.to_dict(), "data": data, "training": training, "seed": seed}
-    if "variant" in params:
-        config["name"] = str(params["variant"])
-    if spec.measure:
-        config["measure"] = dict(spec.measure)
-    return config
+    return resolved
+
+
+def _unvalidated_model(spec: SearchSpec, overrides: dict[str, Any], staged: dict[str, dict[int, Any]]) -> dict:
+    """The model part of a config that does not build, as a valid one is stored: the base model's
+    fields (validated, as every trial of the spec starts from them) with the overrides applied as given."""
+    base = _base_model(spec)
+    try:
+        fields = resolve_config(base).to_dict()
+    except ModelConfigError:  # the base alone does not build: its preset's or family's defaults, then its own keys
+        fields = _default_fields(base)
+        fields.update({key: value for key, value in base.items() if key != "preset"})
+    for key, value in overrides.items():
+        fields[key] = list(value) if isinstance(value, tuple) else value
+    if isinstance(fields.get("layout"), str):
+        with contextlib.suppress(ModelConfigError):
+            fields["layout"] = normalize_layout(fields["layout"])  # "C-C-T-T" stored as a valid config has it
+    for field, entries in staged.items():
+        values = list(fields.get(field) or [])
+        for index, value in entries.items():
+            if index < len(values):
+                values[index] = value
+        fields[field] = values
+    return fields
+
+
+def _default_fields(base: dict[str, Any]) -> dict[str, Any]:
+    preset = base.get("preset")
+    if isinstance(preset, str) and preset in PRESETS:
+        return PRESETS[preset].to_dict()
+    family = base.get("family")
+    cls = CONFIG_CLASSES.get(family) if isinstance(family, str) else None
+    if cls is None:
+        return {}
+    fields: dict[str, Any] = {"family": family}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            fields[f.name] = list(f.default) if isinstance(f.default, tuple) else f.default
+    return fields
+
+
+def sampled_trial_config(spec: SearchSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """The config a proposal would train: validated where it builds, else :func:`build_trial_config`'s
+    unvalidated form (what the searcher stores for an infeasible proposal)."""
+    try:
+        return build_trial_config(spec, params)
+    except ConfigError:
+        return build_trial_config(spec, params, validate=False)
+
+
+def build_error(spec: SearchSpec, params: dict[str, Any]) -> ConfigError | None:
+    """Why ``params``' config does not build, or None: the check :class:`SpaceFunction` makes of every
+    proposal before pricing it (the trial config, and its model at the dataset's image size and classes)."""
+    try:
+        priced_model(build_trial_config(spec, params))
+    except ConfigError as error:
+        return error
+    return None
+
+
+def priced_model(trial_config: dict[str, Any]) -> ModelConfig:
+    """The model a trial config builds, at its dataset's image size and classes (as the runner sets them)."""
+    model = resolve_config(trial_config["model"])
+    return model.replace(**data_shape(trial_config.get("data", {}), model.num_classes))
 
 
 def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dict[str, int], list[float]]:
     """Closed-form cost of the config (at the dataset's image size and classes) and one violation
     per constraint (<= 0: satisfied), computed before anything is dispatched."""
-    model = resolve_config(trial_config["model"])
-    cost = estimate_cost(model.replace(**data_shape(trial_config.get("data", {}), model.num_classes)))
+    cost = estimate_cost(priced_model(trial_config))
     values = {"flops": cost.flops, "params": cost.params}
     violations = [parse_constraint(text).violation(values[parse_constraint(text).metric]) for text in spec.constraints]
     return values, violations

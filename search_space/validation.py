@@ -3,7 +3,9 @@
 A spec error that every trial would hit (``training.epochs: 0``, ``data.name: imagenet``) must be
 reported once, at the key that causes it, not as a study full of failed or infeasible trials.
 So :func:`check_spec` builds the trial configs of the search space's corners (every domain at its
-low end, then at its high end) and validates them as a trial would, checks the early-stopping
+low end, then at its high end) and validates them as a trial would, tries the space on the base
+model (:mod:`search_space.buildable`: a value that never builds is refused, a part of the space that
+does not build is one warning line), checks the early-stopping
 settings against the budget and the metrics a trial reports, and prices a sample of the space
 with the closed-form cost model to make sure the constraints leave something to search.
 Standard library, pydantic and the torch-free config modules only: nothing here imports torch.
@@ -15,6 +17,8 @@ import importlib.util
 import math
 import os
 import random
+import warnings
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,8 @@ from trials.configio import ConfigError
 from trials.errors import capped
 from trials.trial_config import load_trial_config, read_yaml
 
-from .sampling import MAX_GRID_POINTS, build_trial_config, cost_violations, grid_points, grid_size
+from .buildable import Buildability, PartlyInvalidSpace, buildability, show
+from .sampling import MAX_GRID_POINTS, build_error, build_trial_config, cost_violations, grid_points, grid_size
 from .spec import (
     _INDEXED,
     ChoiceDomain,
@@ -52,6 +57,7 @@ def check_spec(spec: SearchSpec, *, check_paths: bool = True) -> None:
     trials run on a cluster whose workers may see paths this machine does not).
     """
     check_base_config(spec, check_paths=check_paths)
+    check_buildable(spec)
     check_early_stopping(spec)
     check_stop_rules(spec)
     check_warm_start(spec)
@@ -94,7 +100,8 @@ def check_base_config(spec: SearchSpec, *, check_paths: bool = True) -> None:
     The configs at the space's two corners and a few random ones are built and validated as a
     trial would validate them (torch-free). An error on a key that every one of them hits
     (``training.epochs: 0``, ``data.name: imagenet``) is reported at that key; errors that only
-    some samples hit depend on the sampled values and are left to sampling time (infeasible).
+    some samples hit depend on the sampled values. Where only the model failed, :func:`check_buildable`
+    (which tries the whole space) says which value, combination or key.
     """
     rng = random.Random(spec.search.seed)
     samples = [corner(spec, "low"), corner(spec, "high")]
@@ -110,14 +117,14 @@ def check_base_config(spec: SearchSpec, *, check_paths: bool = True) -> None:
             check_data_dir(trial.data)
         return  # a valid config exists: whatever else fails depends on the sampled values
     fields = {error.field for error in failures}
+    if all(f.startswith("model.") or f == "model" for f in fields):
+        return  # the model alone failed: check_buildable says which value, combination or key
     if len(fields) == 1:  # every sample fails on the same key: no sampled value can fix it
         error = failures[0]
         raise ConfigError(_spec_key(spec, error.field), error.message)
-    model_only = all(f.startswith("model.") or f == "model" for f in fields)
-    if not model_only:  # different keys, but nothing valid at all: say what the first sample hit
-        error = next(e for e in failures if not e.field.startswith("model"))
-        raise ConfigError(_spec_key(spec, error.field), error.message)
-    # Only combinations of searched model values failed: infeasible at sampling time, not a spec error.
+    # different keys, but nothing valid at all: say what the first sample hit
+    error = next(e for e in failures if not e.field.startswith("model"))
+    raise ConfigError(_spec_key(spec, error.field), error.message)
 
 
 def check_data_dir(data: Any, *, search: bool = True) -> None:
@@ -381,24 +388,64 @@ def require_finite_numbers(value: Any, path: str = "") -> None:
 
 
 def check_params(spec: SearchSpec) -> None:
-    """Every candidate value of every parameter must be valid on the base model with the fixed params.
-
-    A value that is invalid whatever the searched parameters are (``embed_dim: 100`` with
-    ``num_heads`` fixed at 8) is a spec error; invalid combinations of searched values are found
-    at sampling time and recorded as infeasible.
-    """
-    fixed = {name: domain.fixed for name, domain in spec.params.items() if isinstance(domain, FixedDomain)}
-    for name, domain in spec.params.items():
+    """Every parameter names a setting of the family (a model field, a training field, a stage, ``data.KEY``)."""
+    for name in spec.params:
         param_target(name, spec.family)
-        kind = next(k for k in ("int", "float", "choice", "fixed") if hasattr(domain, k))
-        for i, value in enumerate(domain.candidates()):
-            try:
-                build_trial_config(spec, {**fixed, name: value})
-            except ConfigError as error:
-                if not _concerns(error.field, name) and kind != "fixed":
-                    continue  # about another setting: left to sampling time
-                where = f"params.{name}" if kind == "fixed" else f"params.{name}.{kind}[{i}]"
-                raise ConfigError(where, error.message) from None
+
+
+SHOWN_VALUES = 4  # of a parameter's values that never build, named in the error
+
+
+def check_buildable(spec: SearchSpec) -> None:
+    """The space builds on the base model (:mod:`search_space.buildable`): a value of a ``choice``/``int``
+    domain that never builds, whatever the other parameters are (``embed_dim: 100`` with ``num_heads``
+    fixed at 8; ``ca_depth: 0`` where the class token joins after the last self-attention block), or a
+    space of which nothing builds, is a spec error naming the key. Values that fail only in some
+    combinations are a :class:`~search_space.buildable.PartlyInvalidSpace` warning (one line: the
+    fraction of the space and what explains it); those proposals are stored infeasible at sampling time.
+    """
+    found = buildability(spec)
+    if found.nothing_builds:
+        raise _nothing_builds(spec, found)
+    for name, bad in found.never.items():
+        domain = spec.params[name]
+        value, error = bad[0]
+        values = ", ".join(show(v) for v, _ in bad[:SHOWN_VALUES])
+        more = f" and {len(bad) - SHOWN_VALUES} more of the {len(found.values[name])} values tried" * (
+            len(bad) > SHOWN_VALUES
+        )
+        never = f"{name}={values}{more} never build{'s' if len(bad) == 1 else ''} on the base model"
+        why = f"{error.message}: {never}" if _concerns(error.field, name) else f"{never} ({error})"
+        tried = "every setting of the other parameters" if found.exhaustive else "the other parameters at many settings"
+        message = f"{why}, with {tried}; {found.suggestion(spec, name)}"
+        if isinstance(domain, ChoiceDomain):
+            index = next(i for i, v in enumerate(domain.choice) if v == value and type(v) is type(value))
+            raise ConfigError(f"params.{name}.choice[{index}]", message)
+        raise ConfigError(f"params.{name}", message)
+    line = found.warning(spec)
+    if line is not None:
+        warnings.warn(PartlyInvalidSpace(line), stacklevel=4)
+
+
+def _nothing_builds(spec: SearchSpec, found: Buildability) -> ConfigError:
+    """The error for a space of which no config builds, at the key that causes it: a parameter (fixed or
+    searched) the commonest error is about, else the base model's setting."""
+    errors = [error for error in found.errors if error is not None]
+    field, _ = Counter(error.field for error in errors).most_common(1)[0]
+    error = next(e for e in errors if e.field == field)
+    for name in spec.params:
+        if _concerns(field, name):
+            return ConfigError(f"params.{name}", error.message)
+    example = found.tried[found.errors.index(error)]
+    for name, domain in spec.params.items():  # a fixed value without which the base model builds: that value
+        if isinstance(domain, FixedDomain):
+            others = {key: value for key, value in spec.params.items() if key != name}
+            if build_error(spec.model_copy(update={"params": others}), example) is None:
+                return ConfigError(f"params.{name}", error.message)
+    if len({e.field for e in errors}) == 1:
+        return ConfigError(_spec_key(spec, field), error.message)
+    count = f"all {len(errors)}" if found.exhaustive else f"none of {len(errors)} sampled"
+    return ConfigError("params", f"no config of the space builds on the base model ({count} tried), e.g. {error}")
 
 
 def _concerns(field: str, param: str) -> bool:

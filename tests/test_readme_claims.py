@@ -67,7 +67,8 @@ def test_every_domain_form_the_readme_lists_loads_and_samples():
         _spec(
             **{
                 "depths[2]": {"int": [2, 6], "step": 2},
-                "dims[3]": {"int": [64, 256], "log": True},
+                # log-scaled (every value builds: a dims[3] range would hold widths no head size divides)
+                "depths[3]": {"int": [1, 8], "log": True},
                 "lr": {"float": [1e-4, 1e-2], "log": True},
                 "layout": {"choice": ["CCTT", "CTTT"]},
                 "drop_path_rate": {"fixed": 0.1},
@@ -75,12 +76,12 @@ def test_every_domain_form_the_readme_lists_loads_and_samples():
             }
         )
     )
-    assert spec.params["depths[2]"].step == 2 and spec.params["dims[3]"].log and spec.params["lr"].log
+    assert spec.params["depths[2]"].step == 2 and spec.params["depths[3]"].log and spec.params["lr"].log
     import optuna
 
     from search_space.sampling import SpaceFunction
 
-    sampled = {"depths[2]": 4, "dims[3]": 128, "lr": 1e-3, "layout": "CTTT"}
+    sampled = {"depths[2]": 4, "depths[3]": 2, "lr": 1e-3, "layout": "CTTT"}
     params = SpaceFunction(spec).suggest(optuna.trial.FixedTrial(sampled))  # what the searcher samples
     assert params == {**sampled, "drop_path_rate": 0.1, "weight_decay": 0.05}
     config = build_trial_config(spec, params)

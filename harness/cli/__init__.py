@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 
 import click
 
@@ -24,7 +25,23 @@ from harness.cli.common import crash_log, one_line
 from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
 from harness.cli.run_commands import reproduce_command, search_command, verify_command
 from harness.cli.trial_commands import bench_command, models_command, trial_command
-from trials.errors import ArchsearchError
+from search_space.buildable import PartlyInvalidSpace
+from trials.errors import ArchsearchError, printable
+
+ONE_LINE_WARNINGS = (PartlyInvalidSpace,)  # warnings a command prints as one line: "warning: ..."
+
+
+def _one_line_warnings(show):
+    """``warnings.showwarning`` that prints :data:`ONE_LINE_WARNINGS` as one line on standard error
+    (no file, line or source: the message says what and where) and leaves every other warning to ``show``."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ONE_LINE_WARNINGS):
+            click.echo(printable(one_line(f"warning: {message}")), err=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 class _Terminated(BaseException):
@@ -95,7 +112,9 @@ class _Commands(click.Group):
     def invoke(self, ctx: click.Context):
         previous = _catch_signals()
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _one_line_warnings(warnings.showwarning)
+                return super().invoke(ctx)
         except KeyboardInterrupt:
             name = ctx.invoked_subcommand or "archsearch"
             click.echo(f"\n{name} interrupted by SIGINT", err=True)

@@ -8,7 +8,9 @@ what a NAS search needs:
 1. Infeasible configs never occupy a worker: ``suggest`` asks Optuna again until the sampled
    config passes the spec's constraints (closed-form cost model); each infeasible one is told to
    Optuna as PRUNED with its constraint violations (the sampler's ``constraints_func`` sees them)
-   and stored as ``infeasible``.
+   and stored as ``infeasible`` with the config it would have trained (unvalidated where its model
+   does not build, in the shape of a valid trial's) and its sampled and fixed values, so every view
+   reads it like any other trial.
 2. Outcomes are told explicitly: a trial that completed its budget is COMPLETE with its values;
    one stopped early by the scheduler (ASHA) is PRUNED, not COMPLETE with truncated values that
    would pollute the Pareto front; a failed or diverged one is FAIL.
@@ -53,6 +55,7 @@ from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import SearchSpec
+from trials.configio import ConfigError
 from trials.status import TrialStatus
 
 MAX_INFEASIBLE_IN_A_ROW = 200
@@ -341,8 +344,8 @@ class ArchsearchSearch(SessionBound, Searcher):
         self.study.tell(ot_trial, state=OPTUNA_STATE[TrialStatus.INFEASIBLE])
         try:
             config = self.trial_config(params)
-        except Exception:  # an invalid combination: keep what was sampled
-            config = {"params": params}
+        except ConfigError:  # its model does not build: the config it would have trained, unvalidated
+            config = build_trial_config(self.spec, params, validate=False)
         reasons = [
             f"{c} (violated by {v:.4g})"
             for c, v in zip(self.spec.constraints, feasibility.violations, strict=False)
