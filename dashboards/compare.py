@@ -156,14 +156,32 @@ def differing_spec_keys(specs: Mapping[str, Any]) -> list[tuple[str, dict[str, s
     if len(flat) < 2:
         return []
     keys = list(dict.fromkeys(key for values in flat.values() for key in values))
+    parents = {key.rsplit(".", 1)[0] for key in keys if "." in key}
+    parents |= {prefix for key in parents for prefix in _prefixes(key)}
     rows = []
     for key in keys:
-        if key in _IGNORED_KEYS:
+        if key in _IGNORED_KEYS or key in parents:  # a section off in one spec, set in another: its keys say it
             continue
-        shown = {study: _text(values[key]) if key in values else NOT_RECORDED for study, values in flat.items()}
+        shown = {study: _shown(values, key) for study, values in flat.items()}
         if len(set(shown.values())) > 1:
             rows.append((key, shown))
     return rows
+
+
+def _prefixes(key: str) -> list[str]:
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _shown(values: Mapping[str, Any], key: str) -> str:
+    """A key's value in one spec; where the spec has the key's section switched off (``null``, e.g. no
+    ``search.early_stopping``), that section's value, named: the key is not "not recorded", it is off."""
+    if key in values:
+        return _text(values[key])
+    for prefix in reversed(_prefixes(key)):
+        if prefix in values:
+            return f"{_text(values[prefix])} ({prefix})"
+    return NOT_RECORDED
 
 
 def _text(value: Any) -> str:

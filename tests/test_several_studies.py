@@ -115,3 +115,14 @@ def test_report_of_two_studies_has_the_differences_and_one_combined_scatter(tmp_
     single = tmp_path / "single.html"
     assert CliRunner().invoke(main, ["report", "syn", "--store", url, "-o", str(single)]).exit_code == 0
     assert "several-studies" not in single.read_text()
+
+
+def test_a_section_off_in_one_spec_shows_as_off_once_not_as_not_recorded_twice():
+    """Issue 45 item 9: the spec table showed `search.early_stopping` and each `search.early_stopping.*`
+    key, the latter as "not recorded" for the study that had no early stopping."""
+    off = {"name": "a", "search": {"early_stopping": None, "n_trials": 4}}
+    on = {"name": "b", "search": {"early_stopping": {"metric": "top1", "grace_period": 1}, "n_trials": 4}}
+    rows = dict(differing_spec_keys({"a": off, "b": on}))
+    assert set(rows) == {"search.early_stopping.metric", "search.early_stopping.grace_period"}
+    assert rows["search.early_stopping.metric"] == {"a": "null (search.early_stopping)", "b": "top1"}
+    assert "not recorded" not in str(rows)
