@@ -28,7 +28,7 @@ import yaml
 from jinja2 import Environment
 
 from dashboards import compare, figures, interactive
-from dashboards.columns import log_scaled_columns
+from dashboards.columns import log_scaled_columns, searched_config_columns
 from dashboards.pareto import front_mask, hypervolume_progress, resolve_color_by
 from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts
@@ -351,7 +351,11 @@ def _study_section(
     frame = outcomes.merge(configs, on="number", how="left") if len(configs.columns) > 1 else outcomes
     sampled = frame[frame["number"].isin(sample)]
     varying = varying_config_columns(sampled if large else frame)
-    columns = ["number", *objectives, *varying]
+    # A searched parameter is always a column, even where every trial took one value (the reader
+    # asked about it); other config keys only where they vary.
+    config_columns = [c for c in frame.columns if c.startswith("config.")]
+    searched = searched_config_columns(_decoded(record.get("spec")), config_columns)
+    columns = ["number", *objectives, *dict.fromkeys([*searched, *varying])]
     shown = frame.set_index("number").loc[shown_front["number"]].reset_index()
     section["notes"].extend(_verified_notes(store, name, front, objectives))
     section["front_columns"] = columns

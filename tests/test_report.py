@@ -346,3 +346,24 @@ def test_list_valued_parameters_get_one_panel_per_varying_stage():
     fig.canvas.draw()
     ticks = [t.get_text() for t in lr_axis.get_xticklabels() if t.get_text()]
     assert ticks and all(len(t.replace("−", "-")) <= 8 for t in ticks), ticks
+
+
+def test_the_front_table_shows_every_searched_parameter_even_one_that_never_varied(tmp_path):
+    """Issue 45 item 5: a table never hides a searched parameter (the report's front table did when
+    every trial happened to take one value)."""
+    url = f"sqlite:///{tmp_path / 'one-value.db'}"
+    spec = {"name": "one", "family": "cait", "params": {"depth": {"choice": [1, 2]}, "lr": {"float": [1e-4, 1e-2]}}}
+    with Store.open(url) as store:
+        store.create_study("one", spec, {"top1": "max", "flops": "min"})
+        for number in range(3):
+            store.finish_trial(
+                "one", number, status="completed",
+                config={"model": {"depth": 1, "embed_dim": 32}, "training": {"lr": 1e-3 * (number + 1)}},
+                measurement={"flops": 1e6 * (number + 1), "params": 10}, final={"top1": 50.0 + number},
+            )  # fmt: skip
+        store.set_study_status("one", "completed")
+        write_report(store, ["one"], {"top1": "max", "flops": "min"}, tmp_path / "r.html", static=True)
+    html = (tmp_path / "r.html").read_text()
+    table = html[html.index("<table", html.index("Pareto front")) :]
+    header = table[: table.index("</tr>")]
+    assert "depth" in header and "lr" in header and "embed_dim" not in header
