@@ -126,7 +126,7 @@ class _Commands(click.Group):
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except ArchsearchError as error:  # every error a user can cause or fix: one line, its exit code
-            click.echo(one_line(f"Error: {error}"), err=True)
+            click.echo(printable(one_line(f"Error: {error}")), err=True)
             ctx.exit(error.exit_code)
         except Exception as error:  # anything else is a bug: say so, keep the traceback off the screen
             if _standard_output_failed(error):  # a full disk, a closed pipe: the place, not a bug

@@ -164,7 +164,8 @@ def run_search(
     storage_path, chosen = storage_location(results_dir)
     command = resume_command(name, store_url, address, storage_path, chosen)
     watchdog = StopWatchdog(store_url, name, command)
-    session = SearchSession(name, on_stop=watchdog.arm)  # what this search's hooks share, and nothing else's
+    # What this search's hooks share; they write to this store and study, whatever Ray pickled.
+    session = SearchSession(name, on_stop=watchdog.arm, store_url=split_secret(store_url)[0])
     previous_umask = os.umask(0o077)  # checkpoints, tuner and searcher state on a shared results dir: ours only
     try:
         with session.active(), session.handling_signals():

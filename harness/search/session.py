@@ -10,7 +10,11 @@ hands to each hook (``bind``), never in module globals:
 * the **stop rules' reading**: the rule that ended the search and the progress line's plateau note;
 * the **trial ends** this driver recorded, which the hopeless-search stopper watches;
 * the search's **clock** and when this driver's session started on it, the origin of
-  ``search.stop.max_hours`` (a replay's clock is simulated).
+  ``search.stop.max_hours`` (a replay's clock is simulated);
+* the **store and study** this driver was given (``store_url``, ``study``): a hook bound to the
+  session takes them over what it was pickled with (``rebind``), so a study resumed under a new name
+  (``studies --rename``) or from a copied store writes where the command said, never into the store
+  or study name saved in Ray's state.
 
 Hooks are pickled into Ray's experiment state; the session is not (:class:`SessionBound` drops it).
 Ray Tune unpickles hooks inside the driver at two moments it gives no seam for: ``Tuner.restore``
@@ -53,8 +57,10 @@ class SearchSession:
         *,
         on_stop: Callable[[StopRequest], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        store_url: str | None = None,
     ):
         self.study = study
+        self.store_url = store_url  # the store this driver writes (no password): hooks rebind to it
         self.clock = clock  # the search's clock: the wall's, or a replay's simulated one
         self.started = clock()
         self._lock = threading.Lock()
@@ -207,6 +213,20 @@ class SessionBound:
 
     def bind(self, session: SearchSession) -> None:
         self.session = session
+        if session.store_url is not None:
+            self.rebind(session.store_url, session.study)
+
+    def rebind(self, store_url: str, study: str) -> None:
+        """The store and study this search's driver was given win over those a hook was pickled with
+        (a study renamed since, or a store copied with its results dir). A hook that holds them as
+        ``store_url`` and ``study`` needs nothing more; one that holds more (the searcher's Optuna
+        study) overrides this."""
+        if hasattr(self, "store_url") and (self.store_url, getattr(self, "study", study)) != (store_url, study):
+            self.store_url = store_url
+            if isinstance(getattr(self, "study", None), str):
+                self.study = study
+            if hasattr(self, "_store"):
+                self._store = None  # opened again, on the right store
 
     def _unbound_state(self, state: dict[str, Any]) -> dict[str, Any]:
         return {**state, "session": None}

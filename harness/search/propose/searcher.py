@@ -53,6 +53,7 @@ from harness.search.propose.samplers import TuneGridSampler
 from harness.search.result_keys import NUMBER_KEY, PRICED_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
+from harness.store.urls import optuna_storage_url
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import SearchSpec
 from trials.configio import ConfigError
@@ -118,6 +119,19 @@ class ArchsearchSearch(SessionBound, Searcher):
         session = self.session
         self.__dict__.update(_upgraded(state))
         self.session = session
+        if session is not None and session.store_url is not None:
+            self.rebind(session.store_url, session.study)
+
+    def rebind(self, store_url: str, study: str) -> None:
+        """The driver's store and study win over the pickled ones (see :meth:`SessionBound.rebind`):
+        the Optuna study is loaded again from that store, under that name, with the pickled sampler
+        (its state: a resumed TPE goes on where it stopped)."""
+        if (self.store_url, self.archsearch_study) == (store_url, study):
+            return
+        self.store_url, self.archsearch_study, self._store = store_url, study, None
+        self.study = optuna.load_study(
+            study_name=study, storage=optuna_storage_url(store_url), sampler=self.study.sampler
+        )
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return False  # the space is the spec's, set at construction; Tune's param space stays empty
