@@ -160,3 +160,13 @@ def relocate_saved_search_state(experiment_dir: str, storage_path: str, experime
     temporary.write_bytes(ray_cloudpickle.dumps(state))
     os.replace(temporary, newest)
     return True
+
+
+def report_intermediate(study: Any, number: int, step: int, value: float) -> None:
+    """Trial ``number``'s value at ``step`` as an Optuna intermediate value (what optuna-dashboard
+    draws as its learning curve). ``Trial.report`` refuses a multi-objective study, and an
+    archsearch study is one (accuracy against a cost); its storage keeps the value all the same."""
+    storage = study._storage
+    storage.set_trial_intermediate_value(
+        storage.get_trial_id_from_study_id_trial_number(study._study_id, number), step, value
+    )

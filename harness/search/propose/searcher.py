@@ -38,6 +38,7 @@ The searcher is pickled for ``Tuner.restore``; it holds a store URL, never an op
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import sys
 from typing import Any
@@ -50,16 +51,19 @@ from harness.search import adapter as fields
 from harness.search.interrupts import store_failures
 from harness.search.outcome import OPTUNA_STATE, TrialOutcome
 from harness.search.propose.samplers import TuneGridSampler
-from harness.search.result_keys import NUMBER_KEY, PRICED_KEY
+from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from harness.store.urls import optuna_storage_url
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
-from search_space.spec import SearchSpec
+from search_space.spec import COST_METRICS, SearchSpec
 from trials.configio import ConfigError
 from trials.status import TrialStatus
 
 MAX_INFEASIBLE_IN_A_ROW = 200
+STATUS_ATTR = "archsearch_status"  # Optuna user attribute: what archsearch calls an infeasible trial
+REASON_ATTR = "archsearch_reason"  # and why it never trained (its constraint or build error)
+MAX_REASON = 500
 
 
 class ArchsearchSearch(SessionBound, Searcher):
@@ -355,17 +359,21 @@ class ArchsearchSearch(SessionBound, Searcher):
 
     def _record_infeasible(self, ot_trial, params: dict, feasibility: Feasibility) -> None:
         self.infeasible += 1
-        self.study.tell(ot_trial, state=OPTUNA_STATE[TrialStatus.INFEASIBLE])
-        try:
-            config = self.trial_config(params)
-        except ConfigError:  # its model does not build: the config it would have trained, unvalidated
-            config = build_trial_config(self.spec, params, validate=False)
         reasons = [
             f"{c} (violated by {v:.4g})"
             for c, v in zip(self.spec.constraints, feasibility.violations, strict=False)
             if v > 0
         ]
         error = feasibility.build_error or ("violates " + "; ".join(reasons))
+        # Optuna has no state for "never trained": PRUNED, with what archsearch calls it and why as
+        # user attributes (optuna-dashboard shows them beside the trial).
+        ot_trial.set_user_attr(STATUS_ATTR, str(TrialStatus.INFEASIBLE))
+        ot_trial.set_user_attr(REASON_ATTR, error[:MAX_REASON])
+        self.study.tell(ot_trial, state=OPTUNA_STATE[TrialStatus.INFEASIBLE])
+        try:
+            config = self.trial_config(params)
+        except ConfigError:  # its model does not build: the config it would have trained, unvalidated
+            config = build_trial_config(self.spec, params, validate=False)
         estimate = feasibility.cost
         self.store.finish_trial(
             self.archsearch_study,
@@ -384,6 +392,9 @@ class ArchsearchSearch(SessionBound, Searcher):
             return
         try:
             outcome = TrialOutcome.of_result(result, error, list(self.metric))
+            stored = (result or {}).get(STATUS_KEY)  # diverged is FAIL to Optuna: the attribute says which
+            known = stored in {status.value for status in TrialStatus}
+            ot_trial.set_user_attr(STATUS_ATTR, str(stored) if known and not error else str(outcome.status))
             outcome.tell(self.study, ot_trial.number)
             if hasattr(self, "_outcomes"):
                 self._outcomes[ot_trial.number] = outcome
@@ -393,6 +404,22 @@ class ArchsearchSearch(SessionBound, Searcher):
             self._session().stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
         finally:
             self._told.add(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """Each epoch's value of the first objective that training reports (``top1``, not a cost known
+        before it) reaches Optuna as the trial's intermediate value at that epoch, so optuna-dashboard
+        and ``optuna.load_study(...).trials[n].intermediate_values`` show the learning curves."""
+        ot_trial = self._asked.get(trial_id)
+        metric = next((m for m in self.spec.objectives if m not in COST_METRICS), None)
+        value, epoch = result.get(metric), result.get("epoch")
+        if ot_trial is None or trial_id in self._told or not isinstance(epoch, int):
+            return
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            return
+        try:
+            fields.report_intermediate(self.study, ot_trial.number, epoch, float(value))
+        except store_failures() as failure:
+            self._session().stop_on_store_failure(f"recording trial {ot_trial.number}'s epoch {epoch}", failure)
 
     def suggest(self, trial_id: str) -> dict | None:
         try:
