@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 from harness.search.record import trackers
 from harness.search.result_keys import NUMBER_KEY
+from harness.store import Store
 from search_space.validation import load_spec
 from trials.configio import ConfigError
 
@@ -302,3 +303,18 @@ def test_a_tracking_password_reaches_no_file_of_the_search(tmp_path, driver_envi
         assert len(client.search_runs([client.get_experiment_by_name("secret").experiment_id])) == 2
     finally:
         drop()
+
+
+def test_a_tracking_database_that_holds_archsearchs_or_optunas_tables_is_refused_before_anything_runs(tmp_path):
+    """Adversarial pass D23: MLflow pointed at such a database (the store's own) failed mid-search with
+    "Can't locate revision" (its Alembic table is theirs) and left its tables there."""
+    store = tmp_path / "store.db"
+    with Store.open(f"sqlite:///{store}") as opened:
+        opened.create_study("other", {"name": "other"}, {"top1": "max"})
+    before = store.read_bytes()
+    spec = load_spec(_spec({"mlflow": {"tracking_uri": f"sqlite:///{store}"}}))
+    with pytest.raises(ConfigError, match=r"^search\.track\.mlflow\.tracking_uri: .* holds archsearch's or Optuna's"):
+        trackers.without_secrets(spec, f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    assert store.read_bytes() == before
+    fresh = load_spec(_spec({"mlflow": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}}))
+    trackers.without_secrets(fresh, f"sqlite:///{store}")  # a database of its own (not there yet): fine

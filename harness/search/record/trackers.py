@@ -25,9 +25,11 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ray.tune.logger import TBXLoggerCallback
+from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine import make_url
 
 from harness.search.result_keys import NUMBER_KEY
-from harness.store.urls import split_secret
+from harness.store.urls import mask_url, split_secret
 from search_space.spec import SearchSpec
 from search_space.validation import TRACK_EXTRA, tracking_secret_route
 from trials.configio import ConfigError
@@ -67,6 +69,7 @@ def without_secrets(spec: SearchSpec, store_url: str) -> tuple[SearchSpec, Track
     if tracking is None:
         return spec, TrackerSecrets()
     uri = tracking.tracking_uri
+    check_tracking_database(uri)
     route = tracking_secret_route(uri)
     if route is None:
         return spec, TrackerSecrets()
@@ -85,6 +88,44 @@ def without_secrets(spec: SearchSpec, store_url: str) -> tuple[SearchSpec, Track
     track = spec.search.track.model_copy(update={"mlflow": tracking.model_copy(update={"tracking_uri": public})})
     search = spec.search.model_copy(update={"track": track})
     return spec.model_copy(update={"search": search}), TrackerSecrets(env)
+
+
+SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")  # MLflow's database-backed tracking stores
+FOREIGN_TABLES = ("studies", "trials", "trial_values")  # Optuna's (archsearch's all start archsearch_)
+
+
+def check_tracking_database(uri: str) -> None:
+    """A SQL tracking URI names a database MLflow can have to itself, or the search is refused
+    before anything runs (one line naming the key).
+
+    MLflow migrates its schema with Alembic under the table ``alembic_version``, as archsearch's
+    store and Optuna's storage do: pointed at a database holding theirs (the store's own, say),
+    MLflow failed mid-search with "Can't locate revision", after creating its tables there."""
+    scheme = urlsplit(uri).scheme.lower().split("+")[0]
+    if scheme not in SQL_SCHEMES:
+        return
+    key = "search.track.mlflow.tracking_uri"
+    try:
+        url = make_url(uri)
+    except Exception:  # a URL SQLAlchemy cannot parse: MLflow's own check says what is wrong
+        return
+    if scheme == "sqlite" and (not url.database or not os.path.exists(url.database)):
+        return  # a new file: MLflow creates its schema there
+    engine = create_engine(url, connect_args={"connect_timeout": 5} if scheme == "postgresql" else {})
+    try:
+        with engine.connect() as conn:
+            tables = set(inspect(conn).get_table_names())
+    except Exception:  # not reachable from here (a cluster's database): MLflow says so where it runs
+        return
+    finally:
+        engine.dispose()
+    theirs = sorted(t for t in tables if t.startswith("archsearch_") or t in FOREIGN_TABLES)
+    if theirs:
+        raise ConfigError(
+            key,
+            f"{mask_url(uri)} holds archsearch's or Optuna's tables ({', '.join(theirs[:3])}, ...): MLflow keeps "
+            "its own schema and migrations there and cannot share them; give it a database of its own",
+        )
 
 
 def _check_one_libpq_password(password: str, store_url: str) -> None:
