@@ -1,28 +1,29 @@
 """How close does a search get to the true front? Search methods replayed against a tabular benchmark.
 
-    python -m benchmarks.search_quality --table benchmarks/tables/coatnet-mnist5k.csv.gz \\
-        --seeds 20 --workers 4 --json results/search_quality.json --png results/
+    python -m benchmarks.search_quality --table benchmarks/tables/coatnet-mnist5k.csv.gz --seeds 20 --workers 4 \\
+        --jobs 2 --json benchmarks/results/search_quality.json
 
-Every configuration of the table was trained once (``benchmarks/tables/README.md``), so its true
-front is known. Each method runs the engine a search with that spec runs
-(:func:`harness.search.engine.build_engine`: the searcher with Optuna's sampler, its initial design,
-duplicates and budget rules; with ``-es`` the search's early-stopping scheduler; the store writer and
-the stoppers), driven by :func:`harness.search.simulate.simulate` with each epoch looked up in the
-table, in simulated time: ``--workers`` W workers run asynchronously and an epoch takes its recorded
-``epoch_s``. Nothing is trained, and nothing of the engine is wired here.
+(:data:`COMMAND`: what writes the committed results and the table in docs/benchmarks.md.) Every
+configuration of the table was trained once (``benchmarks/tables/README.md``), so its true front is
+known. Each method runs the engine a search with that spec runs (:func:`harness.search.engine.build_engine`:
+the searcher with Optuna's sampler, its initial design, duplicates and budget rules; the early-stopping
+scheduler where the method names one; the store writer and the stoppers), driven by
+:func:`harness.search.simulate.simulate` with each epoch looked up in the table, in simulated time:
+``--workers`` W workers run asynchronously and an epoch takes its recorded ``epoch_s``. Nothing is
+trained, and nothing of the engine is wired here.
 
-Per method and seed the replay records the hypervolume of the completed trials' final values,
-normalised by the true front's (one reference point, the table's worst value of each objective),
-against the epochs spent. Reported per method over seeds (median, 25th and 75th percentile):
-epochs to 95% and 99% of the true front's hypervolume (``null`` where a seed never got there: the
-count is given), the normalised hypervolume at the budget, and the share of the true front's
-members found. ``oracle_epochs`` is the cost of training only the true front's members.
+Methods (:func:`parse_method`) say exactly what runs: ``SAMPLER[+spread][+moasha|+asha-top1]`` with
+SAMPLER ``random``, ``tpe`` or ``nsga2``; no initial spread unless ``+spread`` (then the default's 8),
+no early stopping unless ``+moasha`` (MO-ASHA, ``early_stopping.mode: pareto``) or ``+asha-top1``
+(Ray's ASHA on top-1 alone, ``mode: single``); ``syne-*``: Syne Tune's own methods on the same table
+(:mod:`benchmarks.search_quality_syne`, an optional extra). The result names the method a spec that
+names neither sampler nor spread runs on this table (``default_method``).
 
-Methods: ``random``, ``tpe``, ``nsga2``, ``default`` (what a spec without ``search.sampler`` gets),
-each also with ``-es`` (MO-ASHA, the default early stopping of a multi-objective search) and
-``-es-single`` (Ray's ASHA on top-1 alone, ``early_stopping.mode: single``), and
-``syne-*`` (Syne Tune's own methods on the same table,
-:mod:`benchmarks.search_quality_syne`, an optional extra).
+The measures (:mod:`benchmarks.front_quality`), per method over seeds (median and quartiles): epochs
+to 95% and 99% of the true front's hypervolume, the area under the hypervolume-vs-epochs curve and the
+hypervolume at the budget, each under two reference points (the true front's nadir pushed out by 10%
+of its range, the primary; and the table's worst values); the share of the true front found and
+pruned; and per reference and level the oracle: the cheapest set of true-front members that reaches it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import argparse
 import functools
 import json
 import multiprocessing
+import shlex
 import sys
 import tempfile
 import time
@@ -43,7 +45,7 @@ import numpy as np
 import optuna
 
 from benchmarks import search_quality_syne  # Syne Tune itself loads only for its methods
-from benchmarks.front_quality import Replay, TrueFront, quartiles, summarise
+from benchmarks.front_quality import LEVELS, PRIMARY, REFERENCES, Replay, TrueFront, level_key, quartiles, summarise
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
 from harness.search.engine import build_engine
 from harness.search.propose import initial_design
@@ -56,11 +58,21 @@ from search_space.sampling import Feasibility, SpaceFunction
 from search_space.spec import SearchSpec
 from trials.status import TrialStatus
 
-OUR_SAMPLERS = ("random", "tpe", "nsga2", "default")
+OUR_SAMPLERS = ("random", "tpe", "nsga2")
+SPREAD_FLAG = "spread"  # the initial spread of initial_design.DEFAULT_SPREAD trials; without it: none
+STOPPING_FLAGS = {"moasha": "pareto", "asha-top1": "single"}  # early_stopping.mode each names
 SYNE_METHODS = ("syne-random", "syne-moasha", "syne-moreg")
 DEFAULT_METHODS = (
-    *OUR_SAMPLERS, "tpe-spread", *(f"{s}-es" for s in OUR_SAMPLERS), "tpe-spread-es", "random-es-single", *SYNE_METHODS
+    "random", "random+spread", "tpe", "tpe+spread", "nsga2", "nsga2+spread",
+    "random+moasha", "random+spread+moasha", "tpe+moasha", "tpe+spread+moasha", "random+asha-top1",
+    *SYNE_METHODS,
 )  # fmt: skip
+# The command that writes the committed results and the table in docs/benchmarks.md (a test holds the
+# two to it: the doc quotes it, and its rows are DEFAULT_METHODS).
+COMMAND = (
+    "python -m benchmarks.search_quality --table benchmarks/tables/coatnet-mnist5k.csv.gz --seeds 20 --workers 4 "
+    "--jobs 2 --json benchmarks/results/search_quality.json"
+)
 
 
 # -- the searcher against a table -------------------------------------------------------------------
@@ -79,27 +91,52 @@ class TableSpace(SpaceFunction):
         return Feasibility(cost, []), {}
 
 
-def parse_method(method: str) -> tuple[str, str | None, int | None]:
-    """``SAMPLER[-spread][-es[-single]]`` -> (sampler, early stopping: None | "pareto" | "single",
-    initial spread: None (the spec's default) or K)."""
-    sampler, *flags = method.split("-")
-    unknown = [f for f in flags if f not in ("es", "single", "spread", "nospread")]
-    if sampler not in OUR_SAMPLERS or unknown or ("single" in flags and "es" not in flags):
-        raise TableError(f"--methods: unknown method {method!r}; use SAMPLER[-spread|-nospread][-es[-single]] "
-                         f"with SAMPLER one of {', '.join(OUR_SAMPLERS)}, or syne-random, syne-moasha, syne-moreg")
-    stopping = ("single" if "single" in flags else "pareto") if "es" in flags else None
-    spread = SPREAD if "spread" in flags else 0 if "nospread" in flags else None
-    return sampler, stopping, spread
+def parse_method(method: str) -> tuple[str, str | None, int]:
+    """``SAMPLER[+spread][+moasha|+asha-top1]`` -> (sampler, early stopping: None | "pareto" | "single",
+    initial spread: 0, or :data:`SPREAD` trials with ``+spread``). The name says all that runs: no
+    spread without ``+spread``, no early stopping without ``+moasha`` (MO-ASHA, the default early
+    stopping of a multi-objective search) or ``+asha-top1`` (Ray's ASHA on top-1 alone)."""
+    sampler, *flags = method.split("+")
+    canonical = [f for f in (SPREAD_FLAG, *STOPPING_FLAGS) if f in flags]
+    stops = [f for f in flags if f in STOPPING_FLAGS]
+    if sampler not in OUR_SAMPLERS or flags != canonical or len(stops) > 1:
+        raise TableError(f"--methods: unknown method {method!r}; use SAMPLER[+spread][+moasha|+asha-top1] with "
+                         f"SAMPLER one of {', '.join(OUR_SAMPLERS)} (e.g. tpe+spread+moasha), or "
+                         f"{', '.join(SYNE_METHODS)}")  # fmt: skip
+    stopping = STOPPING_FLAGS[stops[0]] if stops else None
+    return sampler, stopping, SPREAD if SPREAD_FLAG in flags else 0
 
 
-SPREAD = 8  # the initial spread a "-spread" method gets
+SPREAD = initial_design.DEFAULT_SPREAD  # the initial spread a "+spread" method gets: the default's
+
+
+def method_name(sampler: str, stopping: str | None, spread: int) -> str:
+    """The method that runs ``sampler`` with ``spread`` first trials spread and ``stopping``: the inverse of
+    :func:`parse_method` (a spread other than :data:`SPREAD` has no name: None)."""
+    if spread not in (0, SPREAD):
+        raise TableError(f"a spread of {spread} has no method name (only 0 and {SPREAD})")
+    flags = [SPREAD_FLAG] if spread else []
+    flags += [flag for flag, mode in STOPPING_FLAGS.items() if mode == stopping]
+    return "+".join([sampler, *flags])
+
+
+def default_method(table: Table, objectives: dict[str, str], workers: int) -> str:
+    """The method that is what a spec naming neither ``search.sampler`` nor ``search.initial_spread`` runs on
+    this table (``n_trials`` its size): e.g. ``tpe+spread`` where the default spread applies, ``tpe`` where not."""
+    spec = table_spec(table, "default", "default", 0, workers, objectives)
+    return method_name(spec.search.sampler, None, initial_design.planned_spread(spec))
 
 
 def resolved(method: str, table: Table, objectives: dict[str, str], workers: int) -> tuple:
-    """What a method runs on a table: the sampler and spread a spec gets (``default`` resolved), early stopping."""
+    """What a method runs on a table: the sampler and spread its spec gets, early stopping. A ``+spread``
+    method that would get no spread (no objective priced before training) is refused."""
     sampler, stopping, spread = parse_method(method)
     spec = table_spec(table, "resolved", sampler, 0, workers, objectives, spread)
-    return spec.search.sampler, stopping, initial_design.planned_spread(spec)
+    planned = initial_design.planned_spread(spec)
+    if planned != spread:
+        raise TableError(f"--methods: {method} would run with an initial spread of {planned}, not {spread} "
+                         "(the spread needs flops or params among the objectives)")  # fmt: skip
+    return spec.search.sampler, stopping, planned
 
 
 def table_spec(
@@ -158,7 +195,7 @@ def replay(
     budget: int,
     store_url: str,
 ) -> Replay:
-    """Run ``method`` (a sampler, ``-es``: MO-ASHA, ``-es-single``: Ray's ASHA on top-1) to ``budget``
+    """Run ``method`` (:func:`parse_method`: a sampler, its spread, its early stopping) to ``budget``
     epochs: the engine a search with that spec builds (:func:`harness.search.engine.build_engine`: the
     searcher with its initial design and duplicates, the scheduler, the store writer, the stoppers),
     driven by :func:`harness.search.simulate.simulate` with each epoch looked up in the table."""
@@ -192,19 +229,13 @@ def replay(
         return result, float(table.epoch_s[index, epoch - 1]), last
 
     run = Replay()
-    found: list[int] = []
 
     def on_end(trial, result: dict[str, Any], stopped: bool, spent: int) -> None:
         index = int(result["table_index"])
         if stopped:
             run.pruned.append(index)
-            return
-        found.append(index)
-        run.completed.append(index)
-        volume = truth.normalised(found)
-        if not run.volume or volume > run.volume[-1]:
-            run.epochs.append(spent)
-            run.volume.append(volume)
+        else:
+            run.complete(index, spent)
 
     simulated = simulate(engine, evaluate, workers=workers, budget_epochs=budget, clock=clock, on_end=on_end)
     run.spent, run.simulated_s = simulated.epochs, simulated.seconds
@@ -241,19 +272,11 @@ def run_all(
             if method.startswith("syne-"):
                 runs[method] = search_quality_syne.replay_seeds(table, truth, method, seeds, workers, budget)
             else:
-                key = resolved(method, table, objectives, workers)
-                same = next(
-                    (m for m in runs if not m.startswith("syne-") and resolved(m, table, objectives, workers) == key),
-                    None,
-                )
-                if same is not None:  # e.g. default = tpe: the same searcher, the same seeds, the same runs
-                    runs[method] = runs[same]
-                else:
-                    runs[method] = seeds_of(method)
+                runs[method] = seeds_of(method)
             if progress:
-                median = quartiles([r.epochs_to(0.95) for r in runs[method]])["median"]
-                print(f"  {method:<18} {seeds} seeds in {time.perf_counter() - started:6.1f} s; epochs to 95%: "
-                      f"{median}", file=sys.stderr, flush=True)  # fmt: skip
+                median = quartiles([truth.curve(r).epochs_to(0.95) for r in runs[method]])["median"]
+                print(f"  {method:<22} {seeds} seeds in {time.perf_counter() - started:6.1f} s; epochs to 95% "
+                      f"({PRIMARY} reference): {median}", file=sys.stderr, flush=True)  # fmt: skip
     if pool is not None:
         pool.shutdown()
     result = {
@@ -264,15 +287,34 @@ def run_all(
         "workers": workers,
         "seeds": seeds,
         "budget_epochs": budget,
-        "true_front": {"size": len(truth.members), "hv": truth.volume, "reference": truth.reference.tolist()},
-        "oracle_epochs": len(truth.members) * table.epochs,
+        "default_method": default_method(table, objectives, workers),
+        "primary_reference": PRIMARY,
+        "auc": "the area under the normalised hypervolume vs epochs step curve over [0, budget_epochs], "
+        "divided by budget_epochs: the mean normalised hypervolume over the budget (1.0: the whole true front "
+        "from epoch 0)",
+        "true_front": {
+            "size": len(truth.members),
+            "members": [int(m) for m in truth.members],
+            "epochs": len(truth.members) * table.epochs,  # training the whole true front
+        },
+        "references": {
+            name: {
+                "point": truth.references[name].tolist(),
+                "hv": truth.volumes[name],
+                "oracle": {level_key(level): truth.oracle(level, name) for level in LEVELS},
+            }
+            for name in REFERENCES
+        },
         "methods": {method: summarise(method_runs, truth, budget) for method, method_runs in runs.items()},
     }
     return result, runs
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The README's table: per method, epochs to 95% and 99% (median [IQR]), ratios to random and MOASHA."""
+    """The table in docs/benchmarks.md: per method, epochs to 95% and 99% of the true front's hypervolume and
+    the area under the curve (median [IQR] over seeds) under the primary reference and then the table's worst
+    values, the share of the front found and pruned, of seeds that kept the cheapest member; then the oracle
+    per level (the cheapest set of true-front members that reaches it) and the cost of the whole front."""
 
     def cell(stats: dict[str, Any]) -> str:
         if stats["median"] is None:
@@ -281,28 +323,53 @@ def render_table(result: dict[str, Any]) -> str:
         short = stats["reached"] < stats["seeds"]
         return f"{stats['median']:.0f} [{iqr}]" + (f" ({stats['reached']}/{stats['seeds']})" if short else "")
 
-    methods = result["methods"]
-    random_95 = methods.get("random", {}).get("epochs_to_95", {}).get("median")
-    lines = [
-        "| method | epochs to 95% HV | epochs to 99% HV | HV at budget | front found | front pruned "
-        "| cheapest member found | vs random (95%) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, stats in methods.items():
-        median = stats["epochs_to_95"]["median"]
-        ratio = f"{median / random_95:.2f}x" if median and random_95 else "-"
-        lines.append(
-            f"| {name} | {cell(stats['epochs_to_95'])} | {cell(stats['epochs_to_99'])} | "
-            f"{stats['hv_at_budget']['median']:.3f} | {stats['front_found']['median']:.2f} | "
-            f"{stats['front_pruned']['median']:.2f} | {stats['cheapest_found']:.2f} | {ratio} |"
-        )
-    oracle = result["oracle_epochs"]
-    lines.append(f"| oracle (train the true front only) | {oracle} | {oracle} | 1.000 | 1.00 | 0.00 | 1.00 | - |")
+    def area(stats: dict[str, Any]) -> str:
+        return f"{stats['median']:.3f} [{stats['q25']:.3f}-{stats['q75']:.3f}]"
+
+    primary = result["primary_reference"]
+    order = [primary, *(r for r in REFERENCES if r != primary)]
+    header = ["method"]
+    for reference in order:
+        label = "nadir+10%" if reference == "nadir" else "worst values"
+        header += [f"{level_key(level)}% HV, {label}" for level in LEVELS] + [f"AUC, {label}"]
+    header += ["front found", "front pruned", "cheapest member found"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, stats in result["methods"].items():
+        row = [name]
+        for reference in order:
+            row += [cell(stats[reference][f"epochs_to_{level_key(level)}"]) for level in LEVELS]
+            row.append(area(stats[reference]["auc"]))
+        row += [f"{stats['front_found']['median']:.2f}", f"{stats['front_pruned']['median']:.2f}",
+                f"{stats['cheapest_found']:.2f}"]  # fmt: skip
+        lines.append("| " + " | ".join(row) + " |")
+    row = ["oracle: the cheapest true-front members that reach it"]
+    for reference in order:
+        oracle = result["references"][reference]["oracle"]
+        for level in LEVELS:
+            best = oracle[level_key(level)]
+            row.append(f"{best['epochs']} ({len(best['members'])} members)")
+        row.append("-")
+    lines.append("| " + " | ".join([*row, "-", "-", "-"]) + " |")
+    front = result["true_front"]
+    row = [f"the whole true front ({front['size']} configurations)"]
+    row += ([str(front["epochs"])] * len(LEVELS) + ["-"]) * len(order) + ["1.00", "0.00", "1.00"]
+    lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, list[Replay]], budget: int, directory: Path) -> Path:
-    """Normalised hypervolume against epochs spent: median and IQR over seeds, per method."""
+def caption(result: dict[str, Any]) -> str:
+    """What the table's numbers are: the front, the references, the default, the AUC's normalisation."""
+    points = {name: ref["point"] for name, ref in result["references"].items()}
+    return (
+        f"true front: {result['true_front']['size']} configurations ({result['true_front']['epochs']} epochs to "
+        f"train them all); budget {result['budget_epochs']} epochs; references: nadir+10% {points['nadir']} "
+        f"(primary), worst values {points['worst']}; the default (a spec naming neither sampler nor spread) is "
+        f"{result['default_method']}; AUC: {result['auc']}"
+    )
+
+
+def plot(runs: dict[str, list[Replay]], truth: TrueFront, budget: int, directory: Path) -> Path:
+    """Normalised hypervolume (primary reference) against epochs spent: median and IQR over seeds, per method."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -311,13 +378,14 @@ def plot(runs: dict[str, list[Replay]], budget: int, directory: Path) -> Path:
     grid = np.linspace(0, budget, 200)
     figure, axes = plt.subplots(figsize=(8, 5))
     for method, method_runs in runs.items():
-        curves = np.array([[r.volume_at(int(x)) for x in grid] for r in method_runs])
+        steps = [truth.curve(r) for r in method_runs]
+        curves = np.array([[c.volume_at(int(x)) for x in grid] for c in steps])
         q25, median, q75 = np.percentile(curves, [25, 50, 75], axis=0)
         (line,) = axes.plot(grid, median, label=method)
         axes.fill_between(grid, q25, q75, color=line.get_color(), alpha=0.15)
     axes.axhline(0.95, color="grey", linestyle=":", linewidth=1)
     axes.set_xlabel("epochs spent")
-    axes.set_ylabel("hypervolume / true front's")
+    axes.set_ylabel(f"hypervolume / true front's ({PRIMARY} reference)")
     axes.set_ylim(0, 1.02)
     axes.legend(fontsize=8, ncol=2)
     directory.mkdir(parents=True, exist_ok=True)
@@ -364,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                 if method not in SYNE_METHODS:
                     raise TableError(f"--methods: unknown {method!r}; Syne Tune's are {', '.join(SYNE_METHODS)}")
             else:
-                parse_method(method)
+                resolved(method, table, objectives, args.workers)
     except TableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -376,13 +444,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.png is not None:
-        result["figure"] = str(plot(runs, result["budget_epochs"], args.png))
+        result["figure"] = str(plot(runs, TrueFront(table, objectives), result["budget_epochs"], args.png))
+    arguments = sys.argv[1:] if argv is None else argv
+    result["command"] = shlex.join(["python", "-m", "benchmarks.search_quality", *arguments])
     args.json.parent.mkdir(parents=True, exist_ok=True)
     temporary = args.json.with_name(f".{args.json.name}.tmp")
     temporary.write_text(json.dumps(result, indent=2))
     temporary.replace(args.json)
-    print(f"true front: {result['true_front']['size']} configurations; oracle {result['oracle_epochs']} epochs; "
-          f"budget {result['budget_epochs']} epochs")  # fmt: skip
+    print(caption(result))
     print(render_table(result))
     return 0
 

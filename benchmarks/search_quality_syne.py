@@ -128,16 +128,11 @@ def _as_replay(table: Table, truth: TrueFront, results: pd.DataFrame, budget: in
     for trial_id, group in results.groupby("trial_id"):
         first = group.iloc[0]
         index_of[trial_id] = table.index_of({name: first[f"config_{name}"] for name in table.param_names})
-    run, found = Replay(), []
+    run = Replay()
     for row in results.itertuples(index=False):
         run.spent += 1
         if int(row.epoch) == table.epochs and index_of[row.trial_id] is not None:
-            found.append(index_of[row.trial_id])
-            run.completed.append(index_of[row.trial_id])
-            volume = truth.normalised(found)
-            if not run.volume or volume > run.volume[-1]:
-                run.epochs.append(run.spent)
-                run.volume.append(volume)
+            run.complete(index_of[row.trial_id], run.spent)
     last = results.groupby("trial_id")["epoch"].max()
     run.pruned = [index_of[t] for t, epoch in last.items() if epoch < table.epochs and index_of[t] is not None]
     return run

@@ -53,7 +53,7 @@ def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
     """Ours and Syne Tune's methods side by side on the same table and seeds."""
     table_path = _unseen_table(tmp_path / "unseen.csv.gz")
     out = tmp_path / "quality.json"
-    methods = "random,tpe,default,random-es,random-es-single,syne-random,syne-moasha,syne-moreg"
+    methods = "random,tpe,tpe+spread,random+moasha,random+asha-top1,syne-random,syne-moasha,syne-moreg"
     args = ["--table", str(table_path), "--methods", methods, "--seeds", "3", "--workers", "2"]
     code = search_quality.main([*args, "--json", str(out), "--png", str(tmp_path / "png")])
     assert code == 0
@@ -61,23 +61,26 @@ def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
     table = load_table(table_path)
     assert result["configurations"] == 18 and result["epochs"] == EPOCHS and result["budget_epochs"] == 18 * EPOCHS
     size = result["true_front"]["size"]
-    assert result["oracle_epochs"] == size * EPOCHS and result["true_front"]["hv"] > 0
+    assert result["true_front"]["epochs"] == size * EPOCHS
+    assert all(result["references"][r]["hv"] > 0 for r in ("nadir", "worst"))
     for name in methods.split(","):
         stats = result["methods"][name]
-        assert set(stats) >= {"epochs_to_95", "epochs_to_99", "hv_at_budget", "front_found"}
-        assert set(stats["epochs_to_95"]) >= {"median", "q25", "q75"}
+        assert set(stats) >= {"nadir", "worst", "front_found", "front_pruned", "cheapest_found"}
+        assert set(stats["nadir"]) == {"epochs_to_95", "epochs_to_99", "auc", "hv_at_budget"}
+        assert set(stats["nadir"]["epochs_to_95"]) >= {"median", "q25", "q75"}
     # Without early stopping, the whole table's budget trains every configuration exactly once:
     # duplicates take no budget, so random search ends with the true front itself.
     random = result["methods"]["random"]
-    assert random["trials_completed"]["median"] == len(table) and random["hv_at_budget"]["median"] == 1.0
-    assert result["methods"]["syne-random"]["hv_at_budget"]["median"] > 0.5  # Syne Tune's simulator ran
-    assert random["epochs_to_99"]["median"] <= 18 * EPOCHS
+    assert random["trials_completed"]["median"] == len(table) and random["nadir"]["hv_at_budget"]["median"] == 1.0
+    assert result["methods"]["syne-random"]["worst"]["hv_at_budget"]["median"] > 0.5  # Syne Tune's simulator ran
+    assert random["nadir"]["epochs_to_99"]["median"] <= 18 * EPOCHS
     # ASHA on top-1 alone stops the cheap end of the front; MO-ASHA keeps it more often.
-    assert result["methods"]["random-es-single"]["cheapest_found"] < result["methods"]["random-es"]["cheapest_found"]
+    single, pareto = result["methods"]["random+asha-top1"], result["methods"]["random+moasha"]
+    assert single["cheapest_found"] < pareto["cheapest_found"]
     assert (tmp_path / "png" / "search_quality.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "| random |" in printed and "| syne-moasha |" in printed
-    assert "| oracle (train the true front only) |" in printed
+    assert "| oracle: the cheapest true-front members that reach it |" in printed
     assert "Happy training" not in printed
 
 
@@ -146,8 +149,10 @@ def test_replaying_seeds_side_by_side_gives_the_same_runs(tmp_path):
     """``--jobs``: seeds replayed in parallel processes give exactly the runs of one process."""
     table = load_table(_unseen_table(tmp_path / "unseen.csv"))
     objectives = {"top1": "max", "flops": "min"}
-    one, runs_one = search_quality.run_all(table, objectives, ["tpe", "random-es"], 2, 2, None, progress=False)
-    two, runs_two = search_quality.run_all(table, objectives, ["tpe", "random-es"], 2, 2, None, progress=False, jobs=2)
+    one, runs_one = search_quality.run_all(table, objectives, ["tpe", "random+moasha"], 2, 2, None, progress=False)
+    two, runs_two = search_quality.run_all(
+        table, objectives, ["tpe", "random+moasha"], 2, 2, None, progress=False, jobs=2
+    )
     assert one["methods"] == two["methods"]
     assert [r.completed for r in runs_one["tpe"]] == [r.completed for r in runs_two["tpe"]]
 
@@ -164,5 +169,6 @@ def test_the_committed_table_is_whole_and_its_front_is_the_one_its_readme_states
     spec = load_spec(root / "search_space" / "presets" / "coatnet-mnist5k-table.yaml", check_paths=False)
     assert table.domains() == {name: sorted(values) for name, values in grid_space(spec).items()}  # the whole grid
     truth = search_quality.TrueFront(table, {"top1": "max", "flops": "min"})
-    assert len(truth.members) == 9 and round(truth.volume / 1e8, 3) == 1.558
+    assert len(truth.members) == 9 and round(truth.volumes["worst"] / 1e8, 3) == 1.558
+    assert round(truth.volumes["nadir"] / 1e6, 2) == 5.63 and truth.volume == truth.volumes["nadir"]
     assert {table.params[i]["lr"] for i in truth.members} == {0.003}

@@ -1,0 +1,195 @@
+"""The yardstick of ``benchmarks.search_quality`` (issue 46 part 1): two reference points, the area under
+the hypervolume curve, the oracle per level, and method names that say exactly what runs; the table in
+docs/benchmarks.md is the one its quoted command writes.
+
+Every number here is checked by hand on a tiny table (objectives top-1 max, FLOPs min, 2 epochs):
+
+=====  =====  =====  ==========================
+name   flops  top1   role
+=====  =====  =====  ==========================
+A      10     50     front, the cheapest
+B      20     70     front
+C      30     80     front, the most accurate
+D      30     60     dominated by C
+E      50     30     the table's worst of both
+=====  =====  =====  ==========================
+
+Nadir + 10% of the front's range: top-1 50 - 0.1 * 30 = 47, FLOPs 30 + 0.1 * 20 = 32. The front's volume
+there is A's strip [10, 20) x 3 = 30, B's [20, 30) x 23 = 230, C's [30, 32) x 33 = 66: 326. Alone: A 22 x 3 = 66,
+B 12 x 23 = 276, C 66; pairs: A+B 30 + 276 = 306, B+C 230 + 66 = 296, A+C 20 x 3 + 66 = 126.
+The worst values: top-1 30, FLOPs 50: A [10, 20) x 20 = 200, B [20, 30) x 40 = 400, C [30, 50) x 50 = 1000: 1600.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import search_quality
+from benchmarks.front_quality import Curve, Replay, TrueFront, auc
+from benchmarks.table import TableError, load_table
+
+ROOT = Path(__file__).parents[1]
+OBJECTIVES = {"top1": "max", "flops": "min"}
+POINTS = {"A": (10, 50), "B": (20, 70), "C": (30, 80), "D": (30, 60), "E": (50, 30)}
+
+
+def _tiny(tmp_path: Path):
+    rows = []
+    for config_id, (name, (flops, top1)) in enumerate(POINTS.items()):
+        for epoch in (1, 2):
+            rows.append({"config_id": config_id, "epoch": epoch, "top1": top1 - 10 * (epoch == 1), "epoch_s": 1.0,
+                         "flops": flops, "params": flops, "throughput": 1.0, "name": name})  # fmt: skip
+    path = tmp_path / "tiny.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    table = load_table(path)
+    index = {table.params[i]["name"]: i for i in range(len(table))}
+    return table, index
+
+
+def test_the_two_references_are_the_fronts_nadir_pushed_out_and_the_tables_worst_values(tmp_path):
+    table, index = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    assert sorted(truth.members) == sorted(index[n] for n in "ABC")
+    assert truth.references["nadir"] == pytest.approx([47.0, 32.0])
+    assert truth.references["worst"] == pytest.approx([30.0, 50.0])
+    assert truth.volumes["nadir"] == pytest.approx(326.0) and truth.volumes["worst"] == pytest.approx(1600.0)
+    assert truth.reference == pytest.approx([47.0, 32.0]) and truth.volume == pytest.approx(326.0)  # the primary
+    # the cheapest member alone: a fifth of the volume under the nadir, an eighth of it under the worst values
+    assert truth.normalised([index["A"]], "nadir") == pytest.approx(66 / 326)
+    assert truth.normalised([index["A"]], "worst") == pytest.approx(800 / 1600)
+    assert truth.normalised([index["D"]], "nadir") == pytest.approx(2 * 13 / 326)  # a dominated config counts
+    assert truth.normalised([index["E"]], "nadir") == 0.0  # outside the box
+
+
+def test_the_oracle_is_the_cheapest_set_of_front_members_that_reaches_each_level(tmp_path):
+    table, index = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    names = {i: n for n, i in index.items()}
+
+    def oracle(level, reference="nadir"):
+        best = truth.oracle(level, reference)
+        assert best["exact"] and best["epochs"] == 2 * len(best["members"])  # 2 epochs a member
+        return "".join(sorted(names[m] for m in best["members"])), best["hv"]
+
+    assert oracle(0.80) == ("B", pytest.approx(276 / 326))  # 0.847
+    assert oracle(0.90) == ("AB", pytest.approx(306 / 326))  # 0.939: A+B, not B+C (296, 0.908)
+    assert oracle(0.95) == ("ABC", pytest.approx(1.0))
+    assert oracle(0.70, "worst") == ("B", pytest.approx(1200 / 1600))
+    assert oracle(0.95, "worst")[0] == "ABC"  # A+B 1400, B+C 1500 (0.9375), A+C 1200
+
+
+def test_the_auc_is_the_mean_normalised_hypervolume_over_the_budget(tmp_path):
+    assert auc(Curve((10, 30), (0.5, 1.0)), 50) == pytest.approx((0.5 * 20 + 1.0 * 20) / 50)
+    assert auc(Curve((10, 60), (0.5, 1.0)), 50) == pytest.approx(0.5 * 40 / 50)  # a step after the budget: none
+    assert auc(Curve((), ()), 50) == 0.0 and auc(Curve((0,), (1.0,)), 50) == 1.0
+    table, index = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    run = Replay()
+    for name, spent in (("D", 4), ("B", 6), ("E", 8), ("A", 10), ("C", 12)):
+        run.complete(index[name], spent)
+    curve = truth.curve(run, "nadir")
+    # D alone: [30, 32) x 13 = 26; D+B: B's 276 (D inside it); E adds nothing; +A: 306; +C: 326
+    assert curve.epochs == (4, 6, 10, 12)
+    assert curve.volume == pytest.approx((26 / 326, 276 / 326, 306 / 326, 1.0))
+    assert curve.epochs_to(0.95) == 12 and curve.epochs_to(0.9) == 10 and curve.epochs_to(0.99) == 12
+    expected = (26 * 2 + 276 * 4 + 306 * 2 + 326 * 8) / 326 / 20
+    assert auc(curve, 20) == pytest.approx(expected)
+    worst = truth.curve(run, "worst")  # D alone: [30, 50) x 30 = 600 of 1600
+    assert worst.volume[0] == pytest.approx(600 / 1600)
+    summary = search_quality.summarise([run], truth, 20)
+    assert summary["nadir"]["auc"]["median"] == pytest.approx(expected)
+    assert summary["nadir"]["epochs_to_95"]["median"] == 12 and summary["worst"]["epochs_to_95"]["median"] == 12
+
+
+def _grid_table(tmp_path: Path, widths: int):
+    rows = []
+    for config_id, (width, kind) in enumerate((w, k) for w in range(1, widths + 1) for k in "abcd"):
+        for epoch in (1, 2):
+            rows.append({"config_id": config_id, "epoch": epoch, "top1": 40 + width - "abcd".index(kind) + epoch,
+                         "epoch_s": 1.0, "flops": 100 * width, "params": 10 * width, "throughput": 1.0 / width,
+                         "width": width, "kind": kind})  # fmt: skip
+    path = tmp_path / f"grid{widths}.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return load_table(path)
+
+
+def test_a_method_name_says_exactly_what_runs(tmp_path):
+    big, small = _grid_table(tmp_path, 9), _grid_table(tmp_path, 4)  # 36 and 16 configurations
+    assert search_quality.parse_method("random") == ("random", None, 0)  # no spread unless named
+    assert search_quality.parse_method("tpe+spread") == ("tpe", None, 8)
+    assert search_quality.parse_method("random+spread+moasha") == ("random", "pareto", 8)
+    assert search_quality.parse_method("random+asha-top1") == ("random", "single", 0)
+    for method in search_quality.DEFAULT_METHODS:
+        if not method.startswith("syne-"):
+            sampler, stopping, spread = search_quality.parse_method(method)
+            assert search_quality.method_name(sampler, stopping, spread) == method
+            assert search_quality.resolved(method, big, OBJECTIVES, 4) == (sampler, stopping, spread)
+            assert spread == (8 if "+spread" in method else 0)  # what the spec the replay runs gets
+            spec = search_quality.table_spec(big, "m", sampler, 0, 4, OBJECTIVES, spread, stopping)
+            assert spec.search.initial_spread == spread and spec.search.sampler == sampler
+    for old in ("default", "tpe-spread", "random-nospread", "random-es", "random-es-single", "tpe+moasha+spread",
+                "random+moasha+asha-top1", "tpe+spread+spread"):  # fmt: skip
+        with pytest.raises(TableError, match="unknown method"):
+            search_quality.parse_method(old)
+    # the default: TPE with the spread where the spec's default spreads (>= 32 trials), TPE alone below
+    assert search_quality.default_method(big, OBJECTIVES, 4) == "tpe+spread"
+    assert search_quality.default_method(small, OBJECTIVES, 4) == "tpe"
+    # "+spread" is refused where nothing priced before training can be spread over
+    with pytest.raises(TableError, match="initial spread of 0"):
+        search_quality.resolved("tpe+spread", big, {"top1": "max", "throughput": "max"}, 4)
+    assert search_quality.main(["--table", str(big.path), "--methods", "tpe-spread", "--json",
+                                str(tmp_path / "q.json")]) == 2  # fmt: skip
+
+
+def test_a_replay_reports_both_references_the_auc_and_the_oracle(tmp_path, capsys):
+    table = _grid_table(tmp_path, 9)
+    out = tmp_path / "q.json"
+    args = ["--table", str(table.path), "--methods", "random,random+spread", "--seeds", "2", "--workers", "2"]
+    assert search_quality.main([*args, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["command"] == "python -m benchmarks.search_quality " + " ".join([*args, "--json", str(out)])
+    assert result["default_method"] == "tpe+spread" and result["primary_reference"] == "nadir"
+    for reference in ("nadir", "worst"):
+        assert set(result["references"][reference]["oracle"]) == {"95", "99"}
+        for name in ("random", "random+spread"):
+            stats = result["methods"][name][reference]
+            assert set(stats) == {"epochs_to_95", "epochs_to_99", "auc", "hv_at_budget"}
+            assert 0 < stats["auc"]["median"] < 1
+    printed = capsys.readouterr().out
+    assert search_quality.render_table(result) in printed and "| random+spread |" in printed
+
+
+def _doc_section() -> str:
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    start = text.index("## How close does a search get to the true front?")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else len(text)]
+
+
+def test_the_docs_quote_the_command_and_its_table_has_the_benchmarks_methods():
+    section = _doc_section()
+    assert f"\n{search_quality.COMMAND}\n" in section  # quoted exactly, on one line
+    tables = re.findall(r"\n(\| method \|.*?)\n\n", section, flags=re.S)
+    rows = [line.split("|")[1].strip() for line in tables[0].splitlines()[2:]]
+    assert rows[: len(search_quality.DEFAULT_METHODS)] == list(search_quality.DEFAULT_METHODS)
+    assert all(r.startswith(("oracle", "the whole true front")) for r in rows[len(search_quality.DEFAULT_METHODS) :])
+    committed = json.loads((ROOT / "benchmarks" / "results" / "search_quality.json").read_text())
+    if committed.get("command") == search_quality.COMMAND:  # the results are the command's: the table is theirs
+        assert search_quality.render_table(committed) == tables[0]
+    else:  # not yet regenerated: the docs must say so rather than show numbers as current
+        assert "to be regenerated" in tables[0] and not re.search(r"\| \d+ \[", tables[0])
+
+
+def test_the_committed_tables_oracle_is_what_issue_46_measured():
+    table = load_table(ROOT / "benchmarks" / "tables" / "coatnet-mnist5k.csv.gz")
+    truth = TrueFront(table, OBJECTIVES)
+    assert [truth.oracle(level, "worst")["epochs"] for level in (0.95, 0.99)] == [16, 24]
+    assert truth.normalised([truth.cheapest], "worst") == pytest.approx(0.943, abs=5e-4)  # the flattering one
+    assert truth.normalised([truth.cheapest], "nadir") < 0.5
+    assert np.all(truth.references["nadir"] != truth.references["worst"])
