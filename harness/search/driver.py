@@ -271,6 +271,9 @@ def _run_search(
     try:
         experiment_name, experiment = _check_before_writing(spec, store_url, name, storage_path, resume)
         quiet_ray(verbose)
+        if sys.stderr.isatty():  # a person watching: a first line now, not after Ray's start-up (5-7 s)
+            where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
+            print(f"[{name}] checks passed; {where}...", file=sys.stderr, flush=True)
         with session.deferring_signals():  # a Ctrl-C while Ray starts acts once it has started
             init_ray(address, spec)
         check_resources(spec)
