@@ -31,7 +31,7 @@ from trials.errors import ArchsearchError, printable
 
 STANDARD_OUTPUT = "-"
 SQLITE_HEADER = b"SQLite format 3\x00"
-SQLITE_SIDE_FILES = ("-wal", "-shm")
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")  # a rollback journal SQLite would replay as hot
 
 
 class OutputRefused(ArchsearchError, ValueError):

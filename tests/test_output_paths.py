@@ -161,7 +161,9 @@ def _error_lines(output: str) -> list[str]:
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_the_stores_absent_wal_and_shm_are_refused_by_name(tmp_path, store_url, command):
-    for side in ("-wal", "-shm"):
+    """-journal too (adversarial pass 2): a YAML written as store.db-journal was replayed by SQLite as
+    a hot rollback journal, and every later command failed "attempt to write a readonly database"."""
+    for side in ("-wal", "-shm", "-journal"):
         path = tmp_path / f"store.db{side}"
         path.unlink(missing_ok=True)  # the store is closed: SQLite has none now, and makes one when it opens
         result = CliRunner().invoke(main, COMMANDS[command](str(path), store_url))

@@ -137,7 +137,8 @@ def optuna_storage_url(store_url: str) -> str:
 
 def sqlite_files(url: str) -> list[Path]:
     """The files of a SQLite store URL: the database and its write-ahead log and shared-memory index
-    (``-wal``, ``-shm``), which no output of a command may overwrite. Empty for another backend or an
+    (``-wal``, ``-shm``) and its rollback journal (``-journal``: a file there is replayed into the
+    database as a hot journal when it is next opened), which no output of a command may overwrite. Empty for another backend or an
     in-memory SQLite."""
     try:
         parsed = _parse(url)
@@ -146,4 +147,4 @@ def sqlite_files(url: str) -> list[Path]:
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
         return []
     database = Path(parsed.database)
-    return [database, database.with_name(database.name + "-wal"), database.with_name(database.name + "-shm")]
+    return [database, *(database.with_name(database.name + side) for side in ("-wal", "-shm", "-journal"))]
