@@ -137,8 +137,9 @@ def optuna_storage_url(store_url: str) -> str:
 
 def sqlite_files(url: str) -> list[Path]:
     """The files of a SQLite store URL: the database and its write-ahead log and shared-memory index
-    (``-wal``, ``-shm``) and its rollback journal (``-journal``: a file there is replayed into the
-    database as a hot journal when it is next opened), which no output of a command may overwrite. Empty for another backend or an
+    (``-wal``, ``-shm``) and its rollback journal (``-journal``: a file there is replayed into
+    the database as a hot journal when it is next opened), which no output of a command may
+    overwrite. Empty for another backend or an
     in-memory SQLite."""
     try:
         parsed = _parse(url)
