@@ -418,6 +418,8 @@ class ArchsearchSearch(SessionBound, Searcher):
             return
         try:
             fields.report_intermediate(self.study, ot_trial.number, epoch, float(value))
+        except optuna.exceptions.UpdateFinishedTrialError:  # told already (reconciled on resume): its curve is kept
+            return
         except store_failures() as failure:
             self._session().stop_on_store_failure(f"recording trial {ot_trial.number}'s epoch {epoch}", failure)
 
