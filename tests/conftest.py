@@ -109,3 +109,14 @@ def tiny_search_spec(name: str = "tiny", n_trials: int = 1) -> dict:
         "objectives": {"top1": "max", "flops": "min"},
         "search": {"sampler": "random", "n_trials": n_trials, "seed": 0},
     }
+
+
+def tiny_trial_config() -> dict:
+    """A trial config that trains in a second on the CPU (a 1-block CaiT, 32 synthetic images, one epoch)."""
+    return {
+        "model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2},
+        "data": {"name": "synthetic", "num_classes": 4, "train_size": 32, "val_size": 16, "batch_size": 8},
+        "training": {"epochs": 1},
+        "measure": {"batch_size": 2, "repeats": 1, "warmup": 0, "latency": False},
+        "device": "cpu",
+    }

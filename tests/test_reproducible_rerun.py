@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import tiny_search_spec
+from conftest import tiny_search_spec, tiny_trial_config
 
 from harness.store import Store
 from trials.configio import ConfigError
@@ -25,13 +25,7 @@ from trials.runner import run_trial
 from trials.trial_config import load_trial_config
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
-TRIAL = {
-    "model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2},
-    "data": {"name": "synthetic", "num_classes": 4, "train_size": 32, "val_size": 16, "batch_size": 8},
-    "training": {"epochs": 1},
-    "measure": {"batch_size": 2, "repeats": 1, "warmup": 0, "latency": False},
-    "device": "cpu",
-}
+TRIAL = tiny_trial_config()
 
 
 @pytest.fixture

@@ -15,18 +15,12 @@ import sys
 
 import pytest
 import yaml
-from conftest import tiny_search_spec
+from conftest import tiny_search_spec, tiny_trial_config
 
 from trials.cpus import usable_cpus
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
-TRIAL = {
-    "model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2},
-    "data": {"name": "synthetic", "num_classes": 4, "train_size": 32, "val_size": 16, "batch_size": 8},
-    "training": {"epochs": 1},
-    "measure": {"batch_size": 2, "repeats": 1, "warmup": 0, "latency": False},
-    "device": "cpu",
-}
+TRIAL = tiny_trial_config()
 
 
 def _trial(tmp_path, config, *args: str) -> subprocess.CompletedProcess:
