@@ -194,12 +194,18 @@ def replay(
     workers: int,
     budget: int,
     store_url: str,
+    warm: Sequence[dict[str, Any]] = (),
 ) -> Replay:
     """Run ``method`` (:func:`parse_method`: a sampler, its spread, its early stopping) to ``budget``
     epochs: the engine a search with that spec builds (:func:`harness.search.engine.build_engine`: the
     searcher with its initial design and duplicates, the scheduler, the store writer, the stoppers),
-    driven by :func:`harness.search.simulate.simulate` with each epoch looked up in the table."""
+    driven by :func:`harness.search.simulate.simulate` with each epoch looked up in the table.
+
+    ``warm``: parameters enqueued as the first trials, as ``search.warm_start`` enqueues an earlier study's
+    front (which replaces the spread: a warm method names none; :mod:`benchmarks.fidelity_tables`)."""
     sampler, stopping, spread = parse_method(method)
+    if warm and spread:
+        raise TableError(f"{method}: a warm start replaces the initial spread (name the method without +spread)")
     objectives = truth.objectives
     spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives, spread, stopping)
     with Store.open(store_url) as store:
@@ -217,6 +223,8 @@ def replay(
         quiet=True,
         build=table_trial_config,
     )
+    for params in warm:
+        engine.searcher.study.enqueue_trial(dict(params), user_attrs={"warm_start": "replay"})
 
     def evaluate(config: dict[str, Any], epoch: int) -> tuple[dict[str, Any], float, bool]:
         number, _, params = split_tune_config(config)

@@ -147,3 +147,27 @@ def load_table(path: str | Path) -> Table:
             raise TableError(f"{path}: config_id {config_id} has the same parameters as config_id {seen[key]}")
         seen[key] = config_id
     return table
+
+
+def restrict(table: Table, fixed: dict[str, Any]) -> Table:
+    """The configurations of ``table`` whose parameters take the ``fixed`` values, those parameters dropped:
+    a sub-space of the table as a table of its own (e.g. the 8-epoch table at ``lr`` 3e-3, to set beside a
+    table that searched only that sub-space). A name the table does not search is ignored; a value outside
+    its domain is a TableError (the sub-space would be empty)."""
+    fixed = {name: _plain(value) for name, value in fixed.items() if name in table.param_names}
+    domains = table.domains()
+    for name, value in fixed.items():
+        if value not in domains[name]:
+            raise TableError(f"{table.path}: {name}={value!r} is not a value of the table (it has {domains[name]})")
+    keep = [i for i, p in enumerate(table.params) if all(p[n] == v for n, v in fixed.items())]
+    names = [n for n in table.param_names if n not in fixed]
+    suffix = ",".join(f"{n}={v}" for n, v in fixed.items())
+    return Table(
+        path=f"{table.path}[{suffix}]" if suffix else table.path,
+        param_names=names,
+        params=[{n: table.params[i][n] for n in names} for i in keep],
+        top1=table.top1[keep],
+        epoch_s=table.epoch_s[keep],
+        cost={name: values[keep] for name, values in table.cost.items()},
+        config_ids=[table.config_ids[i] for i in keep],
+    )
