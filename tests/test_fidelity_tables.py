@@ -1,0 +1,145 @@
+"""Tables of one space at several fidelities: rank agreement, the cheap front's worth at the expensive
+fidelity, a warm start across fidelities (benchmarks.fidelity_tables), on spaces the project never saw."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from benchmarks import fidelity_tables
+from benchmarks.front_quality import Replay
+from benchmarks.table import TableError, load_table, restrict
+
+
+def _table(path: Path, epochs: int, final, epoch_s: float = 1.0, extra: dict | None = None) -> Path:
+    """A 3 x 2 x 2 space (width x kind x lr): FLOPs from width alone (so every width has cost twins);
+    ``final(width, kind, lr)`` the last epoch's top-1, reached linearly."""
+    rows = []
+    for config_id, (width, kind, lr) in enumerate(itertools.product([8, 16, 32], ["a", "b"], [0.1, 0.3])):
+        top = final(width, kind, lr)
+        for epoch in range(1, epochs + 1):
+            rows.append({"config_id": config_id, "epoch": epoch, "top1": round(top * epoch / epochs, 4),
+                         "epoch_s": epoch_s, "flops": width * 100, "params": width, "throughput": 1.0,
+                         "width": width, "kind": kind, "lr": lr, **(extra or {})})  # fmt: skip
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def _expensive(width, kind, lr):
+    return 50 + width + (10 if kind == "a" else 0) + (5 if lr == 0.1 else 0)  # slow lr wins when trained long
+
+
+def _cheap(width, kind, lr):
+    return 50 + width + (10 if kind == "a" else 0) + (5 if lr == 0.3 else 0)  # fast lr wins when trained short
+
+
+def test_rank_agreement_is_scipys_with_a_seeded_interval_around_it():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=30)
+    y = x + rng.normal(scale=0.5, size=30)
+    first = fidelity_tables.rank_agreement(x, y, seed=1, resamples=300)
+    assert first["kendall_tau"] == pytest.approx(stats.kendalltau(x, y).statistic)
+    assert first["spearman_rho"] == pytest.approx(stats.spearmanr(x, y).statistic)
+    low, high = first["kendall_tau_ci"]
+    assert low < first["kendall_tau"] < high < 1
+    assert fidelity_tables.rank_agreement(x, y, seed=1, resamples=300) == first  # the same numbers every run
+    reversed_ = fidelity_tables.rank_agreement(x, -x, resamples=50)
+    assert reversed_["kendall_tau"] == pytest.approx(-1) and reversed_["kendall_tau_ci"] == pytest.approx([-1, -1])
+    with pytest.raises(TableError, match="at least 3 pairs"):
+        fidelity_tables.rank_agreement([1, 2], [1, 2])
+
+
+def test_restrict_keeps_a_sub_space_and_names_a_value_it_lacks(tmp_path):
+    table = load_table(_table(tmp_path / "t.csv", 2, _cheap))
+    sub = restrict(table, {"lr": 0.3, "unknown": 1})  # a name the table does not search is ignored
+    assert len(sub) == 6 and sub.param_names == ["width", "kind"]
+    assert all(table.params[table.index_of({**p, "lr": 0.3})]["lr"] == 0.3 for p in sub.params)
+    assert np.array_equal(sub.top1, table.top1[[i for i, p in enumerate(table.params) if p["lr"] == 0.3]])
+    with pytest.raises(TableError, match=r"lr=0\.5 is not a value"):
+        restrict(table, {"lr": 0.5})
+
+
+def test_agreement_counts_the_expensive_front_the_cheap_front_holds(tmp_path):
+    """The cheap table prefers the fast lr, the expensive one the slow: on every width the cheap front
+    holds the wrong twin, so it holds none of the expensive front, and its hypervolume at the expensive
+    fidelity is what the wrong twins give (computed here by hand)."""
+    cheap = load_table(_table(tmp_path / "cheap.csv", 2, _cheap))
+    expensive = load_table(_table(tmp_path / "expensive.csv", 8, _expensive, epoch_s=2.0))
+    row = fidelity_tables.agreement(cheap, expensive)
+    assert row["shared"] == 12 and row["epoch_cost_ratio"] == pytest.approx(0.5)
+    assert row["expensive_front"] == 3 and row["cheap_front"] == 3  # kind a, one lr, per width
+    assert row["expensive_front_in_cheap_front"] == 0
+    # expensive front: (73, 800), (89, 1600), (97, 3200)... top-1 = 50 + w + 10 + 5 for lr 0.1
+    front = np.array([[50 + w + 15, w * 100] for w in (8, 16, 32)], dtype=float)
+    got = np.array([[50 + w + 10, w * 100] for w in (8, 16, 32)], dtype=float)  # the cheap front, trained long
+    reference = np.array([front[:, 0].min() - 0.1 * np.ptp(front[:, 0]), front[:, 1].max() + 0.1 * np.ptp(front[:, 1])])
+
+    def volume(points):  # a 2-D staircase, top-1 max, FLOPs min
+        area, best = 0.0, reference[0]
+        for top, flops in sorted(points.tolist(), key=lambda p: p[1]):
+            if top > best:
+                area += (top - best) * (reference[1] - flops)
+                best = top
+        return area
+
+    assert row["expensive_hv_from_cheap_front"] == pytest.approx(volume(got) / volume(front))
+    assert row["cost_cheap_then_front"] == pytest.approx(12 * 2 * 0.5 + 3 * 8)
+    same = fidelity_tables.agreement(expensive, expensive)
+    assert same["expensive_front_in_cheap_front"] == 3 and same["expensive_hv_from_cheap_front"] == 1.0
+    assert same["final_top1"]["kendall_tau"] == pytest.approx(1.0)
+
+
+def test_tables_of_different_spaces_or_nothing_shared_are_refused(tmp_path):
+    cheap = load_table(_table(tmp_path / "cheap.csv", 2, _cheap))
+    other = load_table(_table(tmp_path / "other.csv", 4, _expensive, extra={"depth": 2}))
+    with pytest.raises(TableError, match=r"searches \['kind', 'lr', 'width'\].*one space"):
+        fidelity_tables.agreement(cheap, other)
+    renamed = pd.read_csv(tmp_path / "cheap.csv").replace({"kind": {"a": "x", "b": "y"}})
+    renamed.to_csv(tmp_path / "renamed.csv", index=False)
+    with pytest.raises(TableError, match="share 0 configurations"):
+        fidelity_tables.agreement(cheap, load_table(tmp_path / "renamed.csv"))
+
+
+def test_the_found_front_is_what_a_warm_start_enqueues(tmp_path):
+    table = load_table(_table(tmp_path / "cheap.csv", 2, _cheap))
+    run = Replay()
+    for spent, params in enumerate([{"width": 8, "kind": "b", "lr": 0.1}, {"width": 8, "kind": "a", "lr": 0.3},
+                                    {"width": 32, "kind": "b", "lr": 0.3}]):  # fmt: skip
+        run.complete(table.index_of(params), 2 * (spent + 1))
+    assert fidelity_tables.found_front(table, run) == [{"width": 8, "kind": "a", "lr": 0.3},
+                                                       {"width": 32, "kind": "b", "lr": 0.3}]  # fmt: skip
+    assert fidelity_tables.found_front(table, Replay()) == []
+
+
+def test_a_race_starts_the_warm_search_after_the_cheap_one_and_enqueues_its_front(tmp_path):
+    cheap = load_table(_table(tmp_path / "cheap.csv", 2, _cheap))
+    expensive = load_table(_table(tmp_path / "expensive.csv", 4, _expensive))
+    curves = fidelity_tables.race_seed(cheap, expensive, seed=0, workers=2, shares=(0.5,))
+    offset = curves["warm-0.5-offset"]
+    assert offset == pytest.approx(12 * 2 * 0.5 * 1.0, abs=2)  # half the cheap table, a cheap epoch = 1 expensive
+    assert curves["warm-0.5"].epochs[0] >= offset + 4  # nothing before the cheap search and one trained trial
+    assert 1 <= curves["warm-0.5-enqueued"] <= 6
+    assert curves["cold"].volume[-1] == pytest.approx(1.0)  # the whole table's budget finds the whole front
+
+
+def test_the_command_writes_its_json_and_tables_and_refuses_bad_input(tmp_path, capsys):
+    cheap = _table(tmp_path / "cheap.csv", 2, _cheap)
+    expensive = _table(tmp_path / "expensive.csv", 4, _expensive)
+    out = tmp_path / "f.json"
+    args = ["--expensive", str(expensive), "--cheap", str(cheap), "--seeds", "2", "--workers", "2"]
+    assert fidelity_tables.main([*args, "--fix", "lr=0.3", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["agreement"][0]["shared"] == 6 and set(result["race"]) == {f"{cheap}[lr=0.3]"}
+    assert set(result["race"][f"{cheap}[lr=0.3]"]["strategies"]) == {"cold", "warm-0.25", "warm-1.0"}
+    printed = capsys.readouterr().out
+    assert "| cheap.csv[lr=0.3] (2 epochs) | 6 |" in printed and "warm-started from its front" in printed
+    assert fidelity_tables.main([*args, "--fix", "lr", "--json", str(tmp_path / "x.json")]) == 2
+    assert fidelity_tables.main([*args, "--fix", "lr=9", "--json", str(tmp_path / "x.json")]) == 2
+    assert "lr=9 is not a value" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
