@@ -15,6 +15,10 @@ from scipy import stats
 from benchmarks import fidelity_tables
 from benchmarks.front_quality import Replay
 from benchmarks.table import TableError, load_table, restrict
+from benchmarks.table_export import main as export_main
+from harness.store import Store
+from search_space.sampling import build_trial_config, split_params
+from search_space.spec import SearchSpec
 
 
 def _table(path: Path, epochs: int, final, epoch_s: float = 1.0, extra: dict | None = None) -> Path:
@@ -143,3 +147,48 @@ def test_the_command_writes_its_json_and_tables_and_refuses_bad_input(tmp_path, 
     assert fidelity_tables.main([*args, "--fix", "lr=9", "--json", str(tmp_path / "x.json")]) == 2
     assert "lr=9 is not a value" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def _grid_study(store: Store, name: str, layouts: list[str], epochs: int = 2) -> None:
+    spec = SearchSpec.model_validate(
+        {
+            "name": name,
+            "family": "coatnet",
+            "base_model": "coatnet_tiny32",
+            "training": {"epochs": epochs},
+            "params": {"layout": {"choice": layouts}, "depths[3]": {"choice": [1, 2]}},
+            "objectives": {"top1": "max", "flops": "min"},
+            "search": {"sampler": "grid", "n_trials": 2 * len(layouts)},
+        }
+    )
+    store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives))
+    for number, (layout, depth) in enumerate(itertools.product(layouts, [1, 2])):
+        params = {"layout": layout, "depths[3]": depth}
+        curve = [{"epoch": e, "top1": 10.0 * e + depth, "epoch_time": 1.0} for e in range(1, epochs + 1)]
+        cost = {"flops": 100 * depth + len(layout), "params": 1, "throughput": 1.0}
+        store.finish_trial(name, number, status="completed", config=build_trial_config(spec, params),
+                           parameters=split_params(spec, params), epochs=curve, measurement=cost)  # fmt: skip
+
+
+def test_several_grids_of_one_space_export_as_one_table(tmp_path, capsys):
+    """Two grids whose union is the table (as the fidelity tables are built); a configuration in two of
+    them, or grids of another budget, are refused and nothing is written."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        _grid_study(store, "cctt", ["CCTT"])
+        _grid_study(store, "cttt", ["CTTT"])
+        _grid_study(store, "both", ["CCTT", "CTTT"])
+        _grid_study(store, "longer", ["CCCT"], epochs=3)
+    out = tmp_path / "t.csv"
+    assert export_main(["--store", url, "--study", "cttt", "--study", "cctt", "-o", str(out)]) == 0
+    table = load_table(out)
+    assert len(table) == 4 and table.param_names == ["layout", "depths[3]"]
+    assert table.params[0] == {"layout": "CCTT", "depths[3]": 1} and table.config_ids == [0, 1, 2, 3]
+    assert table.top1[table.index_of({"layout": "CTTT", "depths[3]": 2})].tolist() == [12.0, 22.0]
+    capsys.readouterr()
+    for studies, message in [(["cctt", "both"], "has the same parameters"), (["cctt", "longer"], "one budget")]:
+        bad = tmp_path / "bad.csv"
+        args = ["--store", url, *[a for s in studies for a in ("--study", s)], "-o", str(bad)]
+        assert export_main(args) == 2
+        assert message in capsys.readouterr().err
+        assert not bad.exists() and not list(tmp_path.glob(".bad*"))
