@@ -309,6 +309,29 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def headline(result: dict[str, Any]) -> list[str]:
+    """The README's sentences (``README.md``, "Can I trust a short search?"), one per cheap table, from the
+    results: each is quoted there verbatim, and a test holds the two together."""
+    lines = []
+    for row in result["agreement"]:
+        final = row["final_top1"]
+        race_result = result["race"][row["cheap"]]["strategies"]
+        cold, warm = race_result["cold"], race_result[f"warm-{CHEAP_BUDGETS[-1]}"]
+        lines.append(
+            f"`{Path(row['cheap']).name}` ({row['cheap_epochs']} epochs) against `{Path(row['expensive']).name}` "
+            f"({row['expensive_epochs']} epochs), {row['shared']} configurations: Kendall tau "
+            f"{_interval(final, 'kendall_tau')}; its front holds {row['expensive_front_in_cheap_front']} of the "
+            f"expensive front's {row['expensive_front']} members, and training that front alone recovers "
+            f"{row['expensive_hv_from_cheap_front']:.1%} of the expensive front's hypervolume, for "
+            f"{row['cost_cheap_then_front']:.0f} expensive-epoch equivalents against "
+            f"{row['cost_expensive_table']} for the whole expensive table. A warm start from the whole cheap "
+            f"search reaches 95% of the expensive front's hypervolume after {_cell(warm['epochs_to_95'])} "
+            f"expensive-epoch equivalents (the cheap search included); a cold search after "
+            f"{_cell(cold['epochs_to_95'])} (medians [IQR] of {result['seeds']} seeds)."
+        )
+    return lines
+
+
 def parse_fixed(pairs: Sequence[str]) -> dict[str, Any]:
     fixed: dict[str, Any] = {}
     for text in pairs:
