@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 from jinja2 import Environment
 
-from dashboards import compare, figures, interactive
+from dashboards import compare, fidelity, figures, interactive
 from dashboards.columns import log_scaled_columns, searched_config_columns
 from dashboards.pareto import front_mask, hypervolume_progress, resolve_color_by
 from dashboards.reader import StudyReader
@@ -132,6 +132,20 @@ figure.interactive { border: 1px solid #eee; }
 {% endfor %}
 </table>
 {% else %}<p class="muted">No completed trial has every objective: no front yet.</p>{% endif %}
+{% if s.fidelity %}
+<h3>Does an early epoch rank like the end?</h3>
+<p class="verdict"><b>{{ s.fidelity.verdict }}</b></p>
+{% if s.fidelity.rows %}
+<table class="fidelity">
+<tr>{% for c in s.fidelity.columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for row in s.fidelity.rows %}
+<tr>{% for v in row %}<td>{{ v }}</td>{% endfor %}</tr>
+{% endfor %}
+</table>
+{% endif %}
+{% for note in s.fidelity.notes %}<p class="muted">{{ note }}</p>
+{% endfor %}
+{% endif %}
 <h3>Figures</h3>
 {% for fig in s.figures %}
 {% if fig.html %}<figure class="interactive" id="{{ fig.key }}">{{ fig.html | safe }}
@@ -316,6 +330,7 @@ def _study_section(
     png_dir: Path | None,
     static: bool = False,
     section_index: int = 0,
+    rule: fidelity.RuleSource | None = None,
 ) -> dict[str, Any]:
     record = store.study(name)
     objectives = dict(objectives) if objectives else store.objectives(name)
@@ -328,6 +343,7 @@ def _study_section(
         section["notes"].append("This study has no trials yet.")
         return section
     section.update(_starved_epochs(store, name, counts.epochs))
+    section["fidelity"] = _fidelity_panel(store, name, rule)
     known = set(store.metric_names(name))
     missing = [m for m in objectives if m not in known]
     if missing:  # all trials failed so far, or an objective this study never records
@@ -456,6 +472,19 @@ def _study_section(
     return section
 
 
+def _fidelity_panel(store: StudyReader, name: str, rule: fidelity.RuleSource | None) -> dict[str, Any] | None:
+    """``archsearch fidelity STUDY`` as a panel (on at most :data:`dashboards.fidelity.REPORT_TRIALS` completed
+    trials, a seeded sample beyond); None where it cannot say anything (no completed trial, no learning curve of
+    the accuracy objective)."""
+    try:
+        result = fidelity.study_fidelity(store, name, rule, max_trials=fidelity.REPORT_TRIALS)
+    except fidelity.FidelityError:  # no completed trial, no learning curve, no accuracy objective: nothing to say
+        return None
+    columns = list(result.rows()[0]) if result.rows() else []
+    rows = [[row[c] for c in columns] for row in result.rows()]
+    return {"verdict": result.verdict, "columns": columns, "rows": rows, "notes": result.notes()}
+
+
 class _Figure:
     """One report figure, drawn the static way (seaborn PNG), the interactive way (plotly), or both.
 
@@ -561,6 +590,7 @@ def write_report(
     png_dir: str | Path | None = None,
     color_by: str | None = None,
     static: bool = False,
+    rule: fidelity.RuleSource | None = None,
 ) -> Path | None:
     """Write one offline HTML report for ``studies`` to ``out_path`` and return its path (None:
     written to standard output, as ``out_path`` None asks).
@@ -568,7 +598,8 @@ def write_report(
     ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty;
     the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``
     (and, for several studies, their combined scatter as ``studies-pareto.png``). ``static``: PNG
-    figures in the page and no script, instead of the interactive figures.
+    figures in the page and no script, instead of the interactive figures. ``rule``: the early-stopping rule
+    the fidelity panel replays, as a spec -> ``RungRule`` function (default: the registered one).
     """
     if color_by is not None:  # before anything is created: an unknown column is the user's error
         columns = sorted({c for name in studies for c in store.config_columns(name)})
@@ -581,7 +612,7 @@ def write_report(
     if png_path is not None:
         png_path.mkdir(parents=True, exist_ok=True)
     sections = [
-        _study_section(store, name, objectives, color_by, png_path, static, index)
+        _study_section(store, name, objectives, color_by, png_path, static, index, rule)
         for index, name in enumerate(studies, start=1)
     ]
     shown = dict(objectives) if objectives else (store.objectives(studies[0]) if studies else {})

@@ -42,8 +42,11 @@ from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
 from trials.configio import ConfigError
 from trials.errors import ArchsearchError, DataError, capped
+from trials.lazy import lazy_import
 from trials.status import TrialStatus
 from trials.trial_config import TrialConfig, load_trial_config
+
+fidelity_api = lazy_import("dashboards.fidelity")  # scipy: only when a fidelity is asked for
 
 READER_GROUP = "archsearch.study_readers"  # the entry-point group a store registers its opener in
 READER_NAME = "sql"  # the store of this project (harness.store.open_study_reader)
@@ -289,3 +292,33 @@ class Study:
                 f"trial {number} of study {self.name!r} was infeasible and never trained: its config does not "
                 f"build ({error})"
             ) from None
+
+    def fidelity(
+        self,
+        expensive: str | None = None,
+        *,
+        rule: Any = None,
+        where: Mapping[str, str] | None = None,
+        resamples: int | None = None,
+    ) -> Any:
+        """Does a cheap signal predict the expensive one (``archsearch fidelity``, :mod:`dashboards.fidelity`)?
+
+        Without ``expensive``: per epoch with enough completed trials, Kendall's tau and Spearman's rho
+        between that epoch's accuracy and the final one (bootstrap 95% intervals), and the final-front members
+        the study's early-stopping rule keeps deciding there: a ``StudyFidelity`` (``.frame()``, ``.verdict``).
+        ``rule``: a ``RungRule`` or a spec -> rule function (default: the one registered by archsearch).
+
+        With ``expensive`` (another study of the same store, this one the cheap one): tau on the
+        configurations both completed, the expensive front members this front holds, the expensive
+        hypervolume it recovers: a ``CrossFidelity``. ``where``: config filters, as ``pareto --where``."""
+        kwargs: dict[str, Any] = {"where": where}
+        if resamples is not None:
+            kwargs["resamples"] = int(resamples)
+        if expensive is not None:
+            if expensive not in self._reader.study_names():
+                raise StudyNotFound(unknown_study_message(expensive, self._reader.study_names()))
+            result = fidelity_api.cross_fidelity(self._reader, self.name, expensive, **kwargs)
+        else:
+            result = fidelity_api.study_fidelity(self._reader, self.name, rule, **kwargs)
+        self._warn_left_out()
+        return result

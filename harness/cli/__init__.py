@@ -22,6 +22,7 @@ import click
 from harness import __version__
 from harness.cli.admin_commands import export_command
 from harness.cli.common import crash_log, one_line
+from harness.cli.fidelity_command import fidelity_command
 from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
 from harness.cli.run_commands import reproduce_command, search_command, verify_command
 from harness.cli.trial_commands import bench_command, models_command, trial_command
@@ -166,6 +167,7 @@ for _command in (
     search_command,
     pareto_command,
     report_command,
+    fidelity_command,
     reproduce_command,
     verify_command,
     export_command,

@@ -23,6 +23,7 @@ store_package = lazy_import("harness.store")  # SQLAlchemy
 verified_front = lazy_import("dashboards.verified")  # the verified front beside the in-trial one
 pandas = lazy_import("pandas")
 queries = lazy_import("harness.store.queries")  # pandas
+replay = lazy_import("harness.search.stop.replay")  # the early-stopping rule the report's fidelity panel replays
 sampling = lazy_import("search_space.sampling")  # the spec's parameters and a config's values
 
 
@@ -309,7 +310,14 @@ def report_command(
             for study in studies:
                 store.study(study)  # unknown study: a one-line error before any work
             path = report.write_report(
-                store, list(studies), wanted, target, png_dir=png_dir, color_by=color_by, static=static
+                store,
+                list(studies),
+                wanted,
+                target,
+                png_dir=png_dir,
+                color_by=color_by,
+                static=static,
+                rule=replay.rung_rule,
             )
             warn_damaged(store)
     except (pareto.ParetoError, store_package.StoreError, OutputRefused) as error:
