@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 import optuna
-from scipy import stats
 
 from benchmarks.front_quality import (
     LEVELS,
@@ -60,6 +59,7 @@ from benchmarks.front_quality import (
 )
 from benchmarks.search_quality import default_method, parse_method, replay
 from benchmarks.table import Table, TableError, load_table, restrict
+from dashboards.fidelity import rank_correlations
 from dashboards.multiobjective import hypervolume, non_dominated
 
 OBJECTIVES = {"top1": "max", "flops": "min"}
@@ -76,30 +76,22 @@ COMMAND = (
 # -- agreement between two tables ------------------------------------------------------------------
 def rank_agreement(x: Sequence[float], y: Sequence[float], seed: int = 0, resamples: int = BOOTSTRAP) -> dict:
     """Kendall's tau-b and Spearman's rho between ``x`` and ``y`` (paired), each with a percentile bootstrap
-    95% interval over the pairs (seeded: the same numbers every run). A resample where one side is constant
-    has no correlation and is left out (counted in ``degenerate``)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    95% interval over the pairs: :func:`dashboards.fidelity.rank_correlations`, the measure ``archsearch
+    fidelity`` gives a study (seeded: the same numbers every run)."""
     if len(x) != len(y) or len(x) < 3:
         raise TableError(f"a rank correlation needs at least 3 pairs (got {min(len(x), len(y))})")
-    rng = np.random.default_rng(seed)
-    taus, rhos = [], []
-    for _ in range(resamples):
-        pick = rng.integers(0, len(x), len(x))
-        if np.ptp(x[pick]) == 0 or np.ptp(y[pick]) == 0:
-            continue
-        taus.append(stats.kendalltau(x[pick], y[pick]).statistic)
-        rhos.append(stats.spearmanr(x[pick], y[pick]).statistic)
+    tau, rho = rank_correlations(x, y, resamples=resamples, seed=seed)
 
-    def interval(values: list[float]) -> list[float] | None:
-        return [float(v) for v in np.percentile(values, [2.5, 97.5])] if values else None
+    def interval(correlation) -> list[float] | None:
+        finite = math.isfinite(correlation.low) and math.isfinite(correlation.high)
+        return [correlation.low, correlation.high] if finite else None
 
     return {
         "pairs": len(x),
-        "kendall_tau": float(stats.kendalltau(x, y).statistic),
-        "kendall_tau_ci": interval(taus),
-        "spearman_rho": float(stats.spearmanr(x, y).statistic),
-        "spearman_rho_ci": interval(rhos),
-        "degenerate": resamples - len(taus),
+        "kendall_tau": tau.value,
+        "kendall_tau_ci": interval(tau),
+        "spearman_rho": rho.value,
+        "spearman_rho_ci": interval(rho),
     }
 
 
