@@ -130,9 +130,10 @@ def markdown_summary(
 
 
 def _test_split_error(rows: list[VariantSummary], pre: Protocol | None) -> list[str]:
-    """The test split's own sampling error, where test accuracy is reported: every run is scored on
-    the same fixed split, so seed-to-seed differences share it, but a mean accuracy says how well a
-    variant does on the population only to within this binomial error."""
+    """The test split's own sampling error, where test accuracy is reported. Every run is scored on
+    the same fixed images, so the error is invisible in the spread over seeds; it still enters a
+    variant's accuracy on the population and any population-level difference between variants.
+    Per-image predictions are not stored, so no seed x image bootstrap can put it in an interval."""
     size = TEST_SPLIT_SIZES.get(pre.dataset) if pre is not None else None
     tests = [r.test_top1 for r in rows if r.test_top1 is not None]
     if not size or not tests:
@@ -143,8 +144,11 @@ def _test_split_error(rows: list[VariantSummary], pre: Protocol | None) -> list[
         "",
         f"Test split: {size:,} fixed images (the same for every run and seed). At the mean test accuracy here "
         f"({100 * p:.1f}%) its own sampling error is {se:.2f} points (binomial standard error): a variant's test "
-        "accuracy estimates its accuracy on unseen digits to within about twice that, whatever the seeds; "
-        "paired differences between variants share the split, so this error does not enter them.",
+        "accuracy estimates its accuracy on unseen digits to within about twice that, whatever the seeds. "
+        "It enters any population-level difference between variants too (by how much depends on how often "
+        "the two disagree on an image): it is only invisible in the spread over seeds, because every seed is "
+        "scored on the same images, so the intervals over seeds here leave it out. Per-image predictions are "
+        "not stored yet, so a seed x image bootstrap that would include it is not possible.",
     ]
 
 
