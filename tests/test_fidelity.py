@@ -344,7 +344,7 @@ def test_the_command_on_sqlite_and_postgresql(store_url):
     assert any("MO-ASHA (mode pareto) on top1, flops, reduction factor 3, rungs at epochs 1: the study's" in line
                for line in lines)  # fmt: skip
 
-    as_json = _invoke("s", "--store", store_url, "--resamples", "200", "--json")
+    as_json = _invoke("s", "--store", store_url, "--resamples", "200", "--format", "json")
     assert as_json.exit_code == 0, as_json.output
     record = json.loads(as_json.output)
     with load_study("s", store_url) as study:

@@ -43,9 +43,16 @@ CROSS_COLUMNS = ["scope", "expensive_front_held", "untrained_by_cheap", "cheap_f
     help="Bootstrap resamples for the 95%% intervals (0: none).",
 )
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object on standard output.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="json: everything as one JSON object on standard output (as pareto --format json).",
+)
 def fidelity_command(
-    studies: tuple[str, ...], where: tuple[str, ...], resamples: int, store_url: str | None, as_json: bool
+    studies: tuple[str, ...], where: tuple[str, ...], resamples: int, store_url: str | None, fmt: str
 ) -> None:
     """Does a cheap signal predict the expensive one?
 
@@ -73,7 +80,7 @@ def fidelity_command(
     except (fidelity.FidelityError, pareto.ParetoError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
     warn_damaged(store)  # on stderr: --json stays parseable
-    if as_json:
+    if fmt == "json":
         click.echo(json.dumps(strict_json_value(result.record()), indent=2, default=str, allow_nan=False))
         return
     if len(studies) == 1:
