@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from ray.tune.schedulers import ASHAScheduler
 
+from harness.search.result_keys import RETRY_KEY
+from harness.search.simulate import SimulatedTrial
 from harness.search.stop.early_stopping import ParetoASHA, RungDecider, make_scheduler, promotion_order, rung_epochs
 from search_space.spec import SearchSpec
 
@@ -83,3 +85,13 @@ def test_a_multi_objective_spec_gets_mo_asha_and_single_mode_warns_in_one_line(c
     assert len(lines) == 1 and "prunes the cheap end of the front" in lines[0]
     one = SearchSpec.model_validate({**_spec().model_dump(mode="json"), "objectives": {"top1": "max"}})
     assert isinstance(make_scheduler(one), ASHAScheduler) and capsys.readouterr().err == ""
+
+
+def test_a_pruned_configuration_run_again_is_never_judged_at_a_rung():
+    scheduler = make_scheduler(_spec())
+    scheduler.on_trial_result(None, SimulatedTrial("a", {}), {"training_iteration": 1, "top1": 90.0, "flops": 1})
+    retry = SimulatedTrial("b", {RETRY_KEY: 7})
+    result = {"training_iteration": 1, "top1": 10.0, "flops": 5}
+    assert scheduler.on_trial_result(None, retry, result) == "CONTINUE"
+    assert scheduler.on_trial_result(None, SimulatedTrial("c", {}), result) == "STOP"
+    assert set(scheduler.decider.recorded[1]) == {"a", "c"}

@@ -63,12 +63,14 @@ def test_no_cost_objective_means_no_spread():
     assert initial_design.cost_objective(spec) is None and initial_design.spread(spec, SpaceFunction(spec), 5) == []
 
 
-def test_the_default_spread_is_eight_where_it_pays_and_none_elsewhere():
+def test_the_default_spread_is_eight_or_half_the_trials_where_fewer():
+    """Issue 46: no 32-trial gate (forced on at 16-24 trials the spread reached 95% on 20/20 seeds); the
+    sampler keeps at least half of a small search."""
     base = {k: v for k, v in SPEC.items() if k != "search"}
     def planned(**search):
         return initial_design.planned_spread(load_spec({**base, "search": {"sampler": "tpe", **search}}))
-    assert planned(n_trials=32) == initial_design.DEFAULT_SPREAD == 8
-    assert planned(n_trials=31) == 0  # a small search keeps its budget for the sampler
+    assert planned(n_trials=32) == planned(n_trials=16) == initial_design.DEFAULT_SPREAD == 8
+    assert [planned(n_trials=n) for n in (15, 10, 3, 1)] == [7, 5, 1, 0]
     assert planned(n_trials=64, initial_spread=3) == 3 and planned(n_trials=64, initial_spread=0) == 0
     # A grid needs discrete params (a float range is refused at load, issue 44): the grid never spreads.
     discrete = {name: d for name, d in base["params"].items() if not (isinstance(d, dict) and "float" in d)}
@@ -76,3 +78,14 @@ def test_the_default_spread_is_eight_where_it_pays_and_none_elsewhere():
     assert initial_design.planned_spread(grid) == 0
     no_cost = load_spec({**base, "objectives": {"top1": "max", "throughput": "max"}, "search": {"n_trials": 64}})
     assert initial_design.planned_spread(no_cost) == 0
+
+
+def test_the_spread_is_over_distinct_costs_so_twins_never_take_two_places():
+    """Cost twins (the same model, another learning rate) share one cost level; within a level the pick
+    is the one with values no earlier pick has (the first level: the first drawn)."""
+    priced = [(1.0, {"w": 1, "lr": "a"}), (1.0, {"w": 1, "lr": "b"}), (1.0, {"w": 1, "lr": "c"}),
+              (2.0, {"w": 2, "lr": "a"}), (2.0, {"w": 2, "lr": "b"}), (3.0, {"w": 3, "lr": "a"})]  # fmt: skip
+    chosen = initial_design.pick(priced, 3)
+    assert chosen == [{"w": 1, "lr": "a"}, {"w": 2, "lr": "b"}, {"w": 3, "lr": "a"}]
+    assert initial_design.pick(priced, 8) == chosen  # as many places as distinct costs, at most
+    assert initial_design.pick([priced[1], priced[0]], 1) == [priced[1][1]]  # the first drawn of equals

@@ -14,6 +14,9 @@ STATUS_KEY = "archsearch_status"  # set on the final report of a trial that ran 
 # The closed-form cost ({"flops": ..., "params": ...}) the searcher priced the config at before
 # dispatch (the constraints were checked on it); the worker checks the model it builds costs the same.
 PRICED_KEY = "archsearch_priced"
+# Set (to the pruned trial's number) on a configuration early stopping pruned, dispatched again once the
+# space has nothing new: it runs to the end of its budget, never judged at a rung.
+RETRY_KEY = "archsearch_retry_of"
 
 
 def split_tune_config(config: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None, dict[str, Any]]:
@@ -24,4 +27,5 @@ def split_tune_config(config: dict[str, Any]) -> tuple[int | None, dict[str, Any
     params = dict(config)
     number = params.pop(NUMBER_KEY, None)
     priced = params.pop(PRICED_KEY, None)
+    params.pop(RETRY_KEY, None)
     return number, priced, params

@@ -11,7 +11,8 @@ trains and no Ray process starts. ``benchmarks.search_quality`` measures search 
 Order per event, as Tune's controller does it: a result goes to the callbacks, then the scheduler
 (CONTINUE or STOP) and the stoppers (``stopper(trial_id, result)``); a trial that ends (its last epoch
 or a STOP) goes to the scheduler, the searcher and the callbacks; then ``stop_all()`` of every
-stopper, then free slots are filled by asking the searcher.
+stopper, then free slots are filled by asking the searcher (a ``None`` suggestion, as in Tune: nothing
+now, asked again after the next event; ``FINISHED``: never again).
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def simulate(
         while not exhausted and len(running) < workers:
             trial_id = f"sim_{len(trials):05d}"
             config = searcher.suggest(trial_id)
-            if config is None or config == Searcher.FINISHED:
+            if config is None:  # nothing now (a running trial may change that): asked again after the next event
+                return
+            if config == Searcher.FINISHED:
                 exhausted = True
                 return
             trial = SimulatedTrial(trial_id, dict(config))

@@ -24,6 +24,12 @@ what a NAS search needs:
    tried ends the search with one line. TPE and NSGA-II re-propose points of small discrete
    spaces; without this a GPU would spend a whole trial, or a slot of the budget, on a result the
    study already has.
+   Once nothing new is left (every configuration tried, or the sampler proposing only duplicates,
+   :data:`MAX_INFEASIBLE_IN_A_ROW` in a row), configurations that early stopping pruned are
+   dispatched again while the budget allows (:data:`READMIT_PRUNED`), each once, to the end of its
+   budget (the config carries :data:`harness.search.result_keys.RETRY_KEY`: the scheduler never
+   judges it), those that got furthest first (then MO-ASHA's order of their last values); while
+   trials still run, one of them may yet be pruned, so the searcher waits (None) rather than ending.
 
 5. On resume, the budget is the store's: Ray restores the searcher as it was at its last experiment
    snapshot, so trials dispatched after it (a driver killed between two snapshots) are unknown to
@@ -43,6 +49,7 @@ import pickle
 import sys
 from typing import Any
 
+import numpy as np
 import optuna
 from ray.tune.search import Searcher
 
@@ -51,8 +58,9 @@ from harness.search import adapter as fields
 from harness.search.interrupts import store_failures
 from harness.search.outcome import OPTUNA_STATE, TrialOutcome
 from harness.search.propose.samplers import TuneGridSampler
-from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, STATUS_KEY
+from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, RETRY_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
+from harness.search.stop.early_stopping import promotion_order
 from harness.store import Store
 from harness.store.urls import optuna_storage_url
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
@@ -64,6 +72,7 @@ MAX_INFEASIBLE_IN_A_ROW = 200
 STATUS_ATTR = "archsearch_status"  # Optuna user attribute: what archsearch calls an infeasible trial
 REASON_ATTR = "archsearch_reason"  # and why it never trained (its constraint or build error)
 MAX_REASON = 500
+READMIT_PRUNED = True  # pruned configurations run again once nothing new is left (module docstring, item 4)
 
 
 class ArchsearchSearch(SessionBound, Searcher):
@@ -89,6 +98,9 @@ class ArchsearchSearch(SessionBound, Searcher):
         self._reusable: dict[str, dict[str, Any]] = {}  # config key -> an earlier study's record (warm start)
         self._space_size = discrete_space_size(spec)  # None: a float range, the space is not enumerable
         self._infeasible_keys: set[str] = set()  # distinct infeasible proposals (their params)
+        self._params_of: dict[int, dict[str, Any]] = {}  # Optuna number -> its sampled params (a retry's)
+        self._pruned: dict[int, tuple[int, list[float]]] = {}  # pruned, not yet retried: (epochs, last values)
+        self._nothing_new = False  # the sampler proposed only duplicates MAX_INFEASIBLE_IN_A_ROW times in a row
         self.space: Any = SpaceFunction(spec)  # the define-by-run function that fills an asked trial
         self.study = optuna.create_study(
             storage=storage,  # None: in memory (a replay)
@@ -182,6 +194,9 @@ class ArchsearchSearch(SessionBound, Searcher):
         tried = len(self._seen) + len(getattr(self, "_infeasible_keys", ()))
         if size is None or tried < size:
             return False
+        if getattr(self, "_exhausted_said", False):
+            return True
+        self._exhausted_said = True
         print(
             f"[{self.archsearch_study}] stopping: every configuration of the space has been tried "
             f"({len(self._seen)} trained, {tried - len(self._seen)} infeasible, of {size}): nothing new is left",
@@ -197,8 +212,10 @@ class ArchsearchSearch(SessionBound, Searcher):
             self._sync_with_store()
         rejected = TrialStatus.INFEASIBLE
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
-            if self._grid_done() or self._budget_spent() or self._space_exhausted():
+            if self._grid_done() or self._budget_spent():
                 return Searcher.FINISHED
+            if getattr(self, "_nothing_new", False) or self._space_exhausted():
+                return self._retry_pruned(trial_id)
             params = self._ask(trial_id)
             ot_trial = self._asked[trial_id]
             feasibility = self._feasibility(ot_trial)
@@ -219,6 +236,7 @@ class ArchsearchSearch(SessionBound, Searcher):
                     # params holds the sampled and the fixed values (SpaceFunction returns the fixed
                     # ones); the priced cost travels with them, and the worker checks its model against it.
                     priced = {metric: (feasibility.cost or {}).get(metric) for metric in ("flops", "params")}
+                    self.__dict__.setdefault("_params_of", {})[ot_trial.number] = dict(ot_trial.params)
                     return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced}
                 self._record_duplicate(ot_trial, config, params, original)
                 rejected = TrialStatus.DUPLICATE
@@ -228,13 +246,42 @@ class ArchsearchSearch(SessionBound, Searcher):
                 rejected = TrialStatus.INFEASIBLE
             self._forget(trial_id)
         # The sampler keeps proposing what the constraints exclude (or what was trained already): end
-        # the search cleanly (the driver records the outcome) instead of raising inside Tune.
+        # the search cleanly (the driver records the outcome) instead of raising inside Tune; after
+        # duplicates only, pruned configurations are retried first (item 4 of the module docstring).
         print(
             f"[{self.archsearch_study}] stopping: {MAX_INFEASIBLE_IN_A_ROW} {rejected} configurations in a row",
             file=sys.stderr,
             flush=True,
         )
+        if rejected == TrialStatus.DUPLICATE:
+            self._nothing_new = True
+            return self._retry_pruned(trial_id)
         return Searcher.FINISHED
+
+    def _retry_pruned(self, trial_id: str) -> dict | str | None:
+        """Nothing new is left: dispatch a configuration early stopping pruned again, to the end of its
+        budget (the furthest it got first, then MO-ASHA's order of its last values); None (ask again
+        later) while a running trial may yet be pruned; else the search is finished."""
+        pruned = getattr(self, "_pruned", {})
+        if not READMIT_PRUNED or not pruned:
+            running = [t for t in self._asked if t not in self._told and t != trial_id]
+            waiting = READMIT_PRUNED and self.spec.search.early_stopping is not None and running
+            return None if waiting else Searcher.FINISHED
+        numbers = sorted(pruned, key=lambda n: (-pruned[n][0], n))
+        furthest = [n for n in numbers if pruned[n][0] == pruned[numbers[0]][0]]
+        original = furthest[int(promotion_order(np.array([pruned[n][1] for n in furthest]))[0])]
+        del pruned[original]
+        self._forget(trial_id)
+        self.study.enqueue_trial(self._params_of[original], user_attrs={"retry_of": original})
+        params = self._ask(trial_id)
+        ot_trial = self._asked[trial_id]
+        feasibility = self._feasibility(ot_trial)
+        self._seen[config_key(self.trial_config(params))] = ot_trial.number
+        self._params_of[ot_trial.number] = dict(ot_trial.params)
+        self.__dict__.setdefault("_retries", set()).add(ot_trial.number)  # never retried twice
+        self.dispatched += 1
+        priced = {metric: (feasibility.cost or {}).get(metric) for metric in ("flops", "params")}
+        return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced, RETRY_KEY: original}
 
     def _feasibility(self, ot_trial) -> Feasibility:
         """What the space function found of this trial: handed over in memory, or (a space function
@@ -396,6 +443,10 @@ class ArchsearchSearch(SessionBound, Searcher):
             known = stored in {status.value for status in TrialStatus}
             ot_trial.set_user_attr(STATUS_ATTR, str(stored) if known and not error else str(outcome.status))
             outcome.tell(self.study, ot_trial.number)
+            number = ot_trial.number
+            retriable = number in getattr(self, "_params_of", {}) and number not in getattr(self, "_retries", ())
+            if outcome.status is TrialStatus.PRUNED and retriable:
+                self.__dict__.setdefault("_pruned", {})[ot_trial.number] = (_epochs_of(result), self._minimised(result))
             if hasattr(self, "_outcomes"):
                 self._outcomes[ot_trial.number] = outcome
                 for duplicate in self._waiting.pop(ot_trial.number, []):
@@ -404,6 +455,15 @@ class ArchsearchSearch(SessionBound, Searcher):
             self._session().stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
         finally:
             self._told.add(trial_id)
+
+    def _minimised(self, result: dict | None) -> list[float]:
+        """A result's objectives, each to be minimised (a missing one the worst)."""
+        values = []
+        for metric, mode in zip(self.metric, self.mode, strict=True):
+            value = (result or {}).get(metric)
+            number = float(value) if isinstance(value, (int, float)) and value == value else math.inf
+            values.append(-number if mode == "max" and math.isfinite(number) else number)
+        return values
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Each epoch's value of the first objective that training reports (``top1``, not a cost known
@@ -429,6 +489,12 @@ class ArchsearchSearch(SessionBound, Searcher):
         except store_failures() as failure:
             self._session().stop_on_store_failure("asking Optuna for a configuration", failure)
             return None
+
+
+def _epochs_of(result: dict | None) -> int:
+    """How many epochs a finished trial ran (Tune's iteration count, or the trainable's epoch)."""
+    value = (result or {}).get("training_iteration", (result or {}).get("epoch"))
+    return int(value) if isinstance(value, (int, float)) else 0
 
 
 def config_key(config: dict) -> str:

@@ -13,6 +13,12 @@ so a front's extremes and spread go first). A trial goes on past a rung iff it i
 ``ceil(n / reduction_factor)`` of the ``n`` trials recorded at that rung so far, as ASHA's
 percentile rule does with one metric.
 
+A configuration the rule pruned is run again to its whole budget once the space has nothing new
+to propose (:mod:`harness.search.propose.searcher`); such a retry (its config carries
+:data:`harness.search.result_keys.RETRY_KEY`) is never judged at a rung. (Issue 46 also tried a first
+rung no earlier than a quarter of the epochs, and cost twins ranked apart at a rung; on the replays
+neither helped once pruned configurations are retried, so neither was kept.)
+
 :class:`RungDecider` is that rule alone (no Ray): the Ray Tune scheduler :class:`ParetoASHA`
 wraps it, and ``benchmarks.search_quality`` replays it against a table in simulated time.
 """
@@ -27,6 +33,7 @@ from typing import Any
 import numpy as np
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
+from harness.search.result_keys import RETRY_KEY
 from search_space.spec import SearchSpec
 from trials.lazy import lazy_import
 
@@ -118,6 +125,8 @@ class ParetoASHA(FIFOScheduler):
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         epoch = result.get(TIME_ATTR)
+        if (trial.config or {}).get(RETRY_KEY) is not None:  # a pruned configuration run again: to the end
+            return TrialScheduler.CONTINUE
         if epoch is None or self.decider.observe(trial.trial_id, int(epoch), result):
             return TrialScheduler.CONTINUE
         return TrialScheduler.STOP

@@ -1,0 +1,53 @@
+"""Issue 46: a configuration early stopping pruned is run again, to the end of its budget, once the space
+has nothing new to propose; replayed through the engine a search builds (searcher, MO-ASHA, simulator)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmarks import search_quality
+from benchmarks.front_quality import TrueFront
+from benchmarks.table import load_table
+from harness.search.propose import searcher
+
+OBJECTIVES = {"top1": "max", "flops": "min"}
+EPOCHS = 4
+
+
+def _table(tmp_path: Path):
+    """12 configurations, 4 epochs: cheap models start slowly (pruned at the first rung), end well."""
+    rows = []
+    for config_id, (width, lr) in enumerate(itertools.product([1, 2, 3, 4, 5, 6], ["a", "b"])):
+        final = 60 + 5 * width - (3 if lr == "b" else 0)
+        for epoch in range(1, EPOCHS + 1):
+            start = 0.3 + 0.1 * width  # the cheapest trail early
+            top1 = final * min(1.0, start + (1 - start) * (epoch - 1) / (EPOCHS - 1))
+            rows.append({"config_id": config_id, "epoch": epoch, "top1": round(top1, 3), "epoch_s": 1.0,
+                         "flops": 10 * width, "params": width, "throughput": 1.0,
+                         "width": width, "lr": lr})  # fmt: skip
+    path = tmp_path / "retry.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return load_table(path)
+
+
+@pytest.mark.parametrize("readmit", [True, False])
+def test_pruned_configurations_run_again_to_the_end_once_the_space_is_exhausted(tmp_path, monkeypatch, readmit):
+    monkeypatch.setattr(searcher, "READMIT_PRUNED", readmit)
+    table = _table(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    budget = 2 * len(table) * EPOCHS  # room for every configuration twice
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    run = search_quality.replay(table, truth, "random+moasha", 0, 2, budget, url)
+    assert run.pruned, "MO-ASHA pruned nothing: the test table no longer exercises the retry"
+    assert len(set(run.completed)) == len(run.completed)  # a retry is never a duplicate completion
+    if readmit:
+        # every pruned configuration ran again to its last epoch (the budget allowed all of them)
+        assert set(run.pruned) <= set(run.completed) and run.spent < budget
+        assert set(run.completed) == set(range(len(table)))
+    else:
+        assert not set(run.pruned) & set(run.completed)
+        assert run.spent < budget  # the search ended with budget left
