@@ -13,7 +13,8 @@ scheduler where the method names one; the store writer and the stoppers), driven
 trained, and nothing of the engine is wired here.
 
 Methods (:func:`parse_method`) say exactly what runs: ``SAMPLER[+spread][+moasha|+asha-top1]`` with
-SAMPLER ``random``, ``tpe`` or ``nsga2``; no initial spread unless ``+spread`` (then the default's 8),
+SAMPLER ``random``, ``tpe`` or ``nsga2``; no initial spread unless ``+spread`` (then the default's,
+:func:`harness.search.propose.initial_design.default_spread`: 8 on any table of 8 configurations or more),
 no early stopping unless ``+moasha`` (MO-ASHA, ``early_stopping.mode: pareto``) or ``+asha-top1``
 (Ray's ASHA on top-1 alone, ``mode: single``); ``syne-*``: Syne Tune's own methods on the same table
 (:mod:`benchmarks.search_quality_syne`, an optional extra). The result names the method a spec that
@@ -59,9 +60,12 @@ from search_space.spec import SearchSpec
 from trials.status import TrialStatus
 
 OUR_SAMPLERS = ("random", "tpe", "nsga2")
-SPREAD_FLAG = "spread"  # the initial spread of initial_design.DEFAULT_SPREAD trials; without it: none
+SPREAD_FLAG = "spread"  # the default initial spread (initial_design.default_spread); without it: none
+# A replay's n_trials, per configuration of the table: each configuration once, and once more where early
+# stopping pruned it and it is retried when nothing new is left; the budget in epochs ends a replay first.
+TRIALS_PER_CONFIGURATION = 2
 STOPPING_FLAGS = {"moasha": "pareto", "asha-top1": "single"}  # early_stopping.mode each names
-SYNE_METHODS = ("syne-random", "syne-moasha", "syne-moreg")
+SYNE_METHODS = search_quality_syne.METHODS
 DEFAULT_METHODS = (
     "random", "random+spread", "tpe", "tpe+spread", "nsga2", "nsga2+spread",
     "random+moasha", "random+spread+moasha", "tpe+moasha", "tpe+spread+moasha", "random+asha-top1",
@@ -110,10 +114,12 @@ def parse_method(method: str) -> tuple[str, str | None, int]:
 SPREAD = initial_design.DEFAULT_SPREAD  # the initial spread a "+spread" method gets: the default's
 
 
-def method_name(sampler: str, stopping: str | None, spread: int) -> str:
+def method_name(sampler: str, stopping: str | None, spread: int, n_trials: int | None = None) -> str:
     """The method that runs ``sampler`` with ``spread`` first trials spread and ``stopping``: the inverse of
-    :func:`parse_method` (a spread other than :data:`SPREAD` has no name: None)."""
-    if spread not in (0, SPREAD):
+    :func:`parse_method` (``+spread``: :data:`SPREAD`, or the default spread of ``n_trials``; another
+    spread has no name)."""
+    default = initial_design.default_spread(n_trials) if n_trials is not None else SPREAD
+    if spread not in (0, SPREAD, default):
         raise TableError(f"a spread of {spread} has no method name (only 0 and {SPREAD})")
     flags = [SPREAD_FLAG] if spread else []
     flags += [flag for flag, mode in STOPPING_FLAGS.items() if mode == stopping]
@@ -122,21 +128,28 @@ def method_name(sampler: str, stopping: str | None, spread: int) -> str:
 
 def default_method(table: Table, objectives: dict[str, str], workers: int) -> str:
     """The method that is what a spec naming neither ``search.sampler`` nor ``search.initial_spread`` runs on
-    this table (``n_trials`` its size): e.g. ``tpe+spread`` where the default spread applies, ``tpe`` where not."""
+    this table: ``tpe+spread`` where an objective is priced before training (flops or params), ``tpe`` where not."""
     spec = table_spec(table, "default", "default", 0, workers, objectives)
-    return method_name(spec.search.sampler, None, initial_design.planned_spread(spec))
+    return method_name(spec.search.sampler, None, initial_design.planned_spread(spec), spec.search.n_trials)
 
 
 def resolved(method: str, table: Table, objectives: dict[str, str], workers: int) -> tuple:
     """What a method runs on a table: the sampler and spread its spec gets, early stopping. A ``+spread``
     method that would get no spread (no objective priced before training) is refused."""
     sampler, stopping, spread = parse_method(method)
+    spread = table_spread(table, spread)
     spec = table_spec(table, "resolved", sampler, 0, workers, objectives, spread)
     planned = initial_design.planned_spread(spec)
     if planned != spread:
         raise TableError(f"--methods: {method} would run with an initial spread of {planned}, not {spread} "
                          "(the spread needs flops or params among the objectives)")  # fmt: skip
     return spec.search.sampler, stopping, planned
+
+
+def table_spread(table: Table, spread: int) -> int:
+    """What ``+spread`` spreads on this table (:func:`parse_method`'s spread, 0 or :data:`SPREAD`): the default
+    spread of a replay's ``n_trials`` (:data:`SPREAD` on every table of 8 configurations or more)."""
+    return initial_design.default_spread(TRIALS_PER_CONFIGURATION * len(table)) if spread else 0
 
 
 def table_spec(
@@ -150,8 +163,10 @@ def table_spec(
     stopping: str | None = None,
 ) -> SearchSpec:
     """A spec over the table's space: each parameter a choice of its distinct values; ``stopping``:
-    ``search.early_stopping`` with that mode (the defaults a spec gets otherwise), or none."""
-    settings: dict[str, Any] = {"n_trials": len(table), "concurrency": workers, "seed": seed}
+    ``search.early_stopping`` with that mode (the defaults a spec gets otherwise), or none; ``n_trials``
+    :data:`TRIALS_PER_CONFIGURATION` per configuration (the budget in epochs ends a replay)."""
+    n_trials = TRIALS_PER_CONFIGURATION * len(table)
+    settings: dict[str, Any] = {"n_trials": n_trials, "concurrency": workers, "seed": seed}
     if stopping is not None:
         settings["early_stopping"] = {"mode": stopping}
     if spread is not None:  # None: what a spec that does not say gets
@@ -207,6 +222,7 @@ def replay(
     if warm and spread:
         raise TableError(f"{method}: a warm start replaces the initial spread (name the method without +spread)")
     objectives = truth.objectives
+    spread = table_spread(table, spread)
     spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives, spread, stopping)
     with Store.open(store_url) as store:
         store.create_study(spec.name, spec.model_dump(mode="json"), dict(objectives))

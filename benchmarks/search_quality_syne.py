@@ -9,8 +9,25 @@ hypervolume is then computed exactly as for our methods, from the configurations
 epoch, in the order Syne Tune reported their last epoch.
 
 Methods: ``syne-random`` (random search, its multi-objective searcher), ``syne-moasha`` (MOASHA with
-its defaults: non-dominated priority, grace period 1, reduction factor 3), ``syne-moreg``
+its defaults, grace period 1 and reduction factor 3, and the non-dominated priority as a rank per
+trial: :class:`RankPriority`), ``syne-moasha-upstream`` (the same with Syne Tune 0.16's own
+``NonDominatedPriority``, whose output MOASHA misreads: see below), ``syne-moreg``
 (MultiObjectiveRegularizedEvolution).
+
+Two faults of Syne Tune 0.16 that this wrapper works around (``benchmarks/syne_moasha_bug.py`` shows
+both in a few lines):
+
+* ``NonDominatedPriority`` returns ``nondominated_sort``'s order: the trial *indices* best first (an
+  argsort). MOASHA's ``Bracket.on_result`` reads that array as one priority per trial (lower goes
+  first) and stops the newest trial when ``priorities[-1]``, the index of the *worst* trial, ranks
+  beyond ``1 / reduction_factor``: the decision is about another trial's position, close to random (a
+  trial that dominates its whole rung can be stopped, one dominated by all of it kept).
+  :class:`RankPriority` returns each trial's rank instead (the inverse permutation).
+* ``MOASHA.suggest`` samples its configurations with the config space's ``sample()`` and no random
+  state, i.e. from numpy's global generator, which ``random_seed`` does not seed (and ``on_trial_add``
+  draws its bracket from it too): the same seed gave other trials on each run. Every Syne Tune replay
+  here seeds numpy's global generator with the seed first (:func:`seeded`), the upstream method too, so
+  it differs from ``syne-moasha`` in the priority alone.
 """
 
 from __future__ import annotations
@@ -28,7 +45,32 @@ import pandas as pd
 from benchmarks.front_quality import Replay, TrueFront
 from benchmarks.table import Table, TableError
 
-METHODS = ("syne-random", "syne-moasha", "syne-moreg")
+METHODS = ("syne-random", "syne-moasha", "syne-moasha-upstream", "syne-moreg")
+
+
+def rank_priority():
+    """Syne Tune's non-dominated priority (epsilon-net within each front, the first objective preferred)
+    as what MOASHA's bracket reads: a rank per trial, 0 the best (see the module docstring)."""
+    from syne_tune.optimizer.schedulers.multiobjective.multiobjective_priority import NonDominatedPriority
+
+    class RankPriority(NonDominatedPriority):
+        def priority_unsafe(self, objectives: np.ndarray) -> np.ndarray:
+            return ranks_of(super().priority_unsafe(objectives))
+
+    return RankPriority()
+
+
+def ranks_of(order: np.ndarray) -> np.ndarray:
+    """The inverse of a permutation: ``order[k]`` is the index of the k-th best item -> the rank of each item."""
+    order = np.asarray(order, dtype=int)
+    ranks = np.empty(len(order), dtype=int)
+    ranks[order] = np.arange(len(order))
+    return ranks
+
+
+def seeded(seed: int) -> None:
+    """Seed numpy's global generator, which MOASHA's suggest and bracket choice draw from (module docstring)."""
+    np.random.seed(seed)
 
 
 def blackbox(table: Table, objectives: dict[str, str]):
@@ -73,8 +115,10 @@ def _scheduler(method: str, space: dict, metrics: list[str], seed: int, epochs: 
     if method == "syne-random":  # its factory's multi-objective random searcher (RandomSearch takes one metric)
         return SingleFidelityScheduler(space, metrics=metrics, do_minimize=True, searcher="random_search",
                                        random_seed=seed)  # fmt: skip
-    if method == "syne-moasha":
-        return MOASHA(space, metrics=metrics, do_minimize=True, time_attr="epoch", max_t=epochs, random_seed=seed)
+    if method in ("syne-moasha", "syne-moasha-upstream"):
+        priority = rank_priority() if method == "syne-moasha" else None  # None: its NonDominatedPriority
+        return MOASHA(space, metrics=metrics, do_minimize=True, time_attr="epoch", max_t=epochs, random_seed=seed,
+                      multiobjective_priority=priority)  # fmt: skip
     if method == "syne-moreg":
         searcher = MultiObjectiveRegularizedEvolution(space, random_seed=seed)
         return SingleFidelityScheduler(space, metrics=metrics, do_minimize=True, searcher=searcher, random_seed=seed)
@@ -99,6 +143,7 @@ def replay_seeds(table: Table, truth: TrueFront, method: str, seeds: int, worker
     space = {**box.configuration_space, "epoch": table.epochs}  # the backend runs each trial to the last epoch
     runs = []
     for seed in range(seeds):
+        seeded(seed)
         with tempfile.TemporaryDirectory(prefix="syne-") as directory:
             backend = UserBlackboxBackend(blackbox=box, elapsed_time_attr="elapsed_time", max_resource_attr="epoch")
             recorder = SimulatorCallback()

@@ -18,6 +18,7 @@ def test_every_benchmark_is_listed_here():
     assert MODULES == [
         "compile_cache",
         "dataloader",
+        "fidelity_tables",
         "fronts",
         "gpu",
         "measure",
@@ -26,6 +27,7 @@ def test_every_benchmark_is_listed_here():
         "search",
         "search_quality",
         "store",
+        "syne_moasha_bug",
         "table_export",
     ]
 

@@ -137,9 +137,10 @@ def test_a_method_name_says_exactly_what_runs(tmp_path):
                 "random+moasha+asha-top1", "tpe+spread+spread"):  # fmt: skip
         with pytest.raises(TableError, match="unknown method"):
             search_quality.parse_method(old)
-    # the default: TPE with the spread where the spec's default spreads (>= 32 trials), TPE alone below
+    # the default: TPE with the default spread wherever an objective is priced (no 32-trial gate, issue 46)
     assert search_quality.default_method(big, OBJECTIVES, 4) == "tpe+spread"
-    assert search_quality.default_method(small, OBJECTIVES, 4) == "tpe"
+    assert search_quality.default_method(small, OBJECTIVES, 4) == "tpe+spread"
+    assert search_quality.default_method(small, {"top1": "max", "throughput": "max"}, 4) == "tpe"
     # "+spread" is refused where nothing priced before training can be spread over
     with pytest.raises(TableError, match="initial spread of 0"):
         search_quality.resolved("tpe+spread", big, {"top1": "max", "throughput": "max"}, 4)
