@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from benchmarks import fidelity_tables
-from benchmarks.front_quality import Replay
+from benchmarks.front_quality import Replay, TrueFront
 from benchmarks.table import TableError, load_table, restrict
 from benchmarks.table_export import main as export_main
 from harness.store import Store
@@ -192,3 +192,26 @@ def test_several_grids_of_one_space_export_as_one_table(tmp_path, capsys):
         assert export_main(args) == 2
         assert message in capsys.readouterr().err
         assert not bad.exists() and not list(tmp_path.glob(".bad*"))
+
+
+COMMITTED = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def test_the_committed_fidelity_tables_are_their_store_and_hold_what_their_readme_says(tmp_path):
+    """Each fidelity table is its committed store's grids exported (byte for byte), a subset of the 8-epoch
+    table's lr-3e-3 configurations, holding the 8-epoch front members its README counts."""
+    store = f"sqlite:///{COMMITTED / 'tables' / 'stores' / 'fidelity48.db'}"
+    grids = {"e32": ["coatnet-mnist5k-e32-cccc-d48", "coatnet-mnist5k-e32-ccct"],
+             "n1000": ["coatnet-mnist5k-n1000-cccc", "coatnet-mnist5k-n1000-ccct"]}  # fmt: skip
+    eight = load_table(COMMITTED / "tables" / "coatnet-mnist5k.csv.gz")
+    members = [eight.params[i] for i in TrueFront(eight, {"top1": "max", "flops": "min"}).members]
+    expected = {"e32": (32, 32, 7), "n1000": (48, 8, 9)}  # configurations, epochs, 8-epoch front members held
+    for name, studies in grids.items():
+        path = COMMITTED / "tables" / f"coatnet-mnist5k-{name}.csv.gz"
+        out = tmp_path / path.name
+        assert export_main(["--store", store, *[a for s in studies for a in ("--study", s)], "-o", str(out)]) == 0
+        assert out.read_bytes() == path.read_bytes()
+        table = load_table(path)
+        held = [p for p in members if table.index_of(p) is not None]
+        assert (len(table), table.epochs, len(held)) == expected[name]
+        assert all(eight.index_of({**p, "lr": 0.003}) is not None for p in table.params)
