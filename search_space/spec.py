@@ -286,7 +286,7 @@ class SearchSettings(_Strict):
     warm_start: WarmStart | None = None
     # the first K trials at evenly spaced quantiles of the priced cost objective
     # (harness.search.propose.initial_design);
-    # None: 8 where it pays (a priced objective, 32 trials or more, no grid or warm start), else none
+    # None: min(8, n_trials // 2) where there is a priced objective and neither a grid nor a warm start, else none
     initial_spread: int | None = Field(None, ge=0, le=MAX_TRIALS)
     # re-measure the front alone at the end (archsearch verify, on a whole GPU of the cluster);
     # None: on when trials are packed (0 < resources.gpus < 1: their in-trial throughput was timed
