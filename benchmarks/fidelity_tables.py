@@ -58,7 +58,7 @@ from benchmarks.front_quality import (
     quartiles,
 )
 from benchmarks.search_quality import default_method, parse_method, replay
-from benchmarks.table import Table, TableError, load_table, restrict
+from benchmarks.table import Table, TableError, load_table, restrict, subset
 from dashboards.fidelity import rank_correlations
 from dashboards.multiobjective import hypervolume, non_dominated
 
@@ -69,7 +69,8 @@ CHEAP_BUDGETS = (0.25, 1.0)  # the cheap search's budget, as shares of its table
 COMMAND = (
     "python -m benchmarks.fidelity_tables --expensive benchmarks/tables/coatnet-mnist5k-e32.csv.gz "
     "--cheap benchmarks/tables/coatnet-mnist5k.csv.gz --cheap benchmarks/tables/coatnet-mnist5k-n1000.csv.gz "
-    "--fix lr=0.003 --seeds 20 --workers 4 --json benchmarks/results/fidelity.json"
+    "--fix lr=0.003 --epoch-cost coatnet-mnist5k.csv.gz=1 --seeds 20 --workers 4 "
+    "--json benchmarks/results/fidelity.json"
 )
 
 
@@ -132,7 +133,7 @@ def epoch_cost_ratio(cheap: Table, expensive: Table, pairing: Pairing) -> float:
     return float(np.median(ratios))
 
 
-def agreement(cheap: Table, expensive: Table) -> dict[str, Any]:
+def agreement(cheap: Table, expensive: Table, ratio: float | None = None) -> dict[str, Any]:
     """The cheap table against the expensive one on their shared configurations (see the module docstring)."""
     pairing = pair(cheap, expensive)
     cheap_points = np.column_stack([cheap.metric(n)[pairing.cheap] for n in OBJECTIVES])
@@ -143,7 +144,7 @@ def agreement(cheap: Table, expensive: Table) -> dict[str, Any]:
     reference = nadir(expensive_points[truth])
     whole = hypervolume(expensive_points[truth], directions, reference)
     recovered = hypervolume(expensive_points[cheap_front], directions, reference) / whole
-    ratio = epoch_cost_ratio(cheap, expensive, pairing)
+    ratio = epoch_cost_ratio(cheap, expensive, pairing) if ratio is None else ratio
     return {
         "cheap": cheap.path,
         "expensive": expensive.path,
@@ -192,12 +193,16 @@ def shifted(curve: Curve, offset: float) -> Curve:
     return Curve(tuple(math.ceil(e + offset - 1e-9) for e in curve.epochs), curve.volume)
 
 
-def race_seed(cheap: Table, expensive: Table, seed: int, workers: int, shares: Sequence[float]) -> dict[str, Any]:
+def race_seed(
+    cheap: Table, expensive: Table, seed: int, workers: int, shares: Sequence[float], ratio: float | None = None
+) -> dict[str, Any]:
     """One seed: the cold expensive search, and per share of the cheap budget the cheap search then the warm
     expensive one; the curves (primary reference) in expensive-epoch equivalents."""
-    truth, cheap_truth = TrueFront(expensive, OBJECTIVES), TrueFront(cheap, OBJECTIVES)
     budget = len(expensive) * expensive.epochs
-    ratio = epoch_cost_ratio(cheap, expensive, pair(cheap, expensive))
+    pairing = pair(cheap, expensive)
+    ratio = epoch_cost_ratio(cheap, expensive, pairing) if ratio is None else ratio
+    cheap = subset(cheap, pairing.cheap)  # the cheap search searches what the expensive one can: the shared ones
+    truth, cheap_truth = TrueFront(expensive, OBJECTIVES), TrueFront(cheap, OBJECTIVES)
     cold_method = default_method(expensive, OBJECTIVES, workers)
     warm_method = parse_method(cold_method)[0]  # the default sampler: a warm start replaces the spread
     cheap_method = default_method(cheap, OBJECTIVES, workers)
@@ -222,11 +227,13 @@ def race_seed(cheap: Table, expensive: Table, seed: int, workers: int, shares: S
     return curves
 
 
-def race(cheap: Table, expensive: Table, seeds: int, workers: int, shares: Sequence[float]) -> dict[str, Any]:
+def race(
+    cheap: Table, expensive: Table, seeds: int, workers: int, shares: Sequence[float], ratio: float | None = None
+) -> dict[str, Any]:
     """:func:`race_seed` over ``seeds``, summarised per strategy: epochs to 95% and 99% of the expensive true
     front's hypervolume (primary reference) and the AUC over the expensive table's whole budget."""
     budget = len(expensive) * expensive.epochs
-    per_seed = [race_seed(cheap, expensive, seed, workers, shares) for seed in range(seeds)]
+    per_seed = [race_seed(cheap, expensive, seed, workers, shares, ratio) for seed in range(seeds)]
     cold_method = default_method(expensive, OBJECTIVES, workers)
     strategies = {"cold": f"{cold_method} on the expensive table"}
     cheap_method = default_method(cheap, OBJECTIVES, workers)
@@ -251,6 +258,16 @@ def race(cheap: Table, expensive: Table, seeds: int, workers: int, shares: Seque
 
 
 # -- the report ---------------------------------------------------------------------------------------
+def _reach(stats_: dict[str, Any]) -> str:
+    """Epochs to a level over seeds, in words: the median [IQR], and how many seeds got there if not all."""
+    seeds = f"{stats_['reached']} of {stats_['seeds']} seeds get there"
+    if stats_["median"] is None:
+        return f"longer than the budget in the median seed ({seeds})"
+    short = f"; {seeds}" if stats_["reached"] < stats_["seeds"] else ""
+    high = "beyond the budget" if stats_["q75"] is None else f"{stats_['q75']:.0f}"
+    return f"{stats_['median']:.0f} expensive-epoch equivalents [IQR {stats_['q25']:.0f}-{high}{short}]"
+
+
 def _interval(stats_: dict[str, Any], name: str) -> str:
     ci = stats_[f"{name}_ci"]
     return f"{stats_[name]:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{stats_[name]:.2f}"
@@ -316,12 +333,28 @@ def headline(result: dict[str, Any]) -> list[str]:
             f"expensive front's {row['expensive_front']} members, and training that front alone recovers "
             f"{row['expensive_hv_from_cheap_front']:.1%} of the expensive front's hypervolume, for "
             f"{row['cost_cheap_then_front']:.0f} expensive-epoch equivalents against "
-            f"{row['cost_expensive_table']} for the whole expensive table. A warm start from the whole cheap "
-            f"search reaches 95% of the expensive front's hypervolume after {_cell(warm['epochs_to_95'])} "
-            f"expensive-epoch equivalents (the cheap search included); a cold search after "
-            f"{_cell(cold['epochs_to_95'])} (medians [IQR] of {result['seeds']} seeds)."
+            f"{row['cost_expensive_table']} for the whole expensive table. To 95% of the expensive front's "
+            f"hypervolume, a search warm-started from the whole cheap search takes {_reach(warm['epochs_to_95'])} "
+            f"(the cheap search included), a cold search {_reach(cold['epochs_to_95'])}."
         )
     return lines
+
+
+def parse_costs(pairs: Sequence[str], cheap: Sequence[Path]) -> dict[str, float]:
+    """``--epoch-cost FILE=RATIO``: the cost of a cheap table's epoch in expensive epochs, set (where the tables'
+    recorded times came from builds under different loads) instead of measured."""
+    costs: dict[str, float] = {}
+    names = {path.name for path in cheap}
+    for text in pairs:
+        name, sep, value = text.partition("=")
+        try:
+            ratio = float(value)
+        except ValueError:
+            ratio = math.nan
+        if not sep or name not in names or not (math.isfinite(ratio) and ratio > 0):
+            raise TableError(f"--epoch-cost: {text!r} is not FILE=RATIO with FILE a --cheap table's name and RATIO > 0")
+        costs[name] = ratio
+    return costs
 
 
 def parse_fixed(pairs: Sequence[str]) -> dict[str, Any]:
@@ -342,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expensive", required=True, type=Path)
     parser.add_argument("--cheap", required=True, type=Path, action="append")
     parser.add_argument("--fix", action="append", default=[], help="NAME=VALUE: restrict every table to it")
+    parser.add_argument(
+        "--epoch-cost",
+        action="append",
+        default=[],
+        help="FILE=RATIO: a cheap table's epoch in expensive epochs, instead of the ratio of the recorded times",
+    )
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--json", type=Path, required=True)
@@ -350,9 +389,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.seeds < 1 or args.workers < 1:
             raise TableError("--seeds and --workers must be >= 1")
         fixed = parse_fixed(args.fix)
+        costs = parse_costs(args.epoch_cost, args.cheap)
         expensive = restrict(load_table(args.expensive), fixed)
         cheap_tables = [restrict(load_table(path), fixed) for path in args.cheap]
-        rows = [agreement(cheap, expensive) for cheap in cheap_tables]
+        ratios = [costs.get(path.name) for path in args.cheap]
+        rows = [agreement(cheap, expensive, ratio) for cheap, ratio in zip(cheap_tables, ratios, strict=True)]
     except TableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -365,12 +406,13 @@ def main(argv: list[str] | None = None) -> int:
         "workers": args.workers,
         "bootstrap": BOOTSTRAP,
         "agreement": rows,
+        "epoch_costs_set": costs,
         "within": {table.path: within(table) for table in [expensive, *cheap_tables]},
         "race": {},
     }
-    for cheap in cheap_tables:
+    for cheap, ratio in zip(cheap_tables, ratios, strict=True):
         print(f"  racing {cheap.path} against {expensive.path} ({args.seeds} seeds)", file=sys.stderr, flush=True)
-        result["race"][cheap.path] = race(cheap, expensive, args.seeds, args.workers, CHEAP_BUDGETS)
+        result["race"][cheap.path] = race(cheap, expensive, args.seeds, args.workers, CHEAP_BUDGETS, ratio)
     arguments = sys.argv[1:] if argv is None else argv
     result["command"] = shlex.join(["python", "-m", "benchmarks.fidelity_tables", *arguments])
     args.json.parent.mkdir(parents=True, exist_ok=True)

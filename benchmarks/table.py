@@ -160,10 +160,15 @@ def restrict(table: Table, fixed: dict[str, Any]) -> Table:
         if value not in domains[name]:
             raise TableError(f"{table.path}: {name}={value!r} is not a value of the table (it has {domains[name]})")
     keep = [i for i, p in enumerate(table.params) if all(p[n] == v for n, v in fixed.items())]
-    names = [n for n in table.param_names if n not in fixed]
     suffix = ",".join(f"{n}={v}" for n, v in fixed.items())
+    return subset(table, keep, drop=list(fixed), path=f"{table.path}[{suffix}]" if suffix else table.path)
+
+
+def subset(table: Table, keep: list[int], drop: list[str] | tuple[str, ...] = (), path: str | None = None) -> Table:
+    """The configurations ``keep`` (indices) of ``table`` as a table, the parameters ``drop`` left out."""
+    names = [n for n in table.param_names if n not in drop]
     return Table(
-        path=f"{table.path}[{suffix}]" if suffix else table.path,
+        path=path or table.path,
         param_names=names,
         params=[{n: table.params[i][n] for n in names} for i in keep],
         top1=table.top1[keep],

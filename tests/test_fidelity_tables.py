@@ -14,7 +14,7 @@ from scipy import stats
 
 from benchmarks import fidelity_tables
 from benchmarks.front_quality import Replay, TrueFront
-from benchmarks.table import TableError, load_table, restrict
+from benchmarks.table import TableError, load_table, restrict, subset
 from benchmarks.table_export import main as export_main
 from harness.store import Store
 from search_space.sampling import build_trial_config, split_params
@@ -124,9 +124,13 @@ def test_the_found_front_is_what_a_warm_start_enqueues(tmp_path):
 def test_a_race_starts_the_warm_search_after_the_cheap_one_and_enqueues_its_front(tmp_path):
     cheap = load_table(_table(tmp_path / "cheap.csv", 2, _cheap))
     expensive = load_table(_table(tmp_path / "expensive.csv", 4, _expensive))
-    curves = fidelity_tables.race_seed(cheap, expensive, seed=0, workers=2, shares=(0.5,))
+    half = subset(expensive, [i for i, p in enumerate(expensive.params) if p["lr"] == 0.1])  # lr kept as a column
+    curves = fidelity_tables.race_seed(cheap, half, seed=0, workers=2, shares=(0.5,))
+    # the cheap search searches the 6 configurations the expensive table holds, not its own 12
+    assert curves["warm-0.5-offset"] == pytest.approx(6 * 2 * 0.5, abs=2)
+    curves = fidelity_tables.race_seed(cheap, expensive, seed=0, workers=2, shares=(0.5,), ratio=0.5)
     offset = curves["warm-0.5-offset"]
-    assert offset == pytest.approx(12 * 2 * 0.5 * 1.0, abs=2)  # half the cheap table, a cheap epoch = 1 expensive
+    assert offset == pytest.approx(12 * 2 * 0.5 * 0.5, abs=1)  # half the cheap table, a cheap epoch = 0.5
     assert curves["warm-0.5"].epochs[0] >= offset + 4  # nothing before the cheap search and one trained trial
     assert 1 <= curves["warm-0.5-enqueued"] <= 6
     assert curves["cold"].volume[-1] == pytest.approx(1.0)  # the whole table's budget finds the whole front
@@ -143,6 +147,11 @@ def test_the_command_writes_its_json_and_tables_and_refuses_bad_input(tmp_path, 
     assert set(result["race"][f"{cheap}[lr=0.3]"]["strategies"]) == {"cold", "warm-0.25", "warm-1.0"}
     printed = capsys.readouterr().out
     assert "| cheap.csv[lr=0.3] (2 epochs) | 6 |" in printed and "warm-started from its front" in printed
+    assert fidelity_tables.main([*args, "--epoch-cost", "cheap.csv=0.25", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["agreement"][0]["epoch_cost_ratio"] == 0.25  # set, not measured (1.0)
+    for bad in ("cheap.csv=0", "other.csv=1", "cheap.csv"):
+        assert fidelity_tables.main([*args, "--epoch-cost", bad, "--json", str(tmp_path / "x.json")]) == 2
+        assert "--epoch-cost" in capsys.readouterr().err
     assert fidelity_tables.main([*args, "--fix", "lr", "--json", str(tmp_path / "x.json")]) == 2
     assert fidelity_tables.main([*args, "--fix", "lr=9", "--json", str(tmp_path / "x.json")]) == 2
     assert "lr=9 is not a value" in capsys.readouterr().err
@@ -215,3 +224,17 @@ def test_the_committed_fidelity_tables_are_their_store_and_hold_what_their_readm
         held = [p for p in members if table.index_of(p) is not None]
         assert (len(table), table.epochs, len(held)) == expected[name]
         assert all(eight.index_of({**p, "lr": 0.003}) is not None for p in table.params)
+
+
+def test_the_committed_fidelity_results_are_the_commands_and_the_docs_quote_them():
+    """benchmarks/results/fidelity.json is what the documented command wrote; docs/benchmarks.md prints its
+    tables and the README's "Can I trust a short search?" its sentences, verbatim."""
+    root = COMMITTED.parent
+    result = json.loads((COMMITTED / "results" / "fidelity.json").read_text())
+    assert result["command"] == fidelity_tables.COMMAND
+    assert fidelity_tables.COMMAND in (root / "docs" / "benchmarks.md").read_text()
+    assert fidelity_tables.render(result) in (root / "docs" / "benchmarks.md").read_text()
+    readme = " ".join((root / "README.md").read_text().split())
+    assert "## Can I trust a short search?" in readme
+    for sentence in fidelity_tables.headline(result):
+        assert " ".join(sentence.split()) in readme
