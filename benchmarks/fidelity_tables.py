@@ -337,6 +337,11 @@ def headline(result: dict[str, Any]) -> list[str]:
             f"hypervolume, a search warm-started from the whole cheap search takes {_reach(warm['epochs_to_95'])} "
             f"(the cheap search included), a cold search {_reach(cold['epochs_to_95'])}."
         )
+    parts = []
+    for name, rungs in result["within"].items():
+        shown = ", ".join(f"epoch {r['epoch']} {_interval(r, 'kendall_tau')}" for r in rungs)
+        parts.append(f"`{Path(name).name}`: {shown}")
+    lines.append("Kendall tau between a rung's top-1 and the same table's final top-1: " + "; ".join(parts) + ".")
     return lines
 
 
