@@ -456,7 +456,7 @@ def study_fidelity(
     final = pd.to_numeric(data.finals[metric], errors="coerce")
     front = {n for n, on in data.finals["on_front"].items() if bool(on)}
     last = max((max(c) for c in data.curves.values() if c), default=0)
-    rung_values = _rung_values(data, rule, objectives)
+    rung_values = _rung_values(data, rule, objectives) if rule is not None else {}  # no rule: nothing replayed
     rows = []
     for epoch in sorted({e for c in data.curves.values() for e in c}):
         have = [n for n in data.numbers if _number(data.curves[n].get(epoch, {}).get(metric)) is not None]

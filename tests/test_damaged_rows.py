@@ -228,7 +228,8 @@ def test_a_damaged_trial_is_left_out_in_one_line_and_exported_never(
     report = tmp_path / "report.html"
     result = _invoke("report", "bad", "-o", str(report), "--store", url, "--static")
     assert result.exit_code == 0, result.output
-    assert report.exists() and (warning in _lines(result.stderr)) == read_by_fronts
+    # the report's fidelity panel reads every completed trial's row: the damaged one is left out, and said
+    assert report.exists() and warning in _lines(result.stderr)
 
     exported = tmp_path / "trial.yaml"
     assert _one_error_line(_invoke("export", "bad", "1", "-o", str(exported), "--store", url)) == f"Error: {line}"
