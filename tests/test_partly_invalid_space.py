@@ -310,7 +310,7 @@ def test_a_partly_invalid_search_runs_and_every_view_reads_its_infeasible_trials
         name="partly",
         data={"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
         measure={"batch_size": 4, "repeats": 1, "warmup": 0, "latency": False},
-        search={"sampler": "random", "n_trials": 8, "seed": 3},
+        search={"sampler": "random", "n_trials": 8, "seed": 3, "initial_spread": 0},  # the sampler alone
         **{
             "base_model.cls_insert_layer": 1,
             "params": {
