@@ -352,8 +352,11 @@ class CoAtNetConfig(_ConfigBase):
     def __post_init__(self) -> None:
         owner = type(self).__name__
         object.__setattr__(self, "layout", normalize_layout(self.layout, f"{owner}.layout"))
-        object.__setattr__(self, "depths", tuple(self.depths))
-        object.__setattr__(self, "dims", tuple(self.dims))
+        for name in ("depths", "dims"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+                raise ModelConfigError(f"{owner}.{name}", f"must be a list of 5 positive integers, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
         for name in ("image_size", "in_chans", "num_classes", "head_size", "expansion", "vit_patch_size"):
             _positive_int(owner, name, getattr(self, name))
         for name in ("depths", "dims"):
@@ -448,7 +451,7 @@ def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
         raise ModelConfigError("model", f"must be a mapping with a 'family' key, got {type(data).__name__}")
     values = dict(data)
     family = values.pop("family", None)
-    if family not in CONFIG_CLASSES:
+    if not isinstance(family, str) or family not in CONFIG_CLASSES:
         raise ModelConfigError("family", f"must be one of {', '.join(CONFIG_CLASSES)}; got {family!r}")
     cls = CONFIG_CLASSES[family]
     known = {f.name for f in dataclasses.fields(cls)}
