@@ -172,6 +172,7 @@ def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_pa
         search={
             "sampler": "random",
             "n_trials": 8,
+            "initial_spread": 0,  # the sampler alone: the sequence this test was written on
             "concurrency": 2,
             "seed": 2,
             "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2, "mode": mode},
@@ -427,7 +428,8 @@ def test_a_warm_start_enqueues_the_earlier_front_first_skips_what_the_new_space_
     """``search.warm_start``: the earlier front (and its ``top`` best) are the new study's first
     trials; with ``reuse_results`` an identical trial config is copied, not retrained; values the
     new space excludes are skipped and counted."""
-    earlier_spec = tiny_spec(name="earlier", search={"sampler": "random", "n_trials": 4, "concurrency": 2, "seed": 1})
+    earlier_spec = tiny_spec(name="earlier", search={"sampler": "random", "n_trials": 4, "concurrency": 2, "seed": 1,
+                                                     "initial_spread": 0})  # fmt: skip
     _, store, earlier = run(earlier_spec, tmp_path, "earlier")
     from dashboards.pareto import study_front
 
