@@ -26,6 +26,7 @@ def test_epochs_reach_optuna_as_intermediate_values_and_statuses_as_user_attribu
     spec["training"]["epochs"] = 2
     spec["params"] = {"depth": {"choice": [1, 2]}, "embed_dim": {"choice": [32, 64]}}
     spec["constraints"] = ["params <= 60000"]  # embed_dim 64 (~108k params at depth 1) never trains
+    spec["search"]["initial_spread"] = 0  # the sampler alone: the spread proposes only feasible configurations
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     url = f"sqlite:///{tmp_path / 'store.db'}"
