@@ -6,7 +6,7 @@ imports the other. Per seed a :class:`Replay` records which configurations compl
 spent when each did; :class:`TrueFront` turns that into the hypervolume curve, normalised by the true
 front's, under each of two reference points (:data:`REFERENCES`):
 
-* ``nadir`` (the primary): the true front's nadir pushed out by :data:`NADIR_MARGIN` (10%) of the
+* ``nadir`` (the primary): the true front's nadir pushed out by ``dashboards.fidelity.NADIR_MARGIN`` (10%) of the
   front's range in each objective. Every front member then adds volume, and the measure depends on
   the front's shape only, not on how bad the table's worst configuration is.
 * ``worst``: the table's worst value of each objective. With a far reference the cheapest front
@@ -30,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.table import Table, TableError
+from dashboards.fidelity import nadir_reference  # the one rule: the front's nadir + 10% of its range
 from dashboards.multiobjective import hypervolume, non_dominated
 
 REFERENCES = ("nadir", "worst")  # the primary first
 PRIMARY = "nadir"
 LEVELS = (0.95, 0.99)
-NADIR_MARGIN = 0.10  # the nadir pushed out by this share of the true front's range, per objective
 ORACLE_EXACT_SUBSETS = 1 << 16  # subsets tried exactly before the oracle falls back to a greedy bound
 
 
@@ -177,17 +177,6 @@ def worst_reference(points: np.ndarray, directions: Sequence[str]) -> np.ndarray
     return np.asarray(
         [points[:, k].min() if d == "max" else points[:, k].max() for k, d in enumerate(directions)], dtype=float
     )
-
-
-def nadir_reference(front: np.ndarray, directions: Sequence[str], margin: float = NADIR_MARGIN) -> np.ndarray:
-    """The front's nadir (its worst value of each objective) pushed out by ``margin`` of the front's range
-    in that objective; where the range is 0 (one member), by ``margin`` of the value's magnitude (or of 1)."""
-    reference = []
-    for k, direction in enumerate(directions):
-        low, high = float(front[:, k].min()), float(front[:, k].max())
-        span = (high - low) or (abs(high) or 1.0)
-        reference.append(low - margin * span if direction == "max" else high + margin * span)
-    return np.asarray(reference, dtype=float)
 
 
 def quartiles(values: list[float | None]) -> dict[str, Any]:
