@@ -113,7 +113,9 @@ def test_a_compiled_trial_records_its_compile_facts_and_eval_compiles_once(node_
     assert result.status == "completed", result.error
     facts = result.runtime
     assert facts["compile_threads"] == 1 and facts["compile_cache_dir"] == str(node_cache)
-    assert result.final["compiled_graphs"] == 2  # training and evaluation: no recompile in epoch 2
+    # regional (the default): the self- and class-attention blocks, each for training and evaluation;
+    # no recompile in epoch 2
+    assert result.final["compiled_graphs"] == 4 and result.final["recompiles"] == 0
     assert facts["eval_compile_s"] > 0 and facts["compile_total_s"] >= facts["eval_compile_s"]
     assert "compile_auto_skipped" not in facts  # compile: true is not auto
     assert len(list((node_cache / compile_cache.LEDGER_DIR).glob("*.json"))) == 1
@@ -155,5 +157,5 @@ def test_a_repeated_architecture_hits_both_caches_in_a_fresh_process(tmp_path: P
     assert first["fxgraph_cache_misses"] > 0 and first["fxgraph_cache_hits"] == 0
     assert repeated["fxgraph_cache_misses"] == 0 and repeated["fxgraph_cache_hits"] == first["fxgraph_cache_misses"]
     assert repeated["autograd_cache_misses"] == 0 and repeated["autograd_cache_hits"] > 0
-    assert first["eval_compile_s"] > 0 and repeated["compiled_graphs"] == first["compiled_graphs"] == 2
+    assert first["eval_compile_s"] > 0 and repeated["compiled_graphs"] == first["compiled_graphs"] == 4
     assert [row["run"] for row in report["rows"]] == ["first", "repeated"]

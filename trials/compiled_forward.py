@@ -3,8 +3,16 @@
 Why a module of its own: whether a trial compiles (``training.compile``, ``auto``'s rule read from
 this node's ledger), compiling it after clearing what earlier trials of the process compiled,
 running through the compiled model with an eager retry on compile errors only, counting the graphs
-it really compiled and leaving its compile measurement for later trials are one job with its own
-state (the clock, the counters at the start, the fallback). The training loop only asks it to run a
+it really compiled (and those it recompiled after its first epoch) and leaving its compile
+measurement for later trials are one job with its own state (the clock, the counters at the start,
+the fallback).
+
+What is compiled (:func:`choose_compile`): shapes are always static, so the batch-1 latency
+measurement compiles a graph of its own instead of turning the training graph symbolic in the batch
+(Dynamo's automatic dynamic shapes did that after a second batch size); by default each repeated
+block alone (``training.compile_scope: regional``, :mod:`trials.models.regions`), so compile time
+does not grow with depth and models that differ only in depth share graphs; CUDA graphs
+(``reduce-overhead``, the whole model) for launch-bound trials on one GPU. The training loop only asks it to run a
 forward (:meth:`CompiledForward.run`) and reads its facts; :class:`trials.train.Trainer` keeps the
 public names (``compiled``, ``compiled_graphs``, ``compile_requested``...) as views of this.
 """
@@ -23,9 +31,11 @@ from . import compile_cache
 from .compile_cache import CompileClock
 from .configio import ConfigError
 from .gpu import is_compile_error, release_memory
-from .torch_internals import dynamo_utils
+from .models.regions import compile_regions, uncompile_regions, variants_needed
+from .torch_internals import dynamo_config, dynamo_utils
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
+RECOMPILE_NOTE = "torch.compile recompiled"
 Result = TypeVar("Result")
 
 
@@ -61,12 +71,55 @@ class CompileTarget:
 
 @dataclass(frozen=True)
 class CompilePlan:
-    """``training.compile`` and what ``auto`` weighs: the trial's CPUs, steps and budget share."""
+    """``training.compile`` and what ``auto`` weighs: the trial's CPUs, steps and budget share;
+    what compiles (``compile_scope``) and whether CUDA graphs may (``cuda_graphs``)."""
 
     setting: bool | str
     cpus: float | None
     total_steps: int
     budget_share: float
+    scope: str = "regional"
+    cuda_graphs: bool | str = "auto"
+
+
+CUDA_GRAPHS_MAX_IMAGE = 64  # ``cuda_graphs: auto``: images at most this size make launch-bound steps
+REDUCE_OVERHEAD = "reduce-overhead"  # torch.compile's mode that records CUDA graphs
+
+
+@dataclass(frozen=True)
+class CompileChoice:
+    """How a compiling trial compiles: ``scope`` (regional or whole), ``mode`` (None or
+    ``reduce-overhead``) and, where CUDA graphs were asked for and not taken, why not."""
+
+    scope: str
+    mode: str | None
+    note: str | None = None
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return self.mode == REDUCE_OVERHEAD
+
+
+def choose_compile(target: CompileTarget, plan: CompilePlan) -> CompileChoice:
+    """Regional or whole, with or without CUDA graphs: the one rule, a pure function of the trial.
+
+    CUDA graphs replay a recorded sequence of kernels, removing the per-kernel launch cost that
+    dominates small steps (a 32x32 CoAtNet step is ~1.2 ms of GPU work against 4-7 ms of dispatch).
+    They need CUDA, static shapes (always, here) and one process (DDP's collectives sit between the
+    recorded kernels), and they pay off only where launches dominate: ``auto`` takes them for images
+    of at most :data:`CUDA_GRAPHS_MAX_IMAGE` px. They record the whole model: per-block graphs would
+    leave the stem, head and every launch between blocks outside.
+    """
+    why_not = None
+    if target.device.type != "cuda":
+        why_not = f"this trial runs on {target.device.type}"
+    elif target.world_size > 1:
+        why_not = f"this trial is data-parallel over {target.world_size} processes"
+    small = target.image_size <= CUDA_GRAPHS_MAX_IMAGE
+    if why_not is None and (plan.cuda_graphs is True or (plan.cuda_graphs == "auto" and small)):
+        return CompileChoice("whole", REDUCE_OVERHEAD)
+    note = f"training.cuda_graphs: true needs one CUDA process; {why_not}" if plan.cuda_graphs is True else None
+    return CompileChoice(plan.scope, None, note)
 
 
 class CompiledForward:
@@ -82,14 +135,19 @@ class CompiledForward:
         self.clock = CompileClock()  # every compile of this trial: training and no-grad graphs apart
         self._cache_dir: str | None = None  # set as the trial is set up to compile
         self._graphs_at_start = 0
+        self._graphs_after_first_epoch: int | None = None  # graphs compiled by the end of epoch 1
         self._cache_counts_at_start: dict[str, int] = {}
         self._no_grad_before_training: float | None = None  # the cost measurement's share, left out
         self._recorded = False  # this node's compile ledger has this trial's measurement
         self.requested = self._wanted(plan)
+        self.choice = choose_compile(target, plan)
         self._use_compiled = self.requested
         self._forward: Forward = target.model
         if self.requested:
+            if self.choice.note:
+                self.notes.append(self.choice.note)
             self._forward = self._compile(target.backend)
+            self.facts.update(regional_compile=self.choice.scope == "regional", cuda_graphs=self.choice.cuda_graphs)
 
     # -- deciding and compiling ----------------------------------------------------------------
     def _wanted(self, plan: CompilePlan) -> bool:
@@ -117,20 +175,31 @@ class CompiledForward:
         return compile_cache.CompileLedger(self._cache_dir or compile_cache.cache_dir())
 
     def _compile(self, backend: str) -> Forward:
-        """torch.compile the model, after clearing what earlier trials of this process compiled.
+        """Compile the model as :attr:`choice` says, after clearing what earlier trials of this
+        process compiled. Shapes are static (``dynamic=False``): a new batch size compiles a graph
+        of its own, counted, instead of making every graph symbolic in the batch.
 
-        Dynamo keeps at most 8 compiled variants per code object (``recompile_limit``), and every
-        model of one class shares its ``forward``'s: in a reused Ray actor the cache fills after
-        about four trials, and later trials silently run eagerly. Resetting per trial keeps each
-        trial compiled; :attr:`graphs` counts what this trial really compiled.
+        Dynamo keeps a limited number of compiled variants per code object (``recompile_limit``,
+        8), and every model of one class shares its ``forward``'s (every block shares
+        ``nn.Module._call_impl``'s under regional compilation): in a reused Ray actor the cache
+        fills after a few trials, and later ones silently run eagerly. Resetting per trial, and
+        raising the limit to what this model's blocks can need, keeps each trial compiled;
+        :attr:`graphs` counts what this trial really compiled.
         """
         torch.compiler.reset()  # Dynamo's in-memory state only: Inductor's on-disk caches stay
         self.clock.install()  # after the reset, which drops compile callbacks
+        needed = variants_needed(self.target.model)
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, needed)
+        dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * needed)
         self._graphs_at_start = dynamo_utils.counters["stats"]["unique_graphs"]
         self._cache_counts_at_start = compile_cache.cache_counts()
+        model, mode = self.target.model, self.choice.mode
         try:
-            return torch.compile(self.target.model, backend=backend)
+            if self.choice.scope == "regional" and compile_regions(model, backend=backend, mode=mode):
+                return model
+            return torch.compile(model, backend=backend, mode=mode, dynamic=False)
         except Exception as error:  # an unknown backend name is a config error, named as such
+            uncompile_regions(model)
             raise ConfigError("training.compile_backend", f"{backend!r}: {str(error).splitlines()[0]}") from None
 
     # -- running -------------------------------------------------------------------------------
@@ -144,6 +213,8 @@ class CompiledForward:
         """
         if self._use_compiled:
             reason = None
+            if self.choice.cuda_graphs:  # a new step: outputs of the previous replay may be overwritten
+                torch.compiler.cudagraph_mark_step_begin()
             try:
                 return call(self._forward)
             except Exception as error:
@@ -159,6 +230,7 @@ class CompiledForward:
         warnings.warn(note, RuntimeWarning, stacklevel=3)
         self.notes.append(note)
         self._use_compiled = False
+        uncompile_regions(self.target.model)
         self._forward = self.target.model
         release_memory(self.target.device)  # the failed attempt's buffers, before the eager retry allocates
 
@@ -169,6 +241,14 @@ class CompiledForward:
         if not self.requested:
             return 0
         return int(dynamo_utils.counters["stats"]["unique_graphs"] - self._graphs_at_start)
+
+    @property
+    def recompiles(self) -> int:
+        """Graphs compiled after the first epoch (its evaluation included): 0 when every shape and
+        guard a trial meets was met in its first epoch, as it should be with static shapes."""
+        if self._graphs_after_first_epoch is None:
+            return 0
+        return self.graphs - self._graphs_after_first_epoch
 
     @property
     def compiled(self) -> bool:
@@ -194,7 +274,15 @@ class CompiledForward:
             return {}
         counts = self._cache_counts()
         before = self._no_grad_before_training or 0.0
-        facts = {"eval_compile_s": self.clock.seconds["no_grad"] - before, "compile_total_s": self.clock.total}
+        if self._graphs_after_first_epoch is None:
+            self._graphs_after_first_epoch = self.graphs
+        elif self.recompiles and not any(note.startswith(RECOMPILE_NOTE) for note in self.notes):
+            self.notes.append(f"{RECOMPILE_NOTE} after the first epoch (a shape or guard changed)")
+        facts = {
+            "eval_compile_s": self.clock.seconds["no_grad"] - before,
+            "compile_total_s": self.clock.total,
+            "recompiles": self.recompiles,
+        }
         self._remember(train_images_per_s, cold=counts["fxgraph_cache_misses"] > 0)
         return {**facts, **counts}
 

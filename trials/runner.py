@@ -43,6 +43,7 @@ from .gpu import (
 )
 from .measure import CostMeasurement, measure_cost
 from .models import build_model
+from .sync_batchnorm import synchronise_batchnorm
 from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
 from .trial_config import TrialConfig, load_trial_config, trial_threads
 
@@ -288,9 +289,14 @@ def _run(
 
 def trial_facts(trainer) -> dict[str, float]:
     """How the trial ran, as numbers for its record: GPU memory cap, cuDNN autotuning, TF32, DataLoader
-    processes, whether it really ran compiled (and how many graphs), and the compile time."""
+    processes, whether it really ran compiled (how many graphs, and how many of them were compiled
+after the first epoch), and the compile time."""
     facts = {k: float(v) for k, v in trainer.runtime.items() if isinstance(v, (int, float, bool))}
-    facts.update(compiled=float(trainer.compiled), compiled_graphs=float(trainer.compiled_graphs))
+    facts.update(
+        compiled=float(trainer.compiled),
+        compiled_graphs=float(trainer.compiled_graphs),
+        recompiles=float(trainer.compiled_forward.recompiles),
+    )
     if trainer.compile_s is not None:
         facts["compile_s"] = trainer.compile_s
     return facts
@@ -337,6 +343,10 @@ def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = No
     if trial.init_from is not None:  # a fine-tune: the weights replaced, the same model (its cost unchanged)
         load_initial_weights(model, trial.init_from)
     runtime["world_size"] = 1 if group is None else group.world_size
+    if group is not None and group.world_size > 1:  # before DDP and compile see the model: one conversion
+        # BatchNorm over the global batch (trials.sync_batchnorm), so N ranks take one worker's steps;
+        # recorded with the count of layers (0: none to synchronise, CaiT).
+        runtime["synced_batchnorms"] = synchronise_batchnorm(model, device)
     if group is not None and not group.lead:  # DDP starts every rank from rank 0's weights:
         seed_everything(trial.seed + 1_000_003 * group.rank)  # dropout and drop-path differ per rank
     dtype = resolve_dtype(trial.precision, device)

@@ -163,7 +163,14 @@ class Trainer:
 
     def _compile_plan(self, cpus: float | None) -> CompilePlan:
         config = self.config
-        return CompilePlan(config.compile, cpus, self.total_steps, config.compile_budget_share)
+        return CompilePlan(
+            config.compile,
+            cpus,
+            self.total_steps,
+            config.compile_budget_share,
+            scope=config.compile_scope,
+            cuda_graphs=config.cuda_graphs,
+        )
 
     # -- the budget ----------------------------------------------------------------------------
     @property

@@ -69,6 +69,14 @@ class TrainingConfig:
     # torch.compile backend when compiling (timm's --torchcompile takes the same names): "inductor"
     # generates kernels; "aot_eager"/"eager" trace without code generation (debugging, CPU tests).
     compile_backend: str = "inductor"
+    # What torch.compile compiles, always with static shapes (trials.compiled_forward): "regional"
+    # compiles each repeated block alone (one graph per distinct block, shared across depths; compile
+    # time does not grow with depth), "whole" the model as one graph (fewest kernel launches).
+    compile_scope: Literal["regional", "whole"] = "regional"
+    # CUDA graphs (torch.compile's "reduce-overhead": the whole model, replayed as one graph) for trials
+    # whose steps are launch-bound: "auto" on one CUDA GPU when images are at most 64 px; true: wherever
+    # possible (one CUDA process), said in the notes where not; false: never.
+    cuda_graphs: bool | Literal["auto"] = "auto"
     # Divergence (a non-finite loss or gradient) is recorded on the device every step and checked
     # every this many steps and at the end of each epoch; None: every step on CPU (free there),
     # every 32 steps on CUDA (one host sync per check instead of one per step).
@@ -130,6 +138,16 @@ class TrainingConfig:
             isinstance(self.compile_backend, str) and self.compile_backend.strip() != "",
             "compile_backend",
             f"must be a torch.compile backend name such as inductor, got {self.compile_backend!r}",
+        )
+        require(
+            isinstance(self.compile_scope, str) and self.compile_scope in ("regional", "whole"),
+            "compile_scope",
+            f"must be regional or whole, got {self.compile_scope!r}",
+        )
+        require(
+            isinstance(self.cuda_graphs, bool) or self.cuda_graphs == "auto",
+            "cuda_graphs",
+            f"must be true, false or auto, got {self.cuda_graphs!r}",
         )
         require(
             isinstance(self.recalibrate_batchnorm, bool),

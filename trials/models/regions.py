@@ -10,6 +10,13 @@ token bookkeeping and the head stay eager; they are a few ops per step.
 
 Shapes are static (``dynamic=False``): a batch-1 latency measurement compiles its own graph
 instead of switching the training graph to a symbolic batch size.
+
+What does not share: blocks whose shapes differ (CoAtNet's stages), and blocks whose drop-path rates
+differ (CoAtNet's rates rise linearly block by block, and Dynamo specialises on the rate, a Python
+float); CaiT's rate is the same in every block, so its self-attention blocks share one graph.
+Every block runs one code object (``nn.Module._call_impl``), so all compiled variants (blocks x
+shapes x train/no-grad) count against Dynamo's per-code-object ``recompile_limit`` together:
+:func:`variants_needed` sizes it, so that no block silently falls back to eager.
 """
 
 from __future__ import annotations
@@ -27,6 +34,21 @@ def regions(model: nn.Module) -> list[nn.Module]:
     return [module for module in model.modules() if isinstance(module, REGION_TYPES)]
 
 
+# Compiled variants one block may need in a trial: training at its batch and at a last partial batch,
+# no-grad at the measurement batch, batch 1 (latency), the evaluation batch and its last partial batch.
+VARIANTS_PER_BLOCK = 6
+
+
+def variants_needed(model: nn.Module) -> int:
+    """A ``recompile_limit`` under which no block of ``model`` falls back to eager.
+
+    ``nn.Module.compile`` compiles the module's ``_call_impl``, one code object for every block of
+    every class, and Dynamo counts compiled variants per code object; the worst case is every block
+    with its own graph in every variant.
+    """
+    return VARIANTS_PER_BLOCK * max(len(regions(model)), 1)
+
+
 def compile_regions(model: nn.Module, *, backend: str = "inductor", mode: str | None = None) -> int:
     """Compile each block of ``model`` in place (``nn.Module.compile``, static shapes).
 
@@ -37,3 +59,10 @@ def compile_regions(model: nn.Module, *, backend: str = "inductor", mode: str | 
     for block in blocks:
         block.compile(backend=backend, mode=mode, dynamic=False)
     return len(blocks)
+
+
+def uncompile_regions(model: nn.Module) -> None:
+    """Undo :func:`compile_regions`: every block runs its eager ``forward`` again (a compile
+    error's fallback). ``nn.Module.compile`` keeps the compiled call in ``_compiled_call_impl``."""
+    for block in regions(model):
+        block._compiled_call_impl = None
