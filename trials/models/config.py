@@ -20,6 +20,10 @@ from ..configio import ConfigError
 
 LayerScaleSpec = float | Literal["paper", "off", "rezero"]
 DropPathSchedule = Literal["uniform", "linear"]
+TalkingHeadsImpl = Literal["explicit", "fused", "auto"]
+# How talking heads are computed (trials/models/cait.py, SelfAttention): the same maths and the same
+# parameters either way, so a trial's weights load into both; see CaiTConfig's docstring.
+TALKING_HEADS_IMPLS: tuple[str, ...] = ("explicit", "fused", "auto")
 ResidualScheme = Literal["prenorm", "rezero", "skipinit", "fixup", "t-fixup", "scalar", "layerscale"]
 # CaiT Table 1's columns: each scheme's block update and the paper it comes from (equations and
 # initialisation in trials/models/residual.py; ``archsearch models --residual-schemes`` prints this).
@@ -145,6 +149,15 @@ class CaiTConfig(_ConfigBase):
     deeper), ``"off"`` or ``"rezero"`` (eps = 0). The other schemes do not read it. The final
     LayerNorm before the head stays in every scheme: it normalises the head's input only and lies
     on no residual path.
+
+    ``talking_heads_impl``: how talking heads are computed, never what (the same parameters and
+    state_dict, equal outputs to float tolerance). ``"explicit"`` materialises the N x N logits and
+    mixes heads with two batched matmuls; ``"fused"`` folds the pre-softmax head mix into the
+    queries so fused attention (SDPA) applies, at H times the attention matmuls' multiply-adds but
+    no N x N tensor in memory; ``"auto"`` is fused on CUDA and explicit elsewhere. The default stays
+    ``"explicit"`` until a GPU run of ``benchmarks.gpu`` (part (a), part (t)) shows the fused path
+    faster. FLOPs (fvcore and the cost model) count the explicit path whichever is chosen: the
+    architecture's cost, not an implementation's.
     """
 
     family: ClassVar[str] = "cait"
@@ -160,6 +173,7 @@ class CaiTConfig(_ConfigBase):
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
     talking_heads: bool = True
+    talking_heads_impl: TalkingHeadsImpl = "explicit"
     layer_scale: LayerScaleSpec = "paper"
     drop_path_rate: float = 0.0
     drop_path_schedule: DropPathSchedule = "uniform"
@@ -209,6 +223,7 @@ class CaiTConfig(_ConfigBase):
             why = f"{ls!r} is above {MAX_LAYER_SCALE:g}: eps scales a residual branch (CaiT: 1e-6..0.1)"
             raise ModelConfigError(f"{owner}.layer_scale", why)
         _probability(owner, "drop_path_rate", self.drop_path_rate)
+        _one_of(owner, "talking_heads_impl", self.talking_heads_impl, TALKING_HEADS_IMPLS)
         _one_of(owner, "drop_path_schedule", self.drop_path_schedule, ("uniform", "linear"))
         if self.residual is not None:
             _one_of(owner, "residual", self.residual, RESIDUAL_SCHEMES)
