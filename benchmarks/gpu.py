@@ -10,6 +10,12 @@ by that much). One process, side by side:
 
 (a) bf16 training images/s and MFU at 224 of ``cait_s24`` and ``coatnet_0`` next to timm's
     ``cait_s24_224`` and ``coatnet_0_224`` (same batch, same precision, eager and compiled).
+    CaiT's talking heads three ways: explicit with autocast's fp32 softmax, explicit with the
+    softmax in bf16 (``softmax_in_input_dtype``), and fused (``talking_heads_impl: fused``: the
+    pre-softmax mix folded into the queries, one SDPA call; H times the attention multiply-adds,
+    no N x N tensor). ``talking_heads_impl`` defaults to ``explicit`` until these rows (and part
+    (t)'s) show the fused path faster on a GPU; MFU counts the explicit path's FLOPs for every
+    row (the architecture's cost), so a faster implementation shows as a higher MFU.
     MFU = 2 x model multiply-adds x 3 (forward + backward) x images/s / peak, twice: against the
     bf16 matmul rate measured here (an 8192^3 matmul: what this GPU really does) and against the
     datasheet's dense bf16 peak (H100 SXM: 989 TFLOP/s; the figure used is named in the header).
@@ -19,11 +25,15 @@ by that much). One process, side by side:
     capped at its share of the memory, as ``search.resources.gpus: 1/N`` does).
 (d) inference throughput fp32 and bf16 vs timm, and batch-1 latency, channels-last on CUDA as a
     trial measures it (``trials.measure``).
+(t) talking-heads attention alone (``cait_s24``'s width and heads) at several sequence lengths:
+    forward + backward ms and peak memory, explicit (fp32 / bf16 softmax) vs fused. Not in the
+    default parts; the decision run for ``talking_heads_impl`` is ``--parts ta``.
 
 It prints one table per part and writes everything as JSON.
 
     python -m benchmarks.gpu [--batch-size 128] [--json gpu.json]     # on a GPU machine
     python -m benchmarks.gpu --device cpu --quick                      # a smoke run anywhere
+    python -m benchmarks.gpu --parts ta --compile-modes eager,regional # talking heads: fused or not
 """
 
 from __future__ import annotations
@@ -116,6 +126,10 @@ def _compiled_forward(model: torch.nn.Module, how: str) -> torch.nn.Module:
     return model
 
 
+# CaiT's talking-heads variants in parts (a) and (t): (talking_heads_impl, autocast's fp32 softmax)
+TALKING_HEADS_ROWS = (("explicit", False), ("explicit", True), ("fused", False))
+
+
 def _set_softmax_upcast(model: torch.nn.Module, upcast: bool) -> None:
     for module in model.modules():
         if hasattr(module, "softmax_in_input_dtype"):
@@ -124,7 +138,7 @@ def _set_softmax_upcast(model: torch.nn.Module, upcast: bool) -> None:
 
 def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float] | None, emit) -> list[dict[str, Any]]:
     """Training throughput and MFU at 224, ours (eager, regional and whole-graph compiled; CaiT's
-    talking heads also with autocast's fp32 softmax) vs timm eager. Each row goes to ``emit`` the
+    talking heads also with autocast's fp32 softmax, and fused) vs timm eager. Each row goes to ``emit`` the
     moment it is measured, so a part cut off by a time limit keeps what it had."""
     rows: list[dict[str, Any]] = []
     size, batch = args.image_size, args.batch_size
@@ -135,27 +149,37 @@ def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     memory_format = torch.channels_last if device.type == "cuda" else torch.preserve_format
     plan: list[tuple[str, Any, str, str, Any, bool]] = []  # every eager row first, then each compile mode
+
+    def ours(name: str, how: str, with_upcast: bool) -> None:
+        """Our model's rows for one compile mode: one, or CaiT's talking-heads variants."""
+        config = resolve_config(name).replace(image_size=size)
+        if not getattr(config, "talking_heads", False):
+            plan.append((name, config, "archsearch", how, lambda c=config: build_model(c), False))
+            return
+        for impl, upcast in TALKING_HEADS_ROWS:
+            if upcast and not with_upcast:
+                continue
+            variant = config.replace(talking_heads_impl=impl)
+            plan.append((name, variant, "archsearch", how, lambda c=variant: build_model(c), upcast))
+
     for ours_name, timm_name in PAIRS:
         config = resolve_config(ours_name).replace(image_size=size)
         plan.append((timm_name, config, "timm", "eager", lambda n=timm_name: _timm(n, size), False))
-        plan.append((ours_name, config, "archsearch", "eager", lambda c=config: build_model(c), False))
-        if getattr(config, "talking_heads", False):
-            plan.append((ours_name, config, "archsearch", "eager", lambda c=config: build_model(c), True))
+        ours(ours_name, "eager", with_upcast=True)
     for how in args.compile_modes if args.compile else ():
         if how != "eager":
             for ours_name, _ in PAIRS:
-                config = resolve_config(ours_name).replace(image_size=size)
-                plan.append((ours_name, config, "archsearch", how, lambda c=config: build_model(c), False))
+                ours(ours_name, how, with_upcast=False)
     eager_rates: dict[str, float] = {}
     timm_rates = {}  # ours -> timm's eager rate
     timm_of = dict((t, o) for o, t in PAIRS)
     for name, config, side, how, make, upcast in plan:
         macs = estimate_cost(config).flops
         row: dict[str, Any] = {"model": name, "side": side, "compile": how}
-        if upcast:
-            row["softmax"] = "fp32 (autocast)"
-        elif side == "archsearch" and getattr(config, "talking_heads", False):
-            row["softmax"] = "input dtype"
+        impl = getattr(config, "talking_heads_impl", "explicit") if side == "archsearch" else "explicit"
+        if side == "archsearch" and getattr(config, "talking_heads", False):
+            row["talking heads"] = impl
+            row["softmax"] = "fp32 (autocast)" if upcast else ("in SDPA" if impl == "fused" else "input dtype")
         model = make()
         if model is None:
             emit({**row, "note": "timm not installed"}, rows)
@@ -187,7 +211,7 @@ def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float]
             timm_rates[timm_of[name]] = rate
         elif name in timm_rates:
             row["vs timm eager"] = rate / timm_rates[name]
-        if side == "archsearch" and how == "eager" and not upcast:
+        if side == "archsearch" and how == "eager" and not upcast and impl == "explicit":
             eager_rates[name] = rate
         elif side == "archsearch" and name in eager_rates:
             row["vs our eager"] = rate / eager_rates[name]
@@ -420,6 +444,68 @@ def part_d(args, device: torch.device) -> list[dict[str, Any]]:
     return rows
 
 
+def _attention_step(module: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, dtype: torch.dtype,
+                    device: torch.device):  # fmt: skip
+    """One forward + backward of ``module`` on ``x`` under ``dtype`` autocast, gradients reset first."""
+
+    def step() -> None:
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            out = module(x)
+        out.backward(grad)
+
+    return step
+
+
+def part_t(args, device: torch.device, emit) -> list[dict[str, Any]]:
+    """Talking-heads attention alone: forward + backward of one ``SelfAttention`` at ``cait_s24``'s
+    width and heads, explicit (fp32 and bf16 softmax) vs fused, at sequence lengths from 224 (196
+    patches) to 512 (1024) images; median ms and, on CUDA, peak memory over the inputs' own. The
+    fused path trades N x N traffic for H times the attention matmuls, so the crossover is in N."""
+    from trials.models.cait import SelfAttention
+
+    rows: list[dict[str, Any]] = []
+    config = resolve_config(args.warm_model if args.quick else "cait_s24")
+    dim, heads = config.embed_dim, config.num_heads
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    lengths = (16, 64) if args.quick else (196, 576, 1024)
+    batch = max(1, args.batch_size // 2)
+    for tokens in lengths:
+        x = torch.randn(batch, tokens, dim, device=device, requires_grad=True)
+        grad = torch.randn(batch, tokens, dim, device=device)
+        baseline = None
+        for impl, upcast in TALKING_HEADS_ROWS:
+            torch.manual_seed(0)
+            attention = SelfAttention(dim, heads, config.qkv_bias, talking_heads=True, impl=impl).to(device)
+            attention.softmax_in_input_dtype = not upcast
+            row: dict[str, Any] = {"tokens": tokens, "batch": batch, "dim": dim, "heads": heads, "impl": impl}
+            row["softmax"] = "fp32 (autocast)" if upcast else ("in SDPA" if impl == "fused" else "input dtype")
+            step = _attention_step(attention, x, grad, dtype, device)
+
+            try:
+                if device.type == "cuda":
+                    synchronize(device)
+                    torch.cuda.reset_peak_memory_stats(device)
+                    resident = torch.cuda.memory_allocated(device)
+                _, seconds = _rate(step, device, batch, args.warmup, args.repeats)
+            except Exception as error:  # e.g. out of memory at the longest sequence: a row, not the end
+                emit({**row, "note": f"{type(error).__name__}: {error}"[:120]}, rows)
+                continue
+            row["fwd+bwd ms"] = seconds * 1e3
+            if device.type == "cuda":
+                row["peak MB"] = (torch.cuda.max_memory_allocated(device) - resident) / 2**20
+            if baseline is None:
+                baseline = seconds
+            row["vs explicit bf16 softmax" if dtype != torch.float32 else "vs explicit"] = baseline / seconds
+            emit(row, rows)
+            del attention, step
+        del x, grad
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -474,6 +560,7 @@ def main(argv: list[str] | None = None) -> None:
         "c": ("(c) packed 32x32 trials per GPU", lambda emit: part_c(args, device, emit)),
         "d": ("(d) inference fp32/bf16 and batch-1 latency: ours vs timm", lambda emit: part_d(args, device)),
         "w": ("(w) regional compile: cold vs warm from cache artifacts", lambda emit: part_w(args, device, emit)),
+        "t": ("(t) talking heads alone: explicit vs fused, fwd+bwd", lambda emit: part_t(args, device, emit)),
     }
     for key in args.parts:
         title, run = parts[key]
