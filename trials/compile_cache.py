@@ -86,7 +86,7 @@ def default_cache_dir() -> Path:
 
 def cache_dir() -> Path:
     """Where this node's trials keep compiled kernels: ``$ARCHSEARCH_COMPILE_CACHE``, the user's own
-    ``$TORCHINDUCTOR_CACHE_DIR``, or :func:`default_cache_dir` (checked: ours alone, see :func:`_private`)."""
+    ``$TORCHINDUCTOR_CACHE_DIR``, or :func:`default_cache_dir` (checked: ours alone, see :func:`private_directory`)."""
     chosen = os.environ.get(CACHE_ENV) or os.environ.get(TORCH_CACHE_ENV)
     if chosen:
         path = Path(chosen).expanduser().absolute()
@@ -94,7 +94,7 @@ def cache_dir() -> Path:
         return path
     path = default_cache_dir()
     path.mkdir(mode=0o700, exist_ok=True)
-    if _private(path):
+    if private_directory(path):
         return path
     fallback = Path(tempfile.mkdtemp(prefix="archsearch-inductor-"))
     warnings.warn(
@@ -106,7 +106,7 @@ def cache_dir() -> Path:
     return fallback
 
 
-def _private(path: Path) -> bool:
+def private_directory(path: Path) -> bool:
     """Owned by this user and writable by no one else: Inductor loads what it finds there as code,
     and a shared temporary directory lets anyone create the default path first."""
     info = path.lstat()

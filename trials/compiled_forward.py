@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from . import compile_cache
+from .compile_artifacts import SharedArtifacts
 from .compile_cache import CompileClock
 from .configio import ConfigError
 from .gpu import is_compile_error, release_memory
@@ -80,6 +81,7 @@ class CompilePlan:
     budget_share: float
     scope: str = "regional"
     cuda_graphs: bool | str = "auto"
+    artifacts_dir: str | None = None  # ``training.compile_artifacts_dir``: shared across nodes
 
 
 CUDA_GRAPHS_MAX_IMAGE = 64  # ``cuda_graphs: auto``: images at most this size make launch-bound steps
@@ -139,6 +141,8 @@ class CompiledForward:
         self._cache_counts_at_start: dict[str, int] = {}
         self._no_grad_before_training: float | None = None  # the cost measurement's share, left out
         self._recorded = False  # this node's compile ledger has this trial's measurement
+        self._artifacts: SharedArtifacts | None = None  # the cluster's shared compile artifacts, if named
+        self._artifacts_done = False  # this trial's artifacts saved (or found unnecessary)
         self.requested = self._wanted(plan)
         self.choice = choose_compile(target, plan)
         self._use_compiled = self.requested
@@ -146,6 +150,7 @@ class CompiledForward:
         if self.requested:
             if self.choice.note:
                 self.notes.append(self.choice.note)
+            self._artifacts = self._shared_artifacts(plan.artifacts_dir)
             self._forward = self._compile(target.backend)
             self.facts.update(regional_compile=self.choice.scope == "regional", cuda_graphs=self.choice.cuda_graphs)
 
@@ -171,6 +176,19 @@ class CompiledForward:
             self.skipped_because = decision.reason
         return decision.compile
 
+    def _shared_artifacts(self, directory: str | None) -> SharedArtifacts | None:
+        """The spec's shared artifacts directory, when it names one this user alone may write."""
+        if directory is None:
+            return None
+        artifacts = SharedArtifacts(directory)
+        problem = artifacts.usable()
+        if problem is None:
+            return artifacts
+        note = f"training.compile_artifacts_dir not used: {problem}"
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
+        self.notes.append(note)
+        return None
+
     def _ledger(self) -> compile_cache.CompileLedger:
         return compile_cache.CompileLedger(self._cache_dir or compile_cache.cache_dir())
 
@@ -192,6 +210,8 @@ class CompiledForward:
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, needed)
         dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * needed)
         self._graphs_at_start = dynamo_utils.counters["stats"]["unique_graphs"]
+        if self._artifacts is not None:  # before compiling: another node's compile, if one was saved
+            self.facts.update(self._artifacts.load(self.target.architecture_key()))
         self._cache_counts_at_start = compile_cache.cache_counts()
         model, mode = self.target.model, self.choice.mode
         try:
@@ -284,7 +304,20 @@ class CompiledForward:
             "recompiles": self.recompiles,
         }
         self._remember(train_images_per_s, cold=counts["fxgraph_cache_misses"] > 0)
-        return {**facts, **counts}
+        self._share(compiled_new=counts["fxgraph_cache_misses"] > 0)
+        return {**facts, **counts, **{k: v for k, v in self.facts.items() if k.startswith("compile_artifacts")}}
+
+    def _share(self, compiled_new: bool) -> None:
+        """After the first compiled epoch (training and evaluation graphs both compiled): save the
+        architecture's artifacts for the cluster, unless they were loaded and nothing new compiled.
+        A trial that loaded them yet compiled more replaces them with its fuller set."""
+        if self._artifacts is None or self._artifacts_done or not self.compiled:
+            return
+        self._artifacts_done = True
+        loaded = self.facts.get("compile_artifacts_loaded") == 1.0
+        if loaded and not compiled_new:
+            return
+        self.facts.update(self._artifacts.save(self.target.architecture_key(), replace=loaded))
 
     def _cache_counts(self) -> dict[str, int]:
         """This trial's cache hits and misses: the process's counts less those at its compile."""

@@ -170,6 +170,7 @@ class Trainer:
             config.compile_budget_share,
             scope=config.compile_scope,
             cuda_graphs=config.cuda_graphs,
+            artifacts_dir=config.compile_artifacts_dir,
         )
 
     # -- the budget ----------------------------------------------------------------------------

@@ -77,6 +77,10 @@ class TrainingConfig:
     # whose steps are launch-bound: "auto" on one CUDA GPU when images are at most 64 px; true: wherever
     # possible (one CUDA process), said in the notes where not; false: never.
     cuda_graphs: bool | Literal["auto"] = "auto"
+    # A directory every node reads (a shared file system): each architecture's compile artifacts are
+    # saved there after its first compiled epoch, and a compiling trial anywhere loads them first
+    # (trials.compile_artifacts). None: each node compiles for itself.
+    compile_artifacts_dir: str | None = None
     # Divergence (a non-finite loss or gradient) is recorded on the device every step and checked
     # every this many steps and at the end of each epoch; None: every step on CPU (free there),
     # every 32 steps on CUDA (one host sync per check instead of one per step).
@@ -149,6 +153,13 @@ class TrainingConfig:
             "cuda_graphs",
             f"must be true, false or auto, got {self.cuda_graphs!r}",
         )
+        if self.compile_artifacts_dir is not None:
+            require(
+                isinstance(self.compile_artifacts_dir, str)
+                and os.path.isabs(os.path.expanduser(self.compile_artifacts_dir)),
+                "compile_artifacts_dir",
+                f"must be an absolute path that every node reads, got {self.compile_artifacts_dir!r}",
+            )
         require(
             isinstance(self.recalibrate_batchnorm, bool),
             "recalibrate_batchnorm",
