@@ -290,7 +290,7 @@ def _run(
 def trial_facts(trainer) -> dict[str, float]:
     """How the trial ran, as numbers for its record: GPU memory cap, cuDNN autotuning, TF32, DataLoader
     processes, whether it really ran compiled (how many graphs, and how many of them were compiled
-after the first epoch), and the compile time."""
+    after the first epoch), and the compile time."""
     facts = {k: float(v) for k, v in trainer.runtime.items() if isinstance(v, (int, float, bool))}
     facts.update(
         compiled=float(trainer.compiled),
