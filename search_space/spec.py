@@ -208,6 +208,9 @@ class Resources(_Strict):
     cpus: float = Field(1.0, gt=0)
     gpus: float = Field(0.0, ge=0)
     workers: int = Field(1, ge=1, le=MAX_WORKERS)
+    # Packed trials as clients of each GPU node's CUDA MPS daemon, so their kernels overlap instead of
+    # time-slicing (trials.mps); checked on every GPU node before the search starts.
+    mps: bool = False
 
     @field_validator("gpus")
     @classmethod
@@ -222,6 +225,15 @@ class Resources(_Strict):
                 f"{gpus:g} is not a share that packs: use 1/k of a GPU (0.5, 0.333, 0.25, ...) so that k trials fill it"
             )
         return gpus
+
+    @model_validator(mode="after")
+    def _mps_packs(self) -> Resources:
+        if self.mps and not 0 < self.gpus < 1:
+            raise ValueError(
+                f"mps: true with gpus: {self.gpus:g}: MPS overlaps trials packed on one GPU; use gpus: 1/k "
+                "(0.5, 0.25, ...), or mps: false"
+            )
+        return self
 
     @model_validator(mode="after")
     def _whole_gpus_for_ranks(self) -> Resources:

@@ -8,6 +8,7 @@ records all three outcomes and goes on.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ import torch
 
 from trials.status import TrialStatus
 
+from . import mps
 from .checkpoint import load_initial_weights
 from .configio import ConfigError
 from .data import build_data
@@ -33,6 +35,7 @@ from .distributed import (
     resolve_backend,
     unpack_state,
 )
+from .errors import EnvironmentProblem
 from .gpu import (
     GpuShareError,
     cap_process_memory,
@@ -311,7 +314,13 @@ def _limit_gpu_memory(trial: TrialConfig, device, runtime: dict[str, Any]) -> No
     """
     if device.type != "cuda":
         return
+    if trial.mps and (problem := mps.daemon_problem()):  # before the context: it would not join MPS
+        raise EnvironmentProblem(problem)
     runtime.update(cap_process_memory(device, trial.gpu_memory_fraction))
+    if trial.mps:  # before anything is allocated: the client reads it as it creates its context
+        limit = mps.pinned_limit(trial.gpu_memory_fraction, runtime["gpu_total_bytes"])
+        os.environ[mps.PINNED_LIMIT_ENV] = limit
+        runtime["mps_pinned_limit_mib"] = int(limit.split("=")[1].removesuffix("M"))
 
 
 def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = None):

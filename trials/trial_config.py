@@ -257,6 +257,9 @@ class TrialConfig:
     # Share of the GPU's memory this trial may use (several trials packed on one GPU): an
     # out-of-memory stays this trial's failure instead of killing a neighbour. None: all of it.
     gpu_memory_fraction: float | None = None
+    # A client of this node's CUDA MPS daemon (search.resources.mps): its kernels overlap the other
+    # packed trials', and MPS's device-memory limit at gpu_memory_fraction is the hard cap (trials.mps).
+    mps: bool = False
     # CPUs allocated to this trial (Ray's assignment, or the spec's resources.cpus): DataLoader
     # processes never exceed it. None: the CPUs this process may run on.
     cpus: float | None = None
@@ -289,6 +292,13 @@ class TrialConfig:
                 is_number(self.gpu_memory_fraction) and 0 < self.gpu_memory_fraction <= 1,
                 "gpu_memory_fraction",
                 f"must be a number in (0, 1] or null, got {self.gpu_memory_fraction!r}",
+            )
+        require(isinstance(self.mps, bool), "mps", f"must be true or false, got {self.mps!r}")
+        if self.mps:
+            require(
+                self.gpu_memory_fraction is not None and self.gpu_memory_fraction < 1,
+                "mps",
+                "packs trials on a GPU: set gpu_memory_fraction to the trial's share (1/k)",
             )
 
         if self.cpus is not None:

@@ -19,11 +19,13 @@ from typing import Any
 
 from harness.search.cluster.join import alive_nodes, join
 from search_space.spec import SearchSpec
+from trials import mps
 from trials.cpus import usable_cpus
 from trials.errors import RunError, capped
 from trials.lazy import lazy_import
 
 ray = lazy_import("ray")  # only once a search starts: the CLI imports this module to check arguments
+ray_scheduling = lazy_import("ray.util.scheduling_strategies")
 
 
 class SearchError(RunError, RuntimeError):
@@ -136,6 +138,8 @@ def check_resources(spec: SearchSpec) -> None:
         raise SearchError(
             "search.resources.cpus", f"each trial asks for {wanted.cpus:g} CPUs but no node has more than {most_cpus:g}"
         )
+    if wanted.mps:
+        check_mps([n["NodeID"] for n in ray.nodes() if n.get("Alive", True) and n.get("Resources", {}).get("GPU", 0)])
     total_gpus = sum(r.get("GPU", 0) for r in nodes)
     total_cpus = sum(r.get("CPU", 0) for r in nodes)
     for what, each, total in (("gpus", wanted.gpus, total_gpus), ("cpus", wanted.cpus, total_cpus)):
@@ -145,6 +149,24 @@ def check_resources(spec: SearchSpec) -> None:
                 f"each trial is {wanted.workers} processes of {each:g} {what[:-1].upper()} "
                 f"({wanted.workers * each:g} in all) but the Ray cluster has {total:g}",
             )
+
+
+def _mps_problem_here() -> str | None:
+    return mps.daemon_problem()
+
+
+def check_mps(node_ids: list[str], timeout_s: float = 60.0) -> None:
+    """``search.resources.mps``: the MPS control daemon runs on every node in ``node_ids`` (the GPU
+    nodes), checked there by a zero-CPU Ray task pinned to each; refused in one line otherwise."""
+    probe = ray.remote(num_cpus=0)(_mps_problem_here)
+    pending = [
+        probe.options(scheduling_strategy=ray_scheduling.NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+        for node in node_ids
+    ]
+    problems = [problem for problem in ray.get(pending, timeout=timeout_s) if problem]
+    if problems:
+        more = f" (and {len(problems) - 1} other GPU nodes)" if len(problems) > 1 else ""
+        raise SearchError("search.resources.mps", problems[0] + more)
 
 
 def ray_hardware() -> dict[str, Any]:

@@ -125,6 +125,7 @@ def place_trial(config: dict[str, Any], wanted: Resources, assigned_cpus: float 
     """Fit the trial config to what the trial asked Ray for (``search.resources``), in place."""
     if 0 < wanted.gpus < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
         config["gpu_memory_fraction"] = wanted.gpus
+        config["mps"] = wanted.mps  # a client of the node's MPS daemon, capped by MPS itself
     if wanted.gpus == 0:
         # No GPU asked for means the CPU, on any node: Ray 2.60 no longer hides a GPU node's GPUs
         # from zero-GPU workers, so ``device: auto`` would put every such trial on cuda:0, uncapped.
