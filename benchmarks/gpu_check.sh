@@ -3,7 +3,9 @@
 # its own time limit so a step cut off loses only itself; benchmarks.gpu also rewrites its JSON
 # after every row, so even a cut-off step keeps the rows it measured. Fits 8 minutes on one H100:
 #   a      CaiT-S24 and CoAtNet-0 at 224, bf16 training: timm eager, ours eager (CaiT also with
-#          autocast's fp32 softmax), ours regional-compiled, ours whole-graph compiled; MFU
+#          autocast's fp32 softmax, and fused talking heads), ours regional-compiled as trials
+#          compile (CaiT explicit and fused); MFU. Whole-graph rows: STEPS=a BENCH_ARGS="--compile-modes whole"
+#   t      after the check, if time is left: talking-heads attention alone, explicit vs fused
 #   w      regional compile of CaiT-S24 cold vs warm from cache artifacts (fresh processes)
 #   c      1 vs 4 packed 32x32 trials, without and with the MPS daemon
 #   tests  the cuda-marked tests (the OOM contract among them)
@@ -21,7 +23,7 @@ python=${PYTHON:-python3}
   nproc
 } 2>&1 | tee -a "$out/device.txt"
 declare -A args=(
-  [a]="--compile-modes eager,regional,whole"
+  [a]="--compile-modes eager,regional"
   [w]=""
   [c]="--packing 1,4 --mps --small-epochs 2"
   [b]=""
