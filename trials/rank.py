@@ -3,7 +3,8 @@
 Why a module of its own: under ``distributed: {workers: N}`` the loop wraps its forward in DDP,
 weights each rank's loss by its share of the global batch, sums the step losses before a
 divergence check and the epoch's totals at its end, and the peers follow rank 0's decision at the
-end of every epoch. :class:`Rank` gathers those few points; for a one-process trial it is the
+end of every epoch; BatchNorm layers synchronised over the ranks (:mod:`trials.sync_batchnorm`)
+sync inside the DDP forward alone. :class:`Rank` gathers those few points; for a one-process trial it is the
 identity everywhere (``group`` None), so the loop has no branch per case. Setting the group up
 (rendezvous, peers) is :mod:`trials.distributed`'s job.
 """
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from .distributed import EpochSignal, Group
+from .sync_batchnorm import set_synchronising, switched_layers
 
 
 class Rank:
@@ -38,15 +40,34 @@ class Rank:
 
         Built at the first step on every rank together (DDP broadcasts rank 0's weights as it is
         made); a compile fallback on one rank happens on all, since every rank compiles the same
-        graph. Buffers (BatchNorm statistics) are broadcast from rank 0 at every forward.
+        graph. Buffers (BatchNorm statistics) are broadcast from rank 0 at every forward; BatchNorm
+        layers the runner synchronised normalise over the global batch inside this forward alone.
         """
         if self.group is None:
             return forward
         key = id(forward)
         if key not in self._data_parallel:
             ids = [self.device.index if self.device.index is not None else 0] if self.device.type == "cuda" else None
-            self._data_parallel[key] = nn.parallel.DistributedDataParallel(forward, device_ids=ids)
+            wrapped = nn.parallel.DistributedDataParallel(forward, device_ids=ids)
+            self._switch_sync_batchnorm(wrapped, switched_layers(forward))
+            self._data_parallel[key] = wrapped
         return self._data_parallel[key]
+
+    @staticmethod
+    def _switch_sync_batchnorm(wrapped: nn.Module, layers: list[nn.Module]) -> None:
+        """Synchronised BatchNorm (:mod:`trials.sync_batchnorm`) on for the DDP forward alone.
+
+        Only the training step runs through this wrapper, on every rank together; rank 0's passes
+        alone (recalibration, measurement, evaluation) call the model itself and keep the layers
+        local, so no collective waits for peers that are not there. The backward needs no switch:
+        its collectives are in the graph the forward built. DDP's ``broadcast_buffers`` stays on:
+        synchronised running statistics are the same on every rank anyway, and the broadcast is what
+        hands rank 0's recalibrated statistics to the peers at the next step.
+        """
+        if not layers:
+            return
+        wrapped.register_forward_pre_hook(lambda module, args: set_synchronising(layers, True))
+        wrapped.register_forward_hook(lambda module, args, output: set_synchronising(layers, False), always_call=True)
 
     def loss_share(self, rows: int, batch_rows: int | None) -> float:
         """The weight of this rank's mean loss: its ``rows`` of the global batch's ``batch_rows``
