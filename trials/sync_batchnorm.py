@@ -162,8 +162,12 @@ class SwitchedSyncBatchNorm(_Switched, nn.SyncBatchNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.synchronising:
-            return super().forward(x)
+            return self._synchronised_forward(x)
         return _local_forward(self, x)
+
+    @torch.compiler.disable  # Dynamo breaks the graph at SyncBatchNorm anyway (pytorch#161302): said here
+    def _synchronised_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)
 
 
 _ON_CPU: dict[type[nn.Module], type[nn.Module]] = {
