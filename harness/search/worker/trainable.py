@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.search.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
+from harness.search.result_keys import NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY, split_tune_config
 from harness.search.worker.data_parallel import RayPeers
 from search_space.sampling import build_trial_config, cost_violations
 from search_space.spec import Resources, SearchSpec
@@ -125,7 +125,8 @@ def place_trial(config: dict[str, Any], wanted: Resources, assigned_cpus: float 
     """Fit the trial config to what the trial asked Ray for (``search.resources``), in place."""
     if 0 < wanted.gpus < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
         config["gpu_memory_fraction"] = wanted.gpus
-        config["mps"] = wanted.mps  # a client of the node's MPS daemon, capped by MPS itself
+        if wanted.mps:  # a client of the node's MPS daemon, capped by MPS itself
+            config["mps"] = True
     if wanted.gpus == 0:
         # No GPU asked for means the CPU, on any node: Ray 2.60 no longer hides a GPU node's GPUs
         # from zero-GPU workers, so ``device: auto`` would put every such trial on cuda:0, uncapped.
@@ -172,6 +173,9 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
             payload.update({f"final_{k}": v for k, v in runner.final_metrics(trainer.history).items()})
             payload.update({f"final_{k}": v for k, v in runner.trial_facts(trainer).items()})
             payload.update({f"final_{k}": v for k, v in runner.test_metrics(trainer).items()})  # test: once, at the end
+            predictions = runner.test_predictions(trainer)  # from that same pass
+            if predictions is not None:
+                payload[PREDICTIONS_KEY] = predictions.encode()
             if trainer.notes:  # e.g. a torch.compile fallback: kept with the trial's final record
                 payload["final_notes"] = "; ".join(trainer.notes)
             payload["best_top1"] = max(m.top1 for m in trainer.history)
