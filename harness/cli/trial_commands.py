@@ -34,8 +34,19 @@ gpu = lazy_import("trials.gpu")  # the device a config names, checked before any
     is_flag=True,
     help="The residual schemes a CaiT/DeiT model takes (`residual:`), with their update and paper.",
 )
-def models_command(fmt: str, family: str | None, schemes: bool) -> None:
+@click.option(
+    "--init-schemes",
+    "inits",
+    is_flag=True,
+    help="The initialisations a model's linear layers take (`init:`), with their rule and source.",
+)
+def models_command(fmt: str, family: str | None, schemes: bool, inits: bool) -> None:
     """The catalogue of model presets with their key settings and parameter counts."""
+    if inits:
+        docs = models_package.INIT_SCHEME_DOCS
+        rows = [{"init": name, "rule": rule, "source": source} for name, (rule, source) in docs.items()]
+        click.echo(render(rows, fmt, ["init", "rule", "source"]))
+        return
     if schemes:
         docs = models_package.RESIDUAL_SCHEME_DOCS
         rows = [{"residual": name, "update": update, "paper": paper} for name, (update, paper) in docs.items()]
@@ -48,6 +59,7 @@ def models_command(fmt: str, family: str | None, schemes: bool) -> None:
         row.update(_key_settings(config))
         if config.family == "cait":
             row["residual"] = config.residual_scheme
+        row["init"] = config.init_scheme
         row["params"] = models_package.preset_parameter_count(config)
         row["params_m"] = round(row["params"] / 1e6, 2)
         if fmt == "json":

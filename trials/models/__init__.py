@@ -5,6 +5,8 @@ Importing this package does not import torch; building a model does.
 
 from .build import build_model, count_parameters, preset_parameter_count, resolve_config
 from .config import (
+    INIT_SCHEME_DOCS,
+    INIT_SCHEMES,
     RESIDUAL_SCHEME_DOCS,
     RESIDUAL_SCHEMES,
     STANDARD_LAYOUTS,
@@ -19,6 +21,8 @@ from .config import (
 from .presets import PRESETS, preset_names
 
 __all__ = [
+    "INIT_SCHEMES",
+    "INIT_SCHEME_DOCS",
     "PRESETS",
     "RESIDUAL_SCHEMES",
     "RESIDUAL_SCHEME_DOCS",

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import CoAtNetConfig
-from .layers import Mlp, drop_path, init_transformer_weights
+from .config import DEFAULT_INIT, CoAtNetConfig
+from .layers import Mlp, drop_path, init_linears, init_transformer_weights
 
 
 def _max_pool_tokens(x: torch.Tensor, side: int) -> torch.Tensor:
@@ -197,6 +197,9 @@ class CoAtNet(nn.Module):
             elif isinstance(module, RelativeAttention):
                 nn.init.trunc_normal_(module.relative_bias, std=0.02)
         self.apply(init_transformer_weights)
+        if self.config.init_scheme != DEFAULT_INIT:  # the default draws nothing more: models as they were
+            for block in self.transformer_blocks:
+                init_linears(block, self.config.init_scheme, fused={block.attn.qkv: 3})
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled, normalised features (B, C)."""

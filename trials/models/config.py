@@ -21,6 +21,7 @@ from ..configio import ConfigError
 LayerScaleSpec = float | Literal["paper", "off", "rezero"]
 DropPathSchedule = Literal["uniform", "linear"]
 TalkingHeadsImpl = Literal["explicit", "fused", "auto"]
+InitScheme = Literal["trunc_normal", "xavier", "scaled"]
 # How talking heads are computed (trials/models/cait.py, SelfAttention): the same maths and the same
 # parameters either way, so a trial's weights load into both; see CaiTConfig's docstring.
 TALKING_HEADS_IMPLS: tuple[str, ...] = ("explicit", "fused", "auto")
@@ -43,6 +44,17 @@ RESIDUAL_SCHEMES: tuple[str, ...] = tuple(RESIDUAL_SCHEME_DOCS)
 # Which schemes keep the pre-LayerNorm on each residual branch, and which gain each branch ends with.
 NORMALISED_SCHEMES = ("prenorm", "scalar", "layerscale")
 SCALAR_GAIN_SCHEMES = ("rezero", "skipinit", "fixup", "scalar")
+# How the linear layers of the blocks are initialised (``init:``; trials/models/layers.py, init_weight), each
+# with its rule and where it comes from (``archsearch models --init-schemes`` prints this). Left unset, a
+# model keeps the initialisation it always had: trunc_normal, except T-Fixup, whose own rule is Xavier.
+INIT_SCHEME_DOCS: dict[str, tuple[str, str]] = {
+    "trunc_normal": ("truncated normal, std 0.02 (the default)", "ViT/DeiT/CaiT's init, meant for widths 192-768"),
+    "xavier": ("uniform, std sqrt(2 / (fan_in + fan_out)); each q, k, v projection on its own fans",
+               "Xavier/Glorot (2010), as T-Fixup (Huang et al. 2020) initialises its encoder"),
+    "scaled": ("normal, std 1/sqrt(fan_in) (1/sqrt(d) for a d x d projection)", "LeCun-style fan-in scaling"),
+}  # fmt: skip
+INIT_SCHEMES: tuple[str, ...] = tuple(INIT_SCHEME_DOCS)
+DEFAULT_INIT = "trunc_normal"
 
 VIT_REL = "VIT-REL"
 STANDARD_LAYOUTS = ("CCCC", "CCCT", "CCTT", "CTTT", VIT_REL)
@@ -158,6 +170,16 @@ class CaiTConfig(_ConfigBase):
     ``"explicit"`` until a GPU run of ``benchmarks.gpu`` (part (a), part (t)) shows the fused path
     faster. FLOPs (fvcore and the cost model) count the explicit path whichever is chosen: the
     architecture's cost, not an implementation's.
+
+    ``init``: how the blocks' linear layers (self- and class-attention projections, FFNs) are drawn:
+    ``"trunc_normal"`` (std 0.02, ViT/CaiT's), ``"xavier"`` (Glorot uniform, each of the query, key and
+    value projections on its own d x d fans, as T-Fixup does) or ``"scaled"`` (normal, std
+    1/sqrt(fan_in)). The patch projection, embeddings, talking-heads mixes and the classification head
+    keep their own initialisation under every choice (the head as T-Fixup keeps it). Left unset
+    (``None``), the scheme's own: Xavier for ``t-fixup`` (its paper's rule, applied before its
+    scaling), trunc_normal for every other, so every model built before this option is unchanged bit for
+    bit; ``t-fixup`` refuses any other value. The residual scheme's own rules (Fixup's zeros and
+    L^-1/2, T-Fixup's 0.67 N^-1/4) apply on top. ``init_scheme`` is the value in force.
     """
 
     family: ClassVar[str] = "cait"
@@ -183,6 +205,7 @@ class CaiTConfig(_ConfigBase):
     # t-fixup): CaiT's own versions of these (section 3, Table A.1: "Rezero with LayerNorm and
     # warmup"), which it re-normalised because the originals trained unstably at depth.
     keep_norm: bool = False
+    init: InitScheme | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -238,6 +261,14 @@ class CaiTConfig(_ConfigBase):
                 )
         if not isinstance(self.keep_norm, bool):
             raise ModelConfigError(f"{owner}.keep_norm", f"must be true or false, got {self.keep_norm!r}")
+        if self.init is not None:
+            _one_of(owner, "init", self.init, INIT_SCHEMES)
+            if self.residual_scheme == "t-fixup" and self.init != "xavier":
+                raise ModelConfigError(
+                    f"{owner}.init",
+                    f"residual 't-fixup' initialises its encoder with Xavier (its paper's rule, before its "
+                    f"0.67 N^-1/4 scaling); leave init unset or 'xavier', got {self.init!r}",
+                )
         if self.keep_norm and self.residual_scheme in NORMALISED_SCHEMES:
             raise ModelConfigError(
                 f"{owner}.keep_norm",
@@ -316,6 +347,13 @@ class CaiTConfig(_ConfigBase):
         return None
 
     @property
+    def init_scheme(self) -> str:
+        """The initialisation in force: ``init``, or the scheme's own when unset (Xavier for T-Fixup)."""
+        if self.init is not None:
+            return self.init
+        return "xavier" if self.residual_scheme == "t-fixup" else DEFAULT_INIT
+
+    @property
     def branch_norm(self) -> bool:
         """Whether each residual branch starts with a LayerNorm (pre-norm, DeiT and CaiT; CaiT's own
         versions of the schemes that drop it, with ``keep_norm``)."""
@@ -344,6 +382,11 @@ class CoAtNetConfig(_ConfigBase):
     ``mbconv_downsample``: where an MBConv stage's first block strides. ``"expand"`` is the
     paper's default (stride in the first 1x1 convolution, so the depthwise conv runs at the
     lower resolution); ``"depthwise"`` is timm's variant (the costlier one in the paper's Table 9).
+
+    ``init``: how the Transformer blocks' linear layers (relative attention's qkv, each of q, k, v on
+    its own fans, its output projection, the shortcut projection, the FFN) are drawn, as CaiT's
+    ``init``; MBConv's convolutions (Kaiming), the relative-position bias and the head keep theirs.
+    Unset (``None``): ``"trunc_normal"``, the initialisation every model had before this option.
     """
 
     family: ClassVar[str] = "coatnet"
@@ -363,6 +406,7 @@ class CoAtNetConfig(_ConfigBase):
     drop_path_schedule: DropPathSchedule = "linear"
     mbconv_downsample: Literal["expand", "depthwise"] = "expand"
     vit_patch_size: int = 16
+    init: InitScheme | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -395,6 +439,8 @@ class CoAtNetConfig(_ConfigBase):
         _probability(owner, "drop_path_rate", self.drop_path_rate)
         _one_of(owner, "drop_path_schedule", self.drop_path_schedule, ("uniform", "linear"))
         _one_of(owner, "mbconv_downsample", self.mbconv_downsample, ("expand", "depthwise"))
+        if self.init is not None:
+            _one_of(owner, "init", self.init, INIT_SCHEMES)
         if self.is_vit_rel:
             if self.image_size % self.vit_patch_size:
                 raise ModelConfigError(
@@ -417,6 +463,11 @@ class CoAtNetConfig(_ConfigBase):
                     f"{owner}.dims[{stage}]",
                     f"{self.dims[stage]} (a Transformer stage) is not divisible by head_size {self.head_size}",
                 )
+
+    @property
+    def init_scheme(self) -> str:
+        """The initialisation in force: ``init``, or trunc_normal when unset."""
+        return self.init if self.init is not None else DEFAULT_INIT
 
     @property
     def is_vit_rel(self) -> bool:
@@ -483,6 +534,9 @@ def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
 
 __all__ = [
     "CONFIG_CLASSES",
+    "DEFAULT_INIT",
+    "INIT_SCHEMES",
+    "INIT_SCHEME_DOCS",
     "RESIDUAL_SCHEMES",
     "RESIDUAL_SCHEME_DOCS",
     "STANDARD_LAYOUTS",

@@ -84,6 +84,38 @@ def drop_path(rate: float) -> nn.Module:
     return DropPath(rate)
 
 
+def init_weight(weight: torch.Tensor, scheme: str) -> None:
+    """Draw one weight matrix (or a row block of a fused one: a view) by the model's ``init`` scheme
+    (``INIT_SCHEME_DOCS`` in trials/models/config.py), on its own fans (rows: fan_out, columns: fan_in).
+
+    ``trunc_normal``: std 0.02 (ViT/CaiT); ``xavier``: uniform on +-sqrt(6 / (fan_in + fan_out)), std
+    sqrt(2 / (fan_in + fan_out)); ``scaled``: normal with std 1/sqrt(fan_in).
+    """
+    with torch.no_grad():
+        if scheme == "trunc_normal":
+            nn.init.trunc_normal_(weight, std=0.02)
+        elif scheme == "xavier":
+            nn.init.xavier_uniform_(weight)
+        elif scheme == "scaled":
+            nn.init.normal_(weight, std=weight.shape[1] ** -0.5)
+        else:
+            raise ValueError(f"unknown init scheme {scheme!r}")
+
+
+def init_linears(module: nn.Module, scheme: str, fused: dict[nn.Linear, int] | None = None) -> None:
+    """Every ``nn.Linear`` weight under ``module`` drawn again by ``scheme`` (module order; biases kept).
+
+    ``fused``: a linear that stacks k projections (attention's qkv: 3) -> k, each row block drawn on its
+    own fans, as separate projections would be (a fused 3d x d matrix's fan-out would shrink Xavier's
+    std from d^-1/2 to (2d)^-1/2).
+    """
+    fused = fused or {}
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            for block in layer.weight.chunk(fused.get(layer, 1), dim=0):
+                init_weight(block, scheme)
+
+
 def init_transformer_weights(module: nn.Module) -> None:
     """ViT/CaiT initialisation: truncated normal (std 0.02) linears, unit LayerNorms."""
     if isinstance(module, nn.Linear):

@@ -34,6 +34,12 @@ G (FFN):
   encoder blocks the attention's value and output projections and both FFN matrices scaled by
   0.67 N^(-1/4). Here the embeddings are the positional embedding and the class token (the
   patch projection is a convolution over pixels, not a lookup table, and keeps its init).
+  T-Fixup's Xavier is the model option ``init: xavier`` (:func:`init_encoder`, the same draws in the
+  same order): a T-Fixup model's ``init_scheme`` is ``"xavier"`` and it refuses any other ``init``.
+
+Every scheme starts from the model's ``init`` (``CaiTConfig.init_scheme``: truncated normal std 0.02
+unless set, Xavier or 1/sqrt(fan_in) on each block's linear layers, :func:`init_encoder`); the
+scheme's own rules above apply on top of it.
 
 :class:`~trials.models.cait.CaiT` builds the branch modules below and calls :func:`initialise`.
 """
@@ -43,8 +49,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import CaiTConfig
-from .layers import LayerScale, ScalarBias
+from .config import DEFAULT_INIT, CaiTConfig
+from .layers import LayerScale, ScalarBias, init_weight
 
 
 def branch_norm(config: CaiTConfig) -> nn.Module:
@@ -67,11 +73,16 @@ def fixup_bias(config: CaiTConfig) -> nn.Module:
 
 
 def initialise(model: nn.Module, config: CaiTConfig) -> None:
-    """Apply the scheme's initialisation on top of the ViT one (truncated normal 0.02, zero biases)."""
+    """Apply the model's ``init`` and then the scheme's rules on top of the ViT initialisation
+    (truncated normal 0.02, zero biases); the default ``init`` draws nothing more, so a model without
+    the option is the model it always was, bit for bit."""
+    if config.residual_scheme == "t-fixup":
+        _t_fixup(model, config)  # its Xavier is init_encoder(..., "xavier"), config.init_scheme
+        return
+    if config.init_scheme != DEFAULT_INIT:
+        init_encoder(model, config, config.init_scheme)
     if config.residual_scheme == "fixup":
         _fixup(model, config)
-    elif config.residual_scheme == "t-fixup":
-        _t_fixup(model, config)
 
 
 def _blocks(model: nn.Module) -> list[nn.Module]:
@@ -93,6 +104,26 @@ def _projections(attention: nn.Module, dim: int) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
+def init_encoder(model: nn.Module, config: CaiTConfig, scheme: str) -> None:
+    """Every linear layer of the self- and class-attention blocks drawn by ``scheme`` (biases kept at 0),
+    each of the query, key and value projections on its own d x d fans (not the fused matrix's). The
+    patch projection, embeddings, talking-heads mixes and the head keep the base initialisation.
+
+    The order of the draws is T-Fixup's as it always ran (so its models, and the committed runs, are
+    unchanged bit for bit): per block, the unfused linear layers in module order, then each
+    projection; class attention's query is an unfused layer and a projection both, so it is drawn
+    twice and the second draw stays (the same distribution either way)."""
+    dim = config.embed_dim
+    for block in _blocks(model):
+        fused = {id(getattr(block.attn, name, None)) for name in ("qkv", "kv")}
+        for module in block.modules():
+            if isinstance(module, nn.Linear) and id(module) not in fused:
+                init_weight(module.weight, scheme)
+        for projection in _projections(block.attn, dim):  # each d x d projection on its own fans
+            init_weight(projection, scheme)
+
+
+@torch.no_grad()
 def _fixup(model: nn.Module, config: CaiTConfig) -> None:
     scale = fixup_branch_scale(config)
     for block in _blocks(model):
@@ -111,13 +142,7 @@ def _t_fixup(model: nn.Module, config: CaiTConfig) -> None:
     blocks = _blocks(model)
     n = len(blocks)
     dim = config.embed_dim
-    for block in blocks:
-        fused = {id(getattr(block.attn, name, None)) for name in ("qkv", "kv")}
-        for module in block.modules():
-            if isinstance(module, nn.Linear) and id(module) not in fused:
-                nn.init.xavier_uniform_(module.weight)
-        for projection in _projections(block.attn, dim):  # each d x d projection on its own fans
-            nn.init.xavier_uniform_(projection)
+    init_encoder(model, config, config.init_scheme)  # "xavier": the config refuses any other for t-fixup
     for embedding in (model.pos_embed, model.cls_token):
         nn.init.normal_(embedding, std=dim**-0.5)
         embedding.mul_((9 * n) ** -0.25)
@@ -140,4 +165,12 @@ def t_fixup_scale(config: CaiTConfig) -> float:
     return 0.67 * (config.depth + config.ca_depth) ** -0.25
 
 
-__all__ = ["branch_gain", "branch_norm", "fixup_bias", "fixup_branch_scale", "initialise", "t_fixup_scale"]
+__all__ = [
+    "branch_gain",
+    "branch_norm",
+    "fixup_bias",
+    "fixup_branch_scale",
+    "init_encoder",
+    "initialise",
+    "t_fixup_scale",
+]
