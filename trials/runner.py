@@ -46,6 +46,7 @@ from .gpu import (
 )
 from .measure import CostMeasurement, measure_cost
 from .models import build_model
+from .predictions import TestPredictions
 from .sync_batchnorm import synchronise_batchnorm
 from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
 from .trial_config import TrialConfig, load_trial_config, trial_threads
@@ -71,6 +72,9 @@ class TrialResult:
     # The key a configuration error named (a data_dir without the dataset, a model that does not
     # build): the trial's input was wrong, not its run; ``archsearch trial`` exits 2 on it, naming it.
     config_key: str | None = None
+    # The test split's per-image predicted classes and labels (datasets with a test split), from the
+    # pass that gave ``final["test_top1"]``; kept off ``to_dict``, the compact form is its ``encode()``.
+    test_predictions: TestPredictions | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,14 +119,27 @@ def test_metrics(trainer) -> dict[str, float]:
 
     Evaluated once per trainer and kept: the search reports it from its last epoch callback (so it
     reaches the store through Ray Tune) and ``run_trial`` records it after ``fit``; both get the same
-    numbers from one pass.
+    numbers from one pass. That pass also keeps each image's predicted class (:func:`test_predictions`).
     """
     if trainer.data.test is None:
         return {}
     if getattr(trainer, "test_result", None) is None:
-        loss, top1, top5 = trainer.evaluate(trainer.data.test)
+        kept: list = []
+        loss, top1, top5 = trainer.evaluate(trainer.data.test, keep=kept)
         trainer.test_result = {"test_loss": loss, "test_top1": top1, "test_top5": top5}
+        if kept:  # the same pass's top-1 indices: their accuracy is test_top1 exactly
+            trainer.test_predictions = TestPredictions.from_arrays(
+                torch.cat([p for p, _ in kept]).cpu().numpy(),
+                torch.cat([y for _, y in kept]).cpu().numpy(),
+                int(trainer.data.num_classes),
+            )
     return dict(trainer.test_result)
+
+
+def test_predictions(trainer) -> TestPredictions | None:
+    """The test split's per-image predictions and labels, from :func:`test_metrics`'s one pass (None
+    where the data has no test split or it has not been evaluated)."""
+    return getattr(trainer, "test_predictions", None)
 
 
 def _peak(name: str, values: list[float | None]) -> dict[str, float]:
@@ -270,6 +287,7 @@ def _run(
             result.status = TrialStatus.COMPLETED
             if lead and not outcome.stopped_early:  # the test split is touched only by a trial that ran its budget
                 result.final.update(test_metrics(trainer))
+                result.test_predictions = test_predictions(trainer)
     except Exception as error:  # out of memory, a data error...: recorded, never raised
         result.status = TrialStatus.FAILED
         result.epochs = list(trainer.history)

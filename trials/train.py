@@ -355,11 +355,12 @@ class Trainer:
             return
         batchnorm.recalibrate(self.model, self.data.train_eval, self._infer)
 
-    def evaluate(self, source: Any = None) -> tuple[float, float, float]:
-        """Mean cross-entropy (no smoothing), top-1 and top-5 accuracy (%) on ``source`` (the validation split)."""
+    def evaluate(self, source: Any = None, keep: evaluation.Kept | None = None) -> tuple[float, float, float]:
+        """Mean cross-entropy (no smoothing), top-1 and top-5 accuracy (%) on ``source`` (the validation
+        split); ``keep``: receives the pass's per-image top-1 indices and labels (:func:`evaluation.evaluate`)."""
         self.model.eval()
         batches = self.data.val if source is None else source
-        return evaluation.evaluate(self._infer, batches, self.data.num_classes, self.device)
+        return evaluation.evaluate(self._infer, batches, self.data.num_classes, self.device, keep)
 
     def _evaluate_epoch(self) -> tuple[float | None, float, float, float]:
         """The end of an epoch on rank 0: BatchNorm recalibrated and the training split's eval-mode

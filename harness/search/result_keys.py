@@ -17,6 +17,9 @@ PRICED_KEY = "archsearch_priced"
 # Set (to the pruned trial's number) on a configuration early stopping pruned, dispatched again once the
 # space has nothing new: it runs to the end of its budget, never judged at a rung.
 RETRY_KEY = "archsearch_retry_of"
+# On the final report of a completed trial whose data has a test split: its per-image test predictions
+# and labels, compact (``trials.predictions.TestPredictions.encode()``), for the store's own table.
+PREDICTIONS_KEY = "archsearch_test_predictions"
 
 
 def split_tune_config(config: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None, dict[str, Any]]:

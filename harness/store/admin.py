@@ -23,7 +23,7 @@ from sqlalchemy import MetaData, Table, delete, inspect, select, update
 from .base import _now
 from .errors import StoreError
 from .liveness import HEARTBEAT_STALE_S, Liveness, _driver_gone, driver_identity
-from .schema import EpochRecord, Measurement, Study, Trial, VerifiedMeasurement
+from .schema import EpochRecord, Measurement, Study, TestPrediction, Trial, VerifiedMeasurement
 
 OPTUNA_STUDIES = "studies"  # Optuna's study table (name column ``study_name``, key ``study_id``)
 OPTUNA_TRIALS = "trials"  # Optuna's trial table (key ``trial_id``, ``study_id`` refers to its study)
@@ -131,7 +131,7 @@ class StudyAdmin(Liveness):
             _refuse_live_driver(conn, name, study_id, "delete")
             deleted = {}
             for label, model in (("verified", VerifiedMeasurement), ("epochs", EpochRecord),
-                                 ("measurements", Measurement)):  # fmt: skip
+                                 ("measurements", Measurement), ("test_predictions", TestPrediction)):  # fmt: skip
                 deleted[label] = conn.execute(delete(model).where(model.trial_id.in_(trial_ids))).rowcount
             deleted["trials"] = conn.execute(delete(Trial).where(Trial.study_id == study_id)).rowcount
             deleted["studies"] = conn.execute(delete(Study).where(Study.id == study_id)).rowcount

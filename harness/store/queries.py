@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from dashboards.reader import StudyCounts
+from trials.predictions import TestPredictions
 
 from . import rows
 from .base import StoreBase, _now
@@ -39,6 +40,7 @@ from .schema import (
     EpochRecord,
     Measurement,
     Study,
+    TestPrediction,
     Trial,
     VerifiedMeasurement,
 )
@@ -607,6 +609,31 @@ class Queries(StoreBase):
         )
         with self.engine.connect() as conn:
             return [e or "" for e in conn.execute(query).scalars()]
+
+    def test_predictions(self, study: str) -> dict[int, TestPredictions]:
+        """Trial number -> its per-image test predictions and labels, for the trials that have them
+        (completed trials of a dataset with a test split, since schema 0008; an older read-only
+        store has none). A row that does not read back is left out and noted (:func:`rows.test_predictions`)."""
+        study_id = self._study_id(study)
+        trial, kept = Trial.__table__, TestPrediction.__table__
+        query = (
+            select(trial.c.number, kept.c.classes, kept.c.images, kept.c.labels, kept.c.predictions)
+            .select_from(kept.join(trial, trial.c.id == kept.c.trial_id))
+            .where(trial.c.study_id == study_id)
+            .order_by(trial.c.number)
+        )
+        with self.engine.connect() as conn:
+            if not inspect(conn).has_table(kept.name):
+                return {}
+            found = conn.execute(query).all()
+        predictions, problems = {}, []
+        for number, classes, images, labels, values in found:
+            try:
+                predictions[int(number)] = rows.test_predictions(study, number, classes, images, labels, values)
+            except DamagedRow as problem:
+                problems.append(problem)
+        self._note(problems)
+        return predictions
 
     def learning_curves(self, study: str, numbers: Iterable[int] | None = None):
         """Per-epoch metrics of a study's trials (all, or those ``numbers``), one row per epoch."""

@@ -30,6 +30,8 @@ from typing import Any
 from sqlalchemy import Text, and_, case, cast, false, func, literal_column, null, or_, type_coerce
 from sqlalchemy.sql.elements import ColumnElement
 
+from trials.predictions import PredictionsError, TestPredictions
+
 from .errors import DamagedRow
 
 MAX_DEPTH = 32  # levels of nesting a stored JSON value may have (a trial config has 3 or 4, a spec 5)
@@ -295,6 +297,21 @@ def numbers_damaged(study: str, numbers: Sequence[Any], column: str, values: Seq
         except DamagedRow as problem:
             found[position] = problem
     return found
+
+
+def test_predictions(
+    study: str, number: object, classes: Any, images: Any, labels: Any, predictions: Any
+) -> TestPredictions:
+    """A trial's row of per-image test predictions as its record: base64 text of whole indices
+    (length bounded before decoding), as many labels and predictions as its ``images`` says, every
+    one a class below ``classes`` (:meth:`TestPredictions.decode`); else a :class:`DamagedRow`."""
+    try:
+        record = TestPredictions.decode({"classes": classes, "labels": labels, "predictions": predictions})
+    except PredictionsError as bad:
+        raise DamagedRow(study, number, "test_predictions", str(bad)) from None
+    if not isinstance(images, int) or isinstance(images, bool) or record.count != images:
+        raise DamagedRow(study, number, "test_predictions", f"holds {record.count:,} images, not {str(images)[:20]}")
+    return record
 
 
 # -- SQL: JSON columns as text, and guarded extraction ----------------------------------------------

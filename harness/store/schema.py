@@ -145,6 +145,22 @@ class EpochRecord(Base):
     train_eval_loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # eval mode, since schema 0004
 
 
+class TestPrediction(Base):
+    """A completed trial's per-image test predictions (datasets with a test split): the predicted
+    class and the label of every test image, in the split's order, each as base64 text of one- or
+    two-byte indices (``trials.predictions``). One row per trial, written with its final record;
+    read through ``rows.test_predictions``. Since schema 0008."""
+
+    __test__ = False  # not a pytest class, whatever its name
+    __tablename__ = f"{PREFIX}test_predictions"
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey(f"{PREFIX}trials.id", ondelete="CASCADE"), primary_key=True)
+    classes: Mapped[int] = mapped_column(Integer)
+    images: Mapped[int] = mapped_column(Integer)
+    labels: Mapped[str] = mapped_column(Text)
+    predictions: Mapped[str] = mapped_column(Text)
+
+
 MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns if c.name != "trial_id")
 NUMERIC_MEASUREMENT_FIELDS = tuple(
     c.name for c in Measurement.__table__.columns if c.name != "trial_id" and c.type.python_type in (int, float)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from harness import __version__
+from trials.predictions import TestPredictions
 
 from .base import StoreBase, _now
 from .errors import StoreError
@@ -28,6 +29,7 @@ from .schema import (
     EpochRecord,
     Measurement,
     Study,
+    TestPrediction,
     Trial,
     VerifiedMeasurement,
 )
@@ -224,8 +226,12 @@ class Writes(StoreBase):
         device: str | None = None,
         started_at: datetime | None = None,
         parameters: Mapping[str, Any] | None = None,
+        test_predictions: TestPredictions | None = None,
     ) -> None:
-        """Write a trial's whole final record in ONE transaction: all of it lands, or none of it."""
+        """Write a trial's whole final record in ONE transaction: all of it lands, or none of it.
+
+        ``test_predictions``: a completed trial's per-image test predictions and labels, kept in
+        their own table (compact, ``TestPredictions.encode()``), read by ``Store.test_predictions``."""
         if status not in TRIAL_STATUSES:
             raise StoreError(f"unknown trial status {status!r}; use one of {', '.join(TRIAL_STATUSES)}")
         study_id = self._study_id(study)
@@ -254,6 +260,10 @@ class Writes(StoreBase):
             if epoch_list:
                 rows = [_epoch_row(trial_id, m) for m in epoch_list]
                 self._upsert(conn, EpochRecord, rows, ("trial_id", "epoch"))
+            if test_predictions is not None:
+                encoded = test_predictions.encode()
+                kept = {"trial_id": trial_id, "images": test_predictions.count, **encoded}
+                self._upsert(conn, TestPrediction, [kept], ("trial_id",))
             conn.execute(Study.__table__.update().where(Study.id == study_id).values(updated_at=_now()))
 
         self._write(write)

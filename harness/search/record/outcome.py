@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from harness.search.result_keys import STATUS_KEY, split_tune_config
+from harness.search.result_keys import PREDICTIONS_KEY, STATUS_KEY, split_tune_config
 from harness.search.stop.failures import common_error
 from search_space.sampling import build_trial_config, split_params
 from search_space.spec import SearchSpec
+from trials.predictions import PredictionsError, TestPredictions
 from trials.status import StudyStatus, TrialStatus
 
 
@@ -86,6 +87,12 @@ def record_outcome(
     measurement = {k.removeprefix("cost_"): v for k, v in result.items() if k.startswith("cost_")}
     if result.get("resumed_from_epoch"):
         final["resumed_from_epoch"] = result["resumed_from_epoch"]
+    predictions = None
+    if status == TrialStatus.COMPLETED and result.get(PREDICTIONS_KEY) is not None:
+        try:  # checked here, once: the store keeps only predictions that read back
+            predictions = TestPredictions.decode(result[PREDICTIONS_KEY])
+        except PredictionsError:
+            predictions = None
     gpus = result.get("worker_gpus")
     device = f"GPU {gpus} on node {result.get('worker_node', '?')[:8]}" if gpus else measurement.get("device")
     store.finish_trial(
@@ -101,4 +108,5 @@ def record_outcome(
         host=result.get("hostname"),
         optuna_number=number,
         parameters=parameters,
+        test_predictions=predictions,
     )
