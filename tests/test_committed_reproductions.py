@@ -121,15 +121,16 @@ def test_the_recomputation_catches_an_edited_committed_number(path, tmp_path):
 
 @pytest.mark.parametrize("path", _committed_verdicts(), ids=lambda p: p.name)
 def test_every_committed_test_split_table_recomputes_from_its_runs_file(path):
-    """The summary's exploratory pairs on the test split are the runs file's test numbers, every row."""
-    from harness.reproduce.analysis import pairs_on_test_split
-    from harness.reproduce.records import read_runs
+    """The summary's exploratory pairs on the test split are the runs file's test numbers, every row,
+    with the seed x image bootstrap recomputed from the predictions sidecar where there is one (and,
+    for runs from before predictions were kept, the words saying there are none)."""
+    from harness.reproduce.records import read_runs, recompute_test_pairs
     from harness.reproduce.summary import _test_split_pairs
 
     name = path.name[: -len(VERDICTS_SUFFIX)]
     protocol = _protocol_of(name)
     runs, _ = read_runs(DOCS / f"{name}{RUNS_SUFFIX}")
-    table = [line for line in _test_split_pairs(pairs_on_test_split(runs, list(protocol.claims)), protocol.kind)]
+    table = _test_split_pairs(recompute_test_pairs(DOCS / f"{name}{RUNS_SUFFIX}", protocol), protocol.kind)
     summary = (DOCS / f"{name}.md").read_text()
     assert all(line in summary for line in table if line), name
     if protocol.kind != "accuracy" and "test_top1" in runs and runs["test_top1"].notna().any():

@@ -192,7 +192,12 @@ def test_tiny_cait_studies_run_and_report(tmp_path, study):
 
     with Store.open(url, create=False) as store:  # mnist5k's test split reaches the store through Ray Tune
         trials = store.trials(f"{study}-tiny-mnist5k")
+        kept = store.test_predictions(f"{study}-tiny-mnist5k")  # and each run's per-image predictions with it
     assert trials["test_top1"].notna().all() and trials["test_top1"].between(0, 100).all()
+    assert sorted(kept) == sorted(trials["number"]) and all(p.count == 1000 for p in kept.values())
+    top1 = trials.set_index("number")["test_top1"]
+    assert all(p.top1() == top1[n] for n, p in kept.items())
+    assert (tmp_path / "out" / f"{study}-tiny-mnist5k.predictions.csv.gz").is_file()
     assert "-variants.png)" in summary and all(p.exists() for p in written)
     assert written[1].exists()
 

@@ -40,6 +40,8 @@ _EXPORTS = {
     "STUDIES": "registry",
     "plan": "registry",
     "recompute": "records",
+    "recompute_test_pairs": "records",
+    "seed_image_interval": "predictions",
     "reproduce": "run",
     "reproduce_coatnet_layouts": "run",
     "CAIT_SCALES": "studies",
@@ -59,6 +61,7 @@ __all__ = sorted(_EXPORTS)
 _MODULES = {
     "analysis": lazy_import("harness.reproduce.analysis"),
     "registry": lazy_import("harness.reproduce.registry"),
+    "predictions": lazy_import("harness.reproduce.predictions"),
     "records": lazy_import("harness.reproduce.records"),
     "run": lazy_import("harness.reproduce.run"),
     "studies": lazy_import("harness.reproduce.studies"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,10 +15,12 @@ import pandas as pd
 
 from dashboards.stats import FailureComparison, assess, difference, failure_rates, holm, mean_ci
 from harness.output import printable
+from harness.reproduce.predictions import NO_PREDICTIONS, correct_by_seed, seed_image_interval
 from harness.reproduce.studies import FAILED_LOSS_FRACTION, PAPER_CLAIMS, Protocol
 from trials.configio import MAX_INTEGER, MAX_SEED
 from trials.data_config import NUM_CLASSES
 from trials.errors import DataError, capped, cut_at_word
+from trials.predictions import TestPredictions
 from trials.status import TrialStatus
 
 
@@ -551,11 +553,23 @@ class PairOnTestSplit:
     p_exact: float  # sign-flip test of the same, two-sided
     a_ahead: int  # seeds on which A scored higher
     b_ahead: int
+    # The seed x image bootstrap's 95% interval of the same difference (it includes the test split's
+    # own sampling error: :func:`harness.reproduce.predictions.seed_image_interval`), or why there is none.
+    images_low: float | None = None
+    images_high: float | None = None
+    images_note: str | None = NO_PREDICTIONS
 
 
-def pairs_on_test_split(runs: pd.DataFrame, claims: list[tuple[str, str, str]]) -> list[PairOnTestSplit]:
+def pairs_on_test_split(
+    runs: pd.DataFrame,
+    claims: list[tuple[str, str, str]],
+    predictions: Mapping[tuple[str, int], TestPredictions] | None = None,
+) -> list[PairOnTestSplit]:
     """Each distinct pair of plain variants the claims compare, on the final test top-1 of their
-    completed runs (paired over the seeds both have); pairs without two such seeds are left out."""
+    completed runs (paired over the seeds both have); pairs without two such seeds are left out.
+    ``predictions``: (study, trial number) -> the run's per-image test predictions (the store's, or
+    the runs file's sidecar); where every run of a pair has them, the pair gets the seed x image
+    bootstrap interval over those seeds, else the reason it has none."""
     if "test_top1" not in runs:
         return []
     completed = runs[(runs["status"] == TrialStatus.COMPLETED) & runs["test_top1"].notna()]
@@ -563,6 +577,10 @@ def pairs_on_test_split(runs: pd.DataFrame, claims: list[tuple[str, str, str]]) 
         str(variant): {int(s): float(v) for s, v in zip(group["seed"], group["test_top1"], strict=True)}
         for variant, group in completed.groupby("variant")
     }
+    run_of: dict[tuple[str, int], tuple[str, int]] = {}  # (variant, seed) -> (study, number)
+    if "study" in completed and "number" in completed:
+        columns = (completed["variant"], completed["seed"], completed["study"], completed["number"])
+        run_of = {(str(v), int(s)): (str(st), int(n)) for v, s, st, n in zip(*columns, strict=True)}
     pairs, seen = [], set()
     for a, _, b in claims:
         if (a, b) in seen or a not in by_variant or b not in by_variant:
@@ -575,10 +593,16 @@ def pairs_on_test_split(runs: pd.DataFrame, claims: list[tuple[str, str, str]]) 
         per_seed = np.asarray(diff.per_seed)
         p_t = min(1.0, 2 * min(diff.p_above(0.0), diff.p_below(0.0)))
         p_exact = min(1.0, 2 * min(diff.exact_p(0.0, True), diff.exact_p(0.0, False)))
+        seeds = sorted(set(by_variant[a]) & set(by_variant[b]))
+        runs_a, runs_b = ([run_of.get((side, seed), (side, -1)) for seed in seeds] for side in (a, b))
+        correct_a, correct_b, note = correct_by_seed(runs_a, runs_b, predictions or {})
+        low = high = None
+        if note is None:
+            low, high = seed_image_interval(correct_a, correct_b)
         pairs.append(
             PairOnTestSplit(
                 a, b, diff.n_a, diff.estimate, interval.low, interval.high, p_t, p_exact,
-                int((per_seed > 0).sum()), int((per_seed < 0).sum()),
+                int((per_seed > 0).sum()), int((per_seed < 0).sum()), low, high, note,
             )
         )  # fmt: skip
     return pairs

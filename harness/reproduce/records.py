@@ -12,7 +12,9 @@ is not counted, a seed counted twice or above 2**32 - 1, a variant the study doe
 status, a missing column or a bad first line is
 refused with a :class:`trials.errors.DataError` naming the file, the line, the column and the value.
 Floats are written with 17 significant digits (a double's round trip): a recomputation gives the
-same digits.
+same digits. Where runs kept their per-image test predictions, ``<name>.predictions.csv.gz`` lies
+beside the runs file (:mod:`harness.reproduce.predictions`); :func:`recompute_test_pairs` gives the
+summary's exploratory test-split table again from the two files, its seed x image bootstrap included.
 """
 
 from __future__ import annotations
@@ -22,17 +24,25 @@ import io
 import json
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from dashboards.files import atomic_write
-from harness.reproduce.analysis import REQUIRED_COLUMNS, check_runs, summarize_runs
+from harness.reproduce.analysis import (
+    REQUIRED_COLUMNS,
+    PairOnTestSplit,
+    check_runs,
+    pairs_on_test_split,
+    summarize_runs,
+)
+from harness.reproduce.predictions import read_sidecar, sidecar_path, write_sidecar
 from harness.reproduce.studies import Protocol
 from trials.configio import MAX_INTEGER
 from trials.errors import DataError
+from trials.predictions import TestPredictions
 
 RUNS_SUFFIX = ".runs.csv"
 VERDICTS_SUFFIX = ".verdicts.json"
@@ -68,16 +78,24 @@ def _finite(value: float) -> float | None:
 
 
 def write_records(
-    output: Path, name: str, runs: pd.DataFrame, verdicts: list[dict[str, Any]], metric: str
+    output: Path,
+    name: str,
+    runs: pd.DataFrame,
+    verdicts: list[dict[str, Any]],
+    metric: str,
+    predictions: Mapping[tuple[str, int], TestPredictions] | None = None,
 ) -> list[Path]:
-    """Write the runs file and the verdicts file of summary ``name`` (each to a temporary name, renamed)."""
+    """Write the runs file and the verdicts file of summary ``name`` (each to a temporary name, renamed),
+    and, where ``predictions`` ((study, number) -> a run's per-image test predictions) hold any of
+    its runs', their sidecar ``<name>.predictions.csv.gz``."""
     buffer = io.StringIO()
     buffer.write(f"# {METRIC_KEY}: {metric}\n")
     runs.to_csv(buffer, index=False, float_format="%.17g", lineterminator="\n")
     runs_path, verdicts_path = output / f"{name}{RUNS_SUFFIX}", output / f"{name}{VERDICTS_SUFFIX}"
     atomic_write(runs_path, buffer.getvalue())
     atomic_write(verdicts_path, json.dumps([verdict_record(v) for v in verdicts], indent=2) + "\n")
-    return [runs_path, verdicts_path]
+    sidecar = write_sidecar(sidecar_path(runs_path), runs, predictions or {})
+    return [runs_path, verdicts_path, *([sidecar] if sidecar else [])]
 
 
 def read_runs(
@@ -159,3 +177,15 @@ def recompute(runs_path: Path, protocol: Protocol, *, variants: Collection[str] 
         runs, protocol, metric=metric, margin=protocol.margin, large_margin=protocol.large_margin
     )
     return [verdict_record(v) for v in verdicts]
+
+
+def recompute_test_pairs(
+    runs_path: Path, protocol: Protocol, *, variants: Collection[str] | None = None
+) -> list[PairOnTestSplit]:
+    """The summary's exploratory pairs on the test split, again from the runs file (validated) and
+    its predictions sidecar where there is one (each row checked against the runs file: a completed
+    run's, once, scoring that run's ``test_top1``): the t-intervals over seeds and, where every run of
+    a pair kept its per-image predictions, the seed x image bootstrap interval."""
+    runs, _ = read_runs(runs_path, protocol, variants=variants)
+    predictions = read_sidecar(sidecar_path(runs_path), runs)
+    return pairs_on_test_split(runs, list(protocol.claims), predictions)

@@ -9,6 +9,7 @@ from typing import Any
 from dashboards.files import atomic_write
 from dashboards.report import write_report
 from harness.reproduce.analysis import StudyNumbers, pairs_on_test_split, run_table, summarize_runs
+from harness.reproduce.predictions import store_predictions
 from harness.reproduce.records import write_records
 from harness.reproduce.registry import plan
 from harness.reproduce.studies import DEFAULT_DATASET, default_seeds
@@ -101,9 +102,10 @@ def reproduce(
                             f"part {part.name} is incomplete: {done} of its {part.search.n_trials} runs have finished "
                             "(the next `reproduce` with this store runs the rest)"
                         )
+            predictions = store_predictions(store, present)  # per-image test predictions, where runs kept them
             text = markdown_summary(
                 spec.name, protocol, rows, verdicts, command, None, outcomes, numbers, deviations=deviations,
-                test_pairs=pairs_on_test_split(runs, list(protocol.claims)),
+                test_pairs=pairs_on_test_split(runs, list(protocol.claims), predictions),
             )  # fmt: skip
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
             atomic_write(summary, text)
@@ -114,7 +116,7 @@ def reproduce(
             report = write_report(
                 store, present, dict(spec.objectives), output / f"{spec.name}.html", color_by=color, static=True
             )
-            records = write_records(output, spec.name, runs, verdicts, metric)
+            records = write_records(output, spec.name, runs, verdicts, metric, predictions)
         written += [summary, *records, report, *(path for _, path in figures)]
     return written
 

@@ -14,6 +14,7 @@ import pandas as pd
 from dashboards.figures import loss_vs_accuracy, variant_intervals
 from dashboards.files import atomic_write
 from harness.reproduce.analysis import PairOnTestSplit, StudyNumbers, VariantSummary
+from harness.reproduce.predictions import BOOTSTRAP_RESAMPLES
 from harness.reproduce.studies import PAPER_RANKING, Protocol
 from trials.data_config import MNIST5K_TEST_SIZE
 from trials.status import TrialStatus
@@ -133,7 +134,8 @@ def _test_split_error(rows: list[VariantSummary], pre: Protocol | None) -> list[
     """The test split's own sampling error, where test accuracy is reported. Every run is scored on
     the same fixed images, so the error is invisible in the spread over seeds; it still enters a
     variant's accuracy on the population and any population-level difference between variants.
-    Per-image predictions are not stored, so no seed x image bootstrap can put it in an interval."""
+    Where the runs' per-image predictions are stored, the test-split table's seed x image bootstrap
+    puts it in an interval (:func:`_test_split_pairs`)."""
     size = TEST_SPLIT_SIZES.get(pre.dataset) if pre is not None else None
     tests = [r.test_top1 for r in rows if r.test_top1 is not None]
     if not size or not tests:
@@ -147,8 +149,10 @@ def _test_split_error(rows: list[VariantSummary], pre: Protocol | None) -> list[
         "accuracy estimates its accuracy on unseen digits to within about twice that, whatever the seeds. "
         "It enters any population-level difference between variants too (by how much depends on how often "
         "the two disagree on an image): it is only invisible in the spread over seeds, because every seed is "
-        "scored on the same images, so the intervals over seeds here leave it out. Per-image predictions are "
-        "not stored yet, so a seed x image bootstrap that would include it is not possible.",
+        "scored on the same images, so the intervals over seeds here leave it out. Runs completed since "
+        "2026-11-27 keep their per-image test predictions (the `.predictions.csv.gz` beside the runs file), "
+        "and the table of the claims' pairs on the test split gives a seed x image bootstrap interval that "
+        "includes it; for older runs it says there are none.",
     ]
 
 
@@ -162,15 +166,22 @@ def _test_split_pairs(pairs: list[PairOnTestSplit], kind: str) -> list[str]:
         "",
         "Exploratory, not pre-registered (no margin, no Holm, no verdict): the claims' pairs on the final "
         "test top-1 (every completed run, after the whole budget, paired by seed). The verdicts above rest "
-        "on the protocol's metric alone.",
+        "on the protocol's metric alone. `95% CI` is the t-interval over seeds: every seed is scored on the "
+        "same test images, so it leaves out the test split's own sampling error. `95% CI, seeds x images` "
+        f"includes it: a two-level percentile bootstrap ({BOOTSTRAP_RESAMPLES:,} resamples, seeded) that "
+        "draws the seeds within each variant and the test images jointly for both (they share the split), "
+        "from each run's stored per-image predictions; runs without them are said so, never filled in.",
         "",
-        "| A - B on test top-1 | points | 95% CI | seeds | A ahead / B ahead | p t (two-sided) | p sign-flip |",
-        "|---|---|---|---|---|---|---|",
+        "| A - B on test top-1 | points | 95% CI | 95% CI, seeds x images | seeds | A ahead / B ahead "
+        "| p t (two-sided) | p sign-flip |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for pair in pairs:
+        both = pair.images_low is not None and pair.images_high is not None
+        images = f"[{_number(pair.images_low)}, {_number(pair.images_high)}]" if both else pair.images_note or "-"
         lines.append(
             f"| {pair.a} - {pair.b} | {_number(pair.diff_mean)} | [{_number(pair.low)}, {_number(pair.high)}] "
-            f"| {pair.n} | {pair.a_ahead} / {pair.b_ahead} | {_p(pair.p_t)} | {_p(pair.p_exact)} |"
+            f"| {images} | {pair.n} | {pair.a_ahead} / {pair.b_ahead} | {_p(pair.p_t)} | {_p(pair.p_exact)} |"
         )
     return lines
 
