@@ -6,7 +6,9 @@ under today's protocol has its per-seed runs file and verdicts file beside it an
 manual's page on reproductions (docs/reproducing.md) too: its summary's protocol section is the
 protocol the code pre-registers today, and every committed verdict is decided again from the runs
 file alone (an edited number fails here). A run that predates today's protocol says so at its top,
-with the command that re-runs it, and docs/reproductions/README.md lists it as awaiting a re-run.
+with the command that re-runs it, and docs/reproductions/README.md lists it as awaiting a re-run. A
+study pre-registered and not run yet (issue 48's controls) has nothing committed and the README lists
+it as awaiting its first run; once its summary is committed, the README may no longer say so.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from harness.reproduce.registry import STUDIES, plan
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reproductions"
 MANUAL = DOCS.parent / "reproducing.md"
 SUPERSEDED = "> **Run under an earlier protocol; awaiting a re-run.**"
+FIRST_RUN = "awaiting its first run"
 
 
 def _committed_runs() -> list[tuple[str, str | None]]:
@@ -39,6 +42,12 @@ def _run(study, protocol):
 def test_every_study_has_its_cpu_run_committed_with_its_command_and_protocol(study, protocol):
     run = _run(study, protocol)
     name = run.spec["name"]
+    pending = re.search(rf"`{re.escape(name)}`[^\n]*{FIRST_RUN}", (DOCS / "README.md").read_text())
+    if not (DOCS / f"{name}.md").is_file():  # pre-registered, not run yet: nothing of it committed, and said
+        assert pending, f"{name}.md is not committed and the README does not list {name} as {FIRST_RUN}"
+        assert not list(DOCS.glob(f"{name}.*")) and not list(DOCS.glob(f"{name}-*.png")), name
+        return
+    assert not pending, f"{name}.md is committed: the README still lists it as {FIRST_RUN}"
     for suffix in (".md", ".html", "-variants.png", "-loss-vs-accuracy.png"):
         assert (DOCS / f"{name}{suffix}").is_file(), f"{name}{suffix} is not committed"
     summary = (DOCS / f"{name}.md").read_text()

@@ -69,6 +69,26 @@ STUDIES: dict[str, Study] = {
         Study("cait-depth", "cait_depth_run", (), "CaiT Table 1's question: depth x residual scheme"),
         Study("cait-class-attention", "cait_class_attention_run", (), "CaiT Table 3: the SA/CA split"),
         Study("cait-residual-schemes", "cait_residual_schemes_run", (), "CaiT Table 1's columns at depth"),
+        # Controls pre-registered on 2026-11-27 (issue 48), each its own study on fresh seeds, so the
+        # committed studies above keep their protocols, claims and verdicts exactly as run.
+        Study(
+            "cait-init-control",
+            "cait_init_control_run",
+            (),
+            "cait-residual-schemes' control: LayerScale and prenorm with T-Fixup's Xavier init",
+        ),
+        Study(
+            "cait-depth-rezero-ln",
+            "cait_depth_rezero_ln_run",
+            (),
+            "cait-depth's ReZero claim with CaiT's ReZero (LayerNorm kept)",
+        ),
+        Study(
+            "cait-class-attention-matched",
+            "cait_class_attention_matched_run",
+            (),
+            "CaiT Table 3 at equal parameters: 4+2 vs 6+0",
+        ),
     )
 }
 SCALE_NAMES = tuple(dict.fromkeys(scale for study in STUDIES.values() for scale in study.scales))

@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from search_space.cost_model import estimate_params
 from search_space.matching import match_layouts
 from trials.data_config import NUM_CLASSES
 from trials.models import resolve_config
@@ -153,6 +154,13 @@ TABLE_1_SCHEMES = ("prenorm", "rezero", "fixup", "t-fixup", "scalar", "layerscal
 # claims are on CaiT's (``+ln``); the originals are reported beside them.
 RENORMALISED_SCHEMES = ("rezero", "fixup", "t-fixup")
 
+# The controls pre-registered on 2026-11-27 (issue 48), after the committed runs' results (seeds 0-29) had
+# been seen: their seeds start here, so no control shares a seed (a data split, an initial draw, a data
+# order) with a run whose result was looked at. Each is its own study: its own claims, its own Holm
+# family, its own store name, so the committed studies' protocols and verdicts stay exactly as run.
+FRESH_SEEDS = 1000
+PREREGISTERED_CONTROLS = "2026-11-27"
+
 # What makes a run a failure to learn (the CaiT depth study counts these, never averages them away).
 FAILED_LOSS_FRACTION = 0.05  # final training loss within 5% of ln(classes): no better than guessing
 
@@ -186,17 +194,31 @@ class Protocol:
     # Every variant the study runs (its spec's, after ``--only``): filled by the registry, and the only
     # names a runs file or the store's runs table may hold (empty: not known, nothing checked).
     variants: tuple[str, ...] = ()
+    # The first seed: 0, or a fresh range no earlier run used (a control pre-registered after results of
+    # the same variants were seen runs on seeds none of those runs had: ``FRESH_SEEDS``).
+    first_seed: int = 0
 
     def seeds_of(self, variant: str) -> int:
-        """How many seeds ``variant`` runs (seeds 0..n-1)."""
+        """How many seeds ``variant`` runs (seeds first_seed..first_seed+n-1)."""
         return self.more_seeds.get(variant, self.seeds)
+
+    def seed_values(self, variant: str) -> range:
+        """The seeds ``variant`` runs."""
+        return range(self.first_seed, self.first_seed + self.seeds_of(variant))
+
+    def fresh_seeds_text(self) -> str:
+        """`` (seeds 1000-1006, fresh: ...)`` where the study starts past 0, else nothing."""
+        if not self.first_seed:
+            return ""
+        last = self.first_seed + max([self.seeds, *self.more_seeds.values()]) - 1
+        return f" (seeds {self.first_seed}-{last}, fresh: no committed run used them)"
 
     def seeds_text(self) -> str:
         """``7 seeds per variant`` or, with more for some, ``7-30 seeds per variant (CCTT, CTTT 30)``."""
         counts = [self.seeds_of(v) for v in self.only] if self.only else [self.seeds, *self.more_seeds.values()]
         low, high = min(counts), max(counts)
         if low == high:
-            return f"{low} seeds per variant"
+            return f"{low} seeds per variant{self.fresh_seeds_text()}"
         more: dict[int, list[str]] = {}
         for variant, n in self.more_seeds.items():
             more.setdefault(n, []).append(variant)
@@ -268,6 +290,7 @@ class Protocol:
             "validation held out per seed for every per-epoch number, the test split (where the dataset has "
             "one) evaluated once, at the end of each run.",
             f"- Budget: {self.epochs} epochs, learning rate {self.lr:g}; {self.seeds} seeds per variant"
+            + self.fresh_seeds_text()
             + "".join(f", {variant} {n}" for variant, n in self.more_seeds.items())
             + ", every variant on the same seeds (same split and data order), so differences are paired by "
             "seed.",
@@ -366,8 +389,9 @@ def select_variants(run: Run, only: tuple[str, ...]) -> Run:
         objectives=run.spec["objectives"],
         gpus=(search.get("resources") or {}).get("gpus", 0.0),
         more_seeds=more,
+        first_seed=protocol.first_seed,
     )
-    points = {(v, s) for v in chosen for s in range(protocol.seeds_of(v))}
+    points = {(v, s) for v in chosen for s in protocol.seed_values(v)}
     parts = []
     for part in run.parts:
         part_variants = set(part["params"]["variant"]["choice"])
@@ -443,11 +467,13 @@ def _grid_spec(
     objectives: dict[str, str],
     gpus: float = 0.0,
     more_seeds: dict[str, int] | None = None,
+    first_seed: int = 0,
 ) -> dict[str, Any]:
     """A reproduction as an ordinary grid study: every variant x every seed, two at a time.
 
     ``more_seeds``: variants run on more seeds than the rest (seeds 0..N-1, so the first ``seeds``
-    stay paired with every other variant): the grid is then a union of two sub-grids.
+    stay paired with every other variant): the grid is then a union of two sub-grids. ``first_seed``:
+    the seeds start there instead of 0 (fresh seeds, ``FRESH_SEEDS``).
     """
     more = {v: n for v, n in (more_seeds or {}).items() if n > seeds}
     unknown = sorted(set(more) - set(variants))
@@ -457,8 +483,8 @@ def _grid_spec(
     search: dict[str, Any] = {"sampler": "grid", "n_trials": runs, "concurrency": 2, "seed": 0}
     if more:
         rest = [v for v in variants if v not in more]
-        search["grid"] = ([{"variant": rest, "seed": list(range(seeds))}] if rest else []) + [
-            {"variant": [v], "seed": list(range(n))} for v, n in more.items()
+        search["grid"] = ([{"variant": rest, "seed": list(range(first_seed, first_seed + seeds))}] if rest else []) + [
+            {"variant": [v], "seed": list(range(first_seed, first_seed + n))} for v, n in more.items()
         ]
     if gpus:
         search["resources"] = {"cpus": 1, "gpus": gpus}
@@ -472,7 +498,7 @@ def _grid_spec(
         "variants": variants,
         "params": {
             "variant": {"choice": list(variants)},
-            "seed": {"choice": list(range(max([seeds, *more.values()])))},
+            "seed": {"choice": list(range(first_seed, first_seed + max([seeds, *more.values()])))},
         },
         "objectives": objectives,
         "search": search,
@@ -629,6 +655,7 @@ def _cait_protocol(
     ranking: str,
     notes: tuple[str, ...],
     failure_rule: str | None = None,
+    first_seed: int = 0,
 ) -> Protocol:
     """What both CaiT studies commit to: final test top-1 at 32 px, the scale's data and budget."""
     return Protocol(
@@ -649,6 +676,7 @@ def _cait_protocol(
         notes=notes,
         failure_rule=failure_rule,
         gpus=settings.get("gpus", 0.0),
+        first_seed=first_seed,
     )
 
 
@@ -824,6 +852,196 @@ def cait_residual_schemes_run(
             f"`drop_path_rate` {ADJUSTED_DROP_PATH} by depth, a spec line rather than a scheme.",
         ),
         failure_rule=_failure_rule(dataset),
+    )
+    return Run(spec, protocol)
+
+
+def _control_note(what: str) -> str:
+    return (
+        f"Pre-registered on {PREREGISTERED_CONTROLS} (issue 48), before any of its runs, as a control for {what}; "
+        f"fresh seeds from {FRESH_SEEDS} (no committed run used them: those ran seeds 0-29), every variant on the "
+        "same seeds, so each claim is paired. Its own study and Holm family: the committed verdicts are not "
+        "re-adjusted or replaced, and stand beside this one."
+    )
+
+
+def cait_init_control_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None) -> Run:
+    """The residual-schemes study's initialisation control: LayerScale and prenorm with T-Fixup's
+    Xavier (``init: xavier``) beside T-Fixup+LN and LayerScale at the base init, at the deepest depth,
+    on fresh seeds; the recipe is cait-residual-schemes' own (same base, budget, no clipping, no
+    drop-path). The primary claim re-decides ``LayerScale >= T-Fixup+LN`` with the init matched.
+    """
+    settings = _cait_settings(scale)
+    base = {**_cait_base(settings, scale), "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False}
+    d = max(settings["scheme_depths"])
+    variants = {
+        f"d{d}-layerscale": {"depth": d, "residual": "layerscale", "layer_scale": "paper"},
+        f"d{d}-t-fixup+ln": {"depth": d, "residual": "t-fixup", "keep_norm": True},
+        f"d{d}-layerscale-xavier": {"depth": d, "residual": "layerscale", "layer_scale": "paper", "init": "xavier"},
+        f"d{d}-prenorm-xavier": {"depth": d, "residual": "prenorm", "init": "xavier"},
+    }
+    claims = (
+        (f"d{d}-layerscale-xavier", ">=", f"d{d}-t-fixup+ln"),
+        (f"d{d}-prenorm-xavier", ">=", f"d{d}-t-fixup+ln"),
+        (f"d{d}-layerscale-xavier", ">", f"d{d}-prenorm-xavier"),
+        (f"d{d}-layerscale-xavier", ">", f"d{d}-layerscale"),
+    )
+    name = _study_name("cait-init-control", scale, dataset)
+    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
+    epochs = settings["scheme_epochs"]
+    spec = _grid_spec(
+        name,
+        family="cait",
+        base_model={**base, "drop_path_rate": 0.0},
+        data=data,
+        training={"epochs": epochs, "lr": settings["lr"], "grad_clip": None},
+        variants=variants,
+        seeds=seeds,
+        objectives={"top1": "max", "flops": "min"},
+        gpus=settings.get("gpus", 0.0),
+        first_seed=FRESH_SEEDS,
+    )
+    protocol = _cait_protocol(
+        name,
+        dataset,
+        {**settings, "epochs": epochs},
+        seeds,
+        claims,
+        ranking=(
+            "CaiT Table 1 at depth 12: LayerScale 80.5, T-Fixup 79.4, baseline (prenorm) 79.9 ImageNet top-1; "
+            "LayerScale is not worse than T-Fixup and beats the baseline, each with its own paper's init"
+        ),
+        notes=(
+            _control_note(
+                f"cait-residual-schemes' `d{d}-layerscale >= d{d}-t-fixup+ln`: there T-Fixup alone drew its block "
+                "weights from Xavier, every other scheme from a truncated normal with std 0.02, which at width "
+                f"{settings['width']} leaves layer-0 attention logits at std about 0.03 (uniform attention) against "
+                "about 1 under Xavier, so that verdict may be about initialisation, not the scheme"
+            ),
+            "The first claim is the primary one: it re-decides that verdict with the initialisation matched, "
+            "under the same endpoint (final test top-1), margin (1 point) and rule (paired two-sided test, "
+            "equivalence bounds for '>=') as the committed claim. The second asks the same of prenorm with "
+            "Xavier (T-Fixup+LN differs from it only in its 0.67 N^-1/4 scaling and embeddings); the third is "
+            "Table 1's LayerScale > baseline with both at Xavier; the fourth is the initialisation's own effect "
+            "on LayerScale.",
+            "Initialisation: `init: xavier` is T-Fixup's own draw (`trials.models.residual.init_encoder`: "
+            "Xavier uniform on every linear layer of the blocks, each of the query, key and value projections "
+            "on its own d x d fans; patch projection, embeddings and head at the base init); T-Fixup adds its "
+            "scaling and embedding rule on top. LayerScale and T-Fixup+LN at the base init (truncated normal "
+            "0.02) run again here, on the fresh seeds, so every claim is paired.",
+            f"Budget ({epochs} epochs, lr {settings['lr']:g}, no gradient clipping, no drop-path): "
+            "cait-residual-schemes' recipe, unchanged. At the cpu scale it runs in two parts, each its own grid "
+            "study kept across sittings: the primary claim's pair first, then the other two variants.",
+        ),
+        failure_rule=_failure_rule(dataset),
+        first_seed=FRESH_SEEDS,
+    )
+    parts = ()
+    if scale == "cpu" and seeds == DEFAULT_SEEDS[scale]:  # the registered design: two sittings of about 70 min
+        fresh = range(FRESH_SEEDS, FRESH_SEEDS + seeds)
+        order = ((f"d{d}-layerscale-xavier", f"d{d}-t-fixup+ln"), (f"d{d}-prenorm-xavier", f"d{d}-layerscale"))
+        parts = _parts(spec, tuple((pair, fresh) for pair in order), {(v, s) for v in variants for s in fresh})
+    return Run(spec, protocol, {}, parts)
+
+
+def cait_depth_rezero_ln_run(
+    scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None
+) -> Run:
+    """cait-depth's ReZero claim with CaiT's ReZero: LayerScale against ReZero with the branch LayerNorm
+    kept (``keep_norm``, CaiT section 3, Table A.1) at cait-depth's deepest depth, base and budget, on
+    fresh seeds. cait-depth itself keeps the original ReZero (its pre-registered, committed protocol)."""
+    settings = _cait_settings(scale)
+    base = {**_cait_base(settings, scale), "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False}
+    d = max(settings["depths"])
+    variants = {
+        f"d{d}-layerscale": {"depth": d, "layer_scale": "paper"},
+        f"d{d}-rezero+ln": {"depth": d, "residual": "rezero", "keep_norm": True},
+    }
+    claims = ((f"d{d}-layerscale", ">=", f"d{d}-rezero+ln"),)
+    name = _study_name("cait-depth-rezero-ln", scale, dataset)
+    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
+    spec = _grid_spec(
+        name,
+        family="cait",
+        base_model=base,
+        data=data,
+        training={"epochs": settings["epochs"], "lr": settings["lr"], "grad_clip": None},
+        variants=variants,
+        seeds=seeds,
+        objectives={"top1": "max", "flops": "min"},
+        gpus=settings.get("gpus", 0.0),
+        first_seed=FRESH_SEEDS,
+    )
+    protocol = _cait_protocol(
+        name,
+        dataset,
+        settings,
+        seeds,
+        claims,
+        ranking="CaiT Table 1 at depth 12: LayerScale 80.5, ReZero (CaiT's, with LayerNorm and warm-up) 78.3",
+        notes=(
+            _control_note(
+                f"cait-depth's `d{d}-layerscale >= d{d}-rezero`, decided against the original ReZero (no "
+                "LayerNorm), which CaiT's Table 1 did not run: CaiT re-normalised it (section 3, Table A.1, "
+                "'Rezero with LayerNorm and warmup')"
+            ),
+            "cait-depth keeps its ReZero as registered and run (changing a committed protocol after its results "
+            "would void its verdicts); this study asks its question of CaiT's ReZero instead, with cait-depth's "
+            "base model, depth, recipe (warm-up included) and budget unchanged.",
+            f"Budget ({settings['epochs']} epochs, lr {settings['lr']:g}, no gradient clipping): cait-depth's.",
+        ),
+        failure_rule=_failure_rule(dataset),
+        first_seed=FRESH_SEEDS,
+    )
+    return Run(spec, protocol)
+
+
+def cait_class_attention_matched_run(
+    scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None
+) -> Run:
+    """Class attention at equal parameters: (d-2)+2 against d+0 (an SA block and a CA block have
+    nearly the same parameters), cait-class-attention's base and budget, on fresh seeds."""
+    settings = _cait_settings(scale)
+    d = settings["split_depth"]
+    matched, plain = f"{d - 2}+2", f"{d}+0"
+    variants = {
+        plain: {"depth": d, "ca_depth": 0, "cls_insert_layer": 0},
+        matched: {"depth": d - 2, "ca_depth": 2, "cls_insert_layer": None},
+    }
+    base = _cait_base(settings, scale)
+    params = {v: estimate_params(resolve_config({**base, **values})) for v, values in variants.items()}  # as --plan
+    name = _study_name("cait-class-attention-matched", scale, dataset)
+    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
+    spec = _grid_spec(
+        name,
+        family="cait",
+        base_model=base,
+        data=data,
+        training={"epochs": settings["epochs"], "lr": settings["lr"]},
+        variants=variants,
+        seeds=seeds,
+        objectives={"top1": "max", "flops": "min"},
+        gpus=settings.get("gpus", 0.0),
+        first_seed=FRESH_SEEDS,
+    )
+    protocol = _cait_protocol(
+        name,
+        dataset,
+        settings,
+        seeds,
+        ((matched, ">", plain),),
+        ranking="class attention beats the CA-free baseline at equal parameters (CaiT Table 3's question)",
+        notes=(
+            _control_note(
+                f"cait-class-attention's `{d}+2 > {d}+0`, where {d}+2 has more parameters than {d}+0; "
+                f"{matched} against {plain} was computed there after the fact, not pre-registered"
+            ),
+            f"Parameter-matched: {matched} has {params[matched]:,} parameters, {plain} {params[plain]:,} "
+            f"({(params[matched] - params[plain]) / params[plain]:+.2%}, the closed-form cost model); the "
+            f"FLOPs differ (class attention updates the class token alone). CaiT blocks (talking heads, "
+            "LayerScale), cait-class-attention's base model, recipe and budget unchanged.",
+        ),
+        first_seed=FRESH_SEEDS,
     )
     return Run(spec, protocol)
 
