@@ -16,7 +16,7 @@ from conftest import tiny_search_spec
 
 from harness.reproduce.analysis import summarize_runs
 from harness.reproduce.records import read_runs, recompute, write_records
-from harness.reproduce.registry import STUDIES, plan
+from harness.reproduce.registry import CLUSTER_SCALES, STUDIES, plan
 from harness.reproduce.run import _finished_points
 from harness.store import Store
 from search_space.sampling import grid_points
@@ -29,13 +29,16 @@ RECIPE_KEYS = {"lr", "warmup_epochs", "weight_decay", "label_smoothing", "epochs
 def _every_run():
     for study in STUDIES.values():
         for scale in study.scales:
-            for protocol in study.protocols or (None,):
+            cluster = scale in CLUSTER_SCALES and study.cluster_protocols
+            for protocol in (cluster or study.protocols) or (None,):
                 yield study.name, scale, protocol
 
 
 @pytest.mark.parametrize(("study", "scale", "protocol"), list(_every_run()))
-def test_every_scale_of_every_study_builds_a_valid_grid_with_its_recipe(study, scale, protocol):
-    (run,) = plan(study, scale, 3, (protocol,) if protocol else (), "mnist5k", None)
+def test_every_scale_of_every_study_builds_a_valid_grid_with_its_recipe(study, scale, protocol, tmp_path):
+    # A cluster scale trains on the user's ImageFolder (tests/test_cluster_scale.py builds one and runs it).
+    data = ("imagefolder", str(tmp_path)) if scale in CLUSTER_SCALES else ("mnist5k", None)
+    (run,) = plan(study, scale, 3, (protocol,) if protocol else (), *data)
     spec = load_spec(run.spec, check_paths=False)
     assert len(grid_points(spec)) == spec.search.n_trials
     assert set(run.protocol.recipe) >= RECIPE_KEYS

@@ -149,7 +149,9 @@ def search_command(
     show_default=True,
     help="tiny: a smoke run in minutes that decides nothing (the default, so that a forgotten --scale "
     "costs minutes, not hours: the plan and the run say so); cpu: the committed studies' budget on a 2-core "
-    "CPU (decides some claims, not all: see docs/reproductions); small: one GPU; paper: the papers' budgets.",
+    "CPU (decides some claims, not all: see docs/reproductions); small: one GPU; paper: the papers' budgets; "
+    "imagenet: your GPU cluster and ImageFolder (--dataset imagefolder --data-dir DIR; 160 px, a learning-rate "
+    "pilot first, --plan prints the GPU-hours).",
 )
 @click.option("--seeds", type=click.IntRange(1, 100), default=None,
               help="Seeds per variant (default: the scale's, 7 at cpu). A variant the protocol pre-registers "
@@ -330,6 +332,9 @@ def _print_plan(
         click.echo(("claims run: " if protocol.only else "claims: ") + claims)
         for note in entry["notes"]:
             click.echo(f"note: {note}")
+        if "pilot" in entry:
+            click.echo(f"pilot {entry['pilot']['study']}: {entry['pilot']['runs']} runs, first (the learning-rate "
+                       "pilot's own grid study; never pooled into the summary)")  # fmt: skip
         for part in entry["parts"]:
             click.echo(f"part {part['study']}: {part['runs']} runs (its own grid study; the summary pools the parts)")
         click.echo(f"estimated wall time here: {_wall_time(entry['estimated_wall_time_s'])}\n")

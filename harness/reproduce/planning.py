@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from harness.reproduce.cluster_scale import ClusterRun
+from harness.reproduce.cluster_scale import cost as cluster_cost
 from harness.reproduce.studies import Run
 from search_space.cost_model import estimate_flops, estimate_params
 from trials.models import build_model, resolve_config
@@ -90,6 +92,12 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
             seconds += entry["estimated_run_s"] * run.protocol.seeds_of(name)
         variants.append(entry)
     notes = [note for note in (run.protocol.more_seeds_note(), run.protocol.selection_note()) if note]
+    cluster = {}
+    if isinstance(run, ClusterRun):  # --scale imagenet: the pilot part first, GPU-hours instead of time here
+        costs = cluster_cost(run, run.spec["data"].get("data_dir"))
+        notes += costs["notes"]
+        cluster = {"pilot": {"study": run.pilot["name"], "runs": run.pilot["search"]["n_trials"]},
+                   "gpu_hours": costs["gpu_hours"]}  # fmt: skip
     return {
         "study": run.protocol.study,
         "runs": run.spec["search"]["n_trials"],
@@ -98,6 +106,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         "protocol": run.protocol.to_dict(),
         "notes": notes,
         "estimated_wall_time_s": round(seconds / concurrency, 0) if seconds else None,
+        **cluster,
     }
 
 

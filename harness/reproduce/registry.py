@@ -19,10 +19,14 @@ if TYPE_CHECKING:
 
 # Loaded when a study is built: the registry itself is read by the CLI at start-up (torch-free).
 studies = lazy_import("harness.reproduce.studies")
+cluster_scale = lazy_import("harness.reproduce.cluster_scale")
 sampling = lazy_import("search_space.sampling")
 validation = lazy_import("search_space.validation")
 trial_config = lazy_import("trials.trial_config")
 SCALES = ("tiny", "cpu", "small", "paper")  # every study has each (a test builds every one)
+# The user's cluster (issue 48): ImageFolder data at 160 px, a learning-rate pilot, seeds from a power
+# calculation (harness.reproduce.cluster_scale); only the studies with a ``cluster_builder`` have it.
+CLUSTER_SCALES = ("imagenet",)
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,34 @@ class Study:
     protocols: tuple[str, ...] = ()  # several protocols (coatnet-layouts): one grid study each
     about: str = ""
     scales: tuple[str, ...] = SCALES
+    # A function of harness.reproduce.cluster_scale building the study at the CLUSTER_SCALES
+    # ((protocol,) seeds, dataset, data_dir, pilot, only) -> ClusterRun; "": none.
+    cluster_builder: str = ""
+    cluster_protocols: tuple[str, ...] = ()  # the protocols a cluster scale runs (default: all)
 
     def build(self, *args: Any) -> Run:
         return getattr(studies, self.builder)(*args)
 
-    def runs(self, scale: str, seeds: int, protocols: tuple[str, ...], dataset: str, data_dir: str | None):
+    def runs(
+        self,
+        scale: str,
+        seeds: int,
+        protocols: tuple[str, ...],
+        dataset: str,
+        data_dir: str | None,
+        pilot: dict[str, dict[str, float]] | None = None,
+        only: tuple[str, ...] = (),
+    ):
         if scale not in self.scales:
             raise ValueError(f"unknown scale {scale!r} for {self.name}; use one of {', '.join(self.scales)}")
+        if scale in CLUSTER_SCALES:
+            build = getattr(cluster_scale, self.cluster_builder)
+            if not self.protocols:
+                if protocols:
+                    raise ValueError(f"--protocol {protocols[0]}: {self.name} has one protocol; leave --protocol out")
+                return [build(seeds, dataset, data_dir, pilot, only)]
+            chosen = protocols or self.cluster_protocols or self.protocols
+            return [build(p, seeds, dataset, data_dir, pilot, only) for p in chosen]
         if not self.protocols:
             if protocols:
                 raise ValueError(
@@ -65,10 +90,27 @@ STUDIES: dict[str, Study] = {
             "coatnet_layouts_run",
             ("generalisation", "capacity"),
             "CoAtNet Fig. 1: VIT-REL, C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T matched in size",
+            scales=SCALES + CLUSTER_SCALES,
+            cluster_builder="coatnet_layouts_run",
+            cluster_protocols=("generalisation",),  # capacity needs JFT-300M-scale data
         ),
-        Study("cait-depth", "cait_depth_run", (), "CaiT Table 1's question: depth x residual scheme"),
+        Study(
+            "cait-depth",
+            "cait_depth_run",
+            (),
+            "CaiT Table 1's question: depth x residual scheme",
+            scales=SCALES + CLUSTER_SCALES,
+            cluster_builder="cait_depth_run",
+        ),
         Study("cait-class-attention", "cait_class_attention_run", (), "CaiT Table 3: the SA/CA split"),
-        Study("cait-residual-schemes", "cait_residual_schemes_run", (), "CaiT Table 1's columns at depth"),
+        Study(
+            "cait-residual-schemes",
+            "cait_residual_schemes_run",
+            (),
+            "CaiT Table 1's columns at depth",
+            scales=SCALES + CLUSTER_SCALES,
+            cluster_builder="cait_residual_schemes_run",
+        ),
         # Controls pre-registered on 2026-11-27 (issue 48), each its own study on fresh seeds, so the
         # committed studies above keep their protocols, claims and verdicts exactly as run.
         Study(
@@ -103,13 +145,19 @@ def plan(
     dataset: str,
     data_dir: str | None,
     only: tuple[str, ...] = (),
+    pilot: dict[str, dict[str, float]] | None = None,
 ) -> list[Run]:
     """Every grid study a reproduction needs, with its pre-registered protocol and its recipe;
-    ``only``: those variants alone (``--only``, :func:`harness.reproduce.studies.select_variants`)."""
+    ``only``: those variants alone (``--only``, :func:`harness.reproduce.studies.select_variants`).
+    ``pilot``: at a cluster scale, each learning-rate pilot's choice (pilot study name -> variant ->
+    lr, :func:`harness.reproduce.cluster_scale.pilot_step`); without it, the plan's placeholder lr."""
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; use one of {', '.join(STUDIES)}")
-    runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir)
-    runs = [studies.select_variants(run, tuple(only)) for run in runs]
+    if scale in CLUSTER_SCALES:  # the cluster builder selects ``only`` itself (its grid has an lr per variant)
+        runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir, pilot, tuple(only))
+    else:
+        runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir)
+        runs = [studies.select_variants(run, tuple(only)) for run in runs]
     return [
         replace(
             run,

@@ -8,6 +8,7 @@ from typing import Any
 
 from dashboards.files import atomic_write
 from dashboards.report import write_report
+from harness.reproduce import cluster_scale
 from harness.reproduce.analysis import StudyNumbers, pairs_on_test_split, run_table, summarize_runs
 from harness.reproduce.predictions import store_predictions
 from harness.reproduce.records import write_records
@@ -50,7 +51,13 @@ def reproduce(
     (``--only``); the summary's verdicts then cover the claims both of whose sides ran, and say so.
     """
     written = []
-    for planned in plan(study, scale, seeds, protocols, dataset, data_dir, tuple(only)):
+    # At a cluster scale (--scale imagenet) each study's learning-rate pilot runs first and its choice
+    # fixes every variant's lr; None elsewhere. Refuses while a pilot is incomplete.
+    pilot = cluster_scale.pilot_step(
+        study, store_url, scale=scale, seeds=seeds, protocols=tuple(protocols), dataset=dataset,
+        data_dir=data_dir, address=address, results_dir=results_dir, output=output, run=run, only=tuple(only),
+    )  # fmt: skip
+    for planned in plan(study, scale, seeds, protocols, dataset, data_dir, tuple(only), pilot):
         protocol = planned.protocol
         spec = load_spec(planned.spec, check_paths=address is None)
         parts = [load_spec(part, check_paths=address is None) for part in planned.run_specs]
