@@ -190,7 +190,9 @@ def _study_runs(store, study: str, protocol: str | Protocol) -> tuple[pd.DataFra
         has_test = "test_top1" in trials and trials[completed]["test_top1"].notna().any()
         value = trials["test_top1"] if has_test else trials["top1"]
         metric = "final test top-1" if has_test else "final validation top-1"
-        if pre is not None and pre.failure_rule and completed.any():
+        # The rule needs the class count: the built-in datasets' (10 unless listed); a user's ImageFolder
+        # has its own, not recorded here, so its runs are never flagged (10 would flag healthy MixUp runs).
+        if pre is not None and pre.failure_rule and completed.any() and pre.dataset != "imagefolder":
             failed = failed_to_learn(trials[completed], NUM_CLASSES.get(pre.dataset, 10))
             left_out[failed[failed].index] = FAILED_TO_LEARN
     # A completed run whose metric the store holds as missing or not finite is left out, with the
