@@ -80,12 +80,14 @@ def test_the_default_spread_is_eight_or_half_the_trials_where_fewer():
     assert initial_design.planned_spread(no_cost) == 0
 
 
-def test_the_spread_is_over_distinct_costs_so_twins_never_take_two_places():
-    """Cost twins (the same model, another learning rate) share one cost level; within a level the pick
-    is the one with values no earlier pick has (the first level: the first drawn)."""
+def test_the_spread_takes_evenly_spaced_quantiles_of_the_priced_candidates():
+    """The candidates sorted by cost (equal costs in the order drawn), the cheapest and the dearest
+    included; cost twins may take two places (the twin-aware rule was measured worse, issue 46)."""
     priced = [(1.0, {"w": 1, "lr": "a"}), (1.0, {"w": 1, "lr": "b"}), (1.0, {"w": 1, "lr": "c"}),
               (2.0, {"w": 2, "lr": "a"}), (2.0, {"w": 2, "lr": "b"}), (3.0, {"w": 3, "lr": "a"})]  # fmt: skip
-    chosen = initial_design.pick(priced, 3)
-    assert chosen == [{"w": 1, "lr": "a"}, {"w": 2, "lr": "b"}, {"w": 3, "lr": "a"}]
-    assert initial_design.pick(priced, 8) == chosen  # as many places as distinct costs, at most
-    assert initial_design.pick([priced[1], priced[0]], 1) == [priced[1][1]]  # the first drawn of equals
+    # positions 0, 2.5 -> 2 (round half to even), 5: two twins of the cheapest cost, and the dearest
+    assert initial_design.pick(priced, 3) == [{"w": 1, "lr": "a"}, {"w": 1, "lr": "c"}, {"w": 3, "lr": "a"}]
+    assert initial_design.pick(priced, 6) == [params for _, params in priced]
+    assert initial_design.pick(priced, 8) == [params for _, params in priced]  # at most every candidate
+    assert initial_design.pick([priced[5], priced[1], priced[0]], 2) == [priced[1][1], priced[5][1]]
+    assert initial_design.pick(priced, 0) == [] and initial_design.pick([], 3) == []
