@@ -334,8 +334,8 @@ def headline(result: dict[str, Any]) -> list[str]:
             f"{row['expensive_hv_from_cheap_front']:.1%} of the expensive front's hypervolume, for "
             f"{row['cost_cheap_then_front']:.0f} expensive-epoch equivalents against "
             f"{row['cost_expensive_table']} for the whole expensive table. To 95% of the expensive front's "
-            f"hypervolume, a search warm-started from the whole cheap search takes {_reach(warm['epochs_to_95'])} "
-            f"(the cheap search included), a cold search {_reach(cold['epochs_to_95'])}."
+            f"hypervolume, a search warm-started from the whole cheap search (its cost included) takes "
+            f"{_reach(warm['epochs_to_95'])}, a cold search {_reach(cold['epochs_to_95'])}."
         )
     parts = []
     for name, rungs in result["within"].items():

@@ -210,11 +210,11 @@ def test_the_committed_fidelity_tables_are_their_store_and_hold_what_their_readm
     """Each fidelity table is its committed store's grids exported (byte for byte), a subset of the 8-epoch
     table's lr-3e-3 configurations, holding the 8-epoch front members its README counts."""
     store = f"sqlite:///{COMMITTED / 'tables' / 'stores' / 'fidelity48.db'}"
-    grids = {"e32": ["coatnet-mnist5k-e32-cccc-d48", "coatnet-mnist5k-e32-ccct"],
+    grids = {"e32": ["coatnet-mnist5k-e32-cccc-d48", "coatnet-mnist5k-e32-ccct", "coatnet-mnist5k-e32-cccc-d96"],
              "n1000": ["coatnet-mnist5k-n1000-cccc", "coatnet-mnist5k-n1000-ccct"]}  # fmt: skip
     eight = load_table(COMMITTED / "tables" / "coatnet-mnist5k.csv.gz")
     members = [eight.params[i] for i in TrueFront(eight, {"top1": "max", "flops": "min"}).members]
-    expected = {"e32": (32, 32, 7), "n1000": (48, 8, 9)}  # configurations, epochs, 8-epoch front members held
+    expected = {"e32": (48, 32, 9), "n1000": (48, 8, 9)}  # configurations, epochs, 8-epoch front members held
     for name, studies in grids.items():
         path = COMMITTED / "tables" / f"coatnet-mnist5k-{name}.csv.gz"
         out = tmp_path / path.name
