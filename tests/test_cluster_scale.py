@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
-from harness.reproduce import cluster_scale, planning, power
+from harness.reproduce import cluster_scale, planning, power, studies
 from harness.reproduce.registry import plan
 from harness.reproduce.studies import DEFAULT_SEEDS
 from search_space.cost_model import estimate_params
@@ -175,7 +175,7 @@ def test_the_cait_studies_run_table_1_at_depth_12_and_more_on_100_tokens(folder)
         assert run.protocol.image_size == 160 and run.spec["data"]["image_size"] == 160
         depths = {v["depth"] for v in run.spec["variants"].values()}
         assert min(depths) >= 12
-        config = planning._variant_config(run, next(iter(run.spec["variants"])))
+        config = studies.variant_config(run, next(iter(run.spec["variants"])))
         assert planning.grids(config) == [[10, 10]]
         assert run.protocol.seeds >= cluster_scale.powered_seeds(len(run.protocol.claims))
         assert run.spec["data"]["augment"]["mixup_alpha"] == 0.8  # DeiT's recipe, as Table 1

@@ -27,7 +27,6 @@ measured in ``benchmarks/results/gpu-h100-a.json`` (:func:`gpu_hours`). The stud
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 from search_space.cost_model import estimate_flops
 from search_space.matching import match_layouts
 from trials.models import resolve_config
+from trials.status import TrialStatus
 
 from . import power, studies
 from .studies import Protocol, Run
@@ -455,14 +455,14 @@ def choose_lrs(trials, pilot: dict[str, Any]) -> tuple[dict[str, float], list[di
 
     Refuses (ValueError) until every pilot run has an outcome (completed, diverged or failed), or
     where no lr of a variant completed."""
-    finished = ("completed", "diverged", "failed")
+    finished = (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.FAILED)
     rows = []
     if len(trials):
         for _, t in trials.iterrows():
             status = str(t["status"])
             if status not in finished:
                 continue
-            top1 = float(t["top1"]) if status == "completed" and t["top1"] == t["top1"] else None  # NaN: none
+            top1 = float(t["top1"]) if status == TrialStatus.COMPLETED and t["top1"] == t["top1"] else None  # NaN: none
             rows.append({"variant": str(t["config.name"]), "lr": float(t["config.training.lr"]),
                          "seed": int(t["config.seed"]), "status": status, "top1": top1})  # fmt: skip
     points = {(v, lr, s) for v in pilot["params"]["variant"]["choice"] for lr in pilot["params"]["lr"]["choice"]
@@ -487,59 +487,6 @@ def choose_lrs(trials, pilot: dict[str, Any]) -> tuple[dict[str, float], list[di
     return chosen, sorted(rows, key=lambda r: (r["variant"], r["lr"], r["seed"]))
 
 
-def pilot_step(
-    study: str,
-    store_url: str,
-    *,
-    scale: str,
-    seeds: int,
-    protocols: tuple[str, ...],
-    dataset: str,
-    data_dir: str | None,
-    address: str | None,
-    results_dir: Path | None,
-    output: Path,
-    run: bool,
-    only: tuple[str, ...],
-) -> dict[str, dict[str, float]] | None:
-    """At a cluster scale: run (or resume) each study's learning-rate pilot, choose each variant's lr
-    by the pre-registered rule, write ``<pilot>.json`` to ``output``; pilot name -> the choice. None
-    at any other scale. Refuses (ValueError) while a pilot is incomplete: the study never starts on
-    an lr not chosen."""
-    if scale not in CLUSTER_SCALES:
-        return None
-    from harness.reproduce.registry import plan
-    from harness.reproduce.run import _run_or_resume, pooled_names
-    from harness.store import Store
-    from search_space.validation import load_spec
-
-    choices = {}
-    for planned in plan(study, scale, seeds, protocols, dataset, data_dir, only):
-        pilot = planned.pilot
-        if run:
-            _run_or_resume(load_spec(pilot, check_paths=address is None), store_url, address, results_dir)
-        with Store.open(store_url, create=False) as store:
-            names = pooled_names(pilot["name"], store.study_names())
-            tables = [store.trials(n) for n in names if store.study_counts(n).total > 0]
-        import pandas as pd
-
-        trials = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-        chosen, rows = choose_lrs(trials, pilot)
-        output.mkdir(parents=True, exist_ok=True)
-        record = {
-            "pilot": pilot["name"],
-            "rule": "best pilot validation top-1 at the pilot's end; ties to the lower lr; diverged/failed last",
-            "lrs": list(pilot["params"]["lr"]["choice"]),
-            "seeds": list(PILOT_SEEDS),
-            "epochs": pilot["training"]["epochs"],
-            "chosen": chosen,
-            "runs": rows,
-        }
-        (output / f"{pilot['name']}.json").write_text(json.dumps(record, indent=2) + "\n")
-        choices[pilot["name"]] = chosen
-    return choices
-
-
 # -- cost -------------------------------------------------------------------------------------
 
 
@@ -557,9 +504,7 @@ def gpu_hours(macs: float, family: str, train_images: int, val_images: int, epoc
 def cost(run: ClusterRun, data_dir: str | None) -> dict[str, Any]:
     """GPU-hours of the pilot and the study, at the folder's counted size (where it exists) and at
     ImageNet-1k's and ImageNet-100's; and the lines ``--plan`` prints."""
-    from harness.reproduce.planning import _variant_config
-
-    macs = {v: estimate_flops(_variant_config(run, v)) for v in run.spec["variants"]}
+    macs = {v: estimate_flops(studies.variant_config(run, v)) for v in run.spec["variants"]}
     pilot_runs = len(run.pilot["params"]["lr"]["choice"]) * len(PILOT_SEEDS)
     sizes = dict(REFERENCE_SIZES)
     counted = folder_counts(data_dir)

@@ -15,9 +15,9 @@ import torch
 
 from harness.reproduce.cluster_scale import ClusterRun
 from harness.reproduce.cluster_scale import cost as cluster_cost
-from harness.reproduce.studies import Run
+from harness.reproduce.studies import Run, variant_config
 from search_space.cost_model import estimate_flops, estimate_params
-from trials.models import build_model, resolve_config
+from trials.models import build_model
 from trials.models.config import CaiTConfig, CoAtNetConfig
 
 TIMED_STEPS = 2  # after one warm-up step
@@ -32,16 +32,6 @@ def grids(config: CaiTConfig | CoAtNetConfig) -> list[list[int]]:
         return [[side, side] for side in config.stage_resolutions()]
     side = config.image_size // config.patch_size
     return [[side, side]]
-
-
-def _variant_config(run: Run, name: str) -> CaiTConfig | CoAtNetConfig:
-    if name in run.variant_models:
-        return run.variant_models[name]
-    base = run.spec["base_model"]
-    base = {"preset": base} if isinstance(base, str) else dict(base)
-    image_size = run.spec["data"].get("image_size")
-    overrides = {**run.spec["variants"][name], **({"image_size": image_size} if image_size else {})}
-    return resolve_config({**base, **overrides})
 
 
 def _step_seconds(config: CaiTConfig | CoAtNetConfig, batch_size: int) -> float:
@@ -75,7 +65,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
     concurrency = run.spec["search"]["concurrency"]
     variants, seconds = [], 0.0
     for name in run.spec["variants"]:
-        config = _variant_config(run, name)
+        config = variant_config(run, name)
         entry = {
             "name": name,
             "seeds": run.protocol.seeds_of(name),

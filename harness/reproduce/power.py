@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import math
 
+from trials.lazy import lazy_import
+
+stats = lazy_import("scipy.stats")  # when a power is computed: the registry and the CLI stay light
+
 STUDY_ALPHA = 0.05  # the family-wise level every reproduction's verdicts hold
 POWER = 0.8  # the power a pre-registered seed count is computed for
 MOST_SEEDS = 1000  # the search stops here: a spread this large makes the study pointless
@@ -33,8 +37,6 @@ def paired_t_power(seeds: int, difference: float, sd: float, alpha: float) -> fl
         return 0.0
     if sd <= 0 or not 0 < alpha < 1:
         raise ValueError(f"sd must be > 0 and alpha in (0, 1), got sd={sd!r}, alpha={alpha!r}")
-    from scipy import stats
-
     df = seeds - 1
     shift = difference / sd * math.sqrt(seeds)  # the noncentrality of the t statistic
     critical = stats.t.ppf(1 - alpha / 2, df)

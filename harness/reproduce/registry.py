@@ -150,7 +150,7 @@ def plan(
     """Every grid study a reproduction needs, with its pre-registered protocol and its recipe;
     ``only``: those variants alone (``--only``, :func:`harness.reproduce.studies.select_variants`).
     ``pilot``: at a cluster scale, each learning-rate pilot's choice (pilot study name -> variant ->
-    lr, :func:`harness.reproduce.cluster_scale.pilot_step`); without it, the plan's placeholder lr."""
+    lr, :func:`harness.reproduce.run.pilot_step`); without it, the plan's placeholder lr."""
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; use one of {', '.join(STUDIES)}")
     if scale in CLUSTER_SCALES:  # the cluster builder selects ``only`` itself (its grid has an lr per variant)

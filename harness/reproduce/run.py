@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from dashboards.files import atomic_write
 from dashboards.report import write_report
 from harness.reproduce import cluster_scale
@@ -53,7 +55,7 @@ def reproduce(
     written = []
     # At a cluster scale (--scale imagenet) each study's learning-rate pilot runs first and its choice
     # fixes every variant's lr; None elsewhere. Refuses while a pilot is incomplete.
-    pilot = cluster_scale.pilot_step(
+    pilot = pilot_step(
         study, store_url, scale=scale, seeds=seeds, protocols=tuple(protocols), dataset=dataset,
         data_dir=data_dir, address=address, results_dir=results_dir, output=output, run=run, only=tuple(only),
     )  # fmt: skip
@@ -223,3 +225,49 @@ def _decoded(value: Any) -> Any:
 def reproduce_coatnet_layouts(store_url: str, **kwargs: Any) -> list[Path]:
     """The CoAtNet layout study (both protocols): ``reproduce("coatnet-layouts", ...)``."""
     return reproduce("coatnet-layouts", store_url, **kwargs)
+
+
+def pilot_step(
+    study: str,
+    store_url: str,
+    *,
+    scale: str,
+    seeds: int,
+    protocols: tuple[str, ...],
+    dataset: str,
+    data_dir: str | None,
+    address: str | None,
+    results_dir: Path | None,
+    output: Path,
+    run: bool,
+    only: tuple[str, ...],
+) -> dict[str, dict[str, float]] | None:
+    """At a cluster scale: run (or resume) each study's learning-rate pilot, choose each variant's lr
+    by the pre-registered rule, write ``<pilot>.json`` to ``output``; pilot name -> the choice. None
+    at any other scale. Refuses (ValueError) while a pilot is incomplete: the study never starts on
+    an lr not chosen."""
+    if scale not in cluster_scale.CLUSTER_SCALES:
+        return None
+    choices = {}
+    for planned in plan(study, scale, seeds, protocols, dataset, data_dir, only):
+        pilot = planned.pilot
+        if run:
+            _run_or_resume(load_spec(pilot, check_paths=address is None), store_url, address, results_dir)
+        with Store.open(store_url, create=False) as store:
+            names = pooled_names(pilot["name"], store.study_names())
+            tables = [store.trials(n) for n in names if store.study_counts(n).total > 0]
+        trials = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+        chosen, rows = cluster_scale.choose_lrs(trials, pilot)
+        output.mkdir(parents=True, exist_ok=True)
+        record = {
+            "pilot": pilot["name"],
+            "rule": "best pilot validation top-1 at the pilot's end; ties to the lower lr; diverged/failed last",
+            "lrs": list(pilot["params"]["lr"]["choice"]),
+            "seeds": list(cluster_scale.PILOT_SEEDS),
+            "epochs": pilot["training"]["epochs"],
+            "chosen": chosen,
+            "runs": rows,
+        }
+        atomic_write(output / f"{pilot['name']}.json", json.dumps(record, indent=2) + "\n")
+        choices[pilot["name"]] = chosen
+    return choices

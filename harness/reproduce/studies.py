@@ -1067,3 +1067,15 @@ def cait_class_attention_spec(scale: str, seeds: int, dataset: str = DEFAULT_DAT
     """(spec, claims, paper ranking) of the SA/CA split study (see :func:`cait_class_attention_run`)."""
     run = cait_class_attention_run(scale, seeds, dataset, data_dir)
     return run.spec, list(run.protocol.claims), run.protocol.ranking
+
+
+def variant_config(run: Run, name: str) -> Any:
+    """A variant's model config as its trials build it: its matched model, or the base model with the
+    variant's values and the data's image size (``--plan`` and the cluster scale's cost read it)."""
+    if name in run.variant_models:
+        return run.variant_models[name]
+    base = run.spec["base_model"]
+    base = {"preset": base} if isinstance(base, str) else dict(base)
+    image_size = run.spec["data"].get("image_size")
+    overrides = {**run.spec["variants"][name], **({"image_size": image_size} if image_size else {})}
+    return resolve_config({**base, **overrides})
