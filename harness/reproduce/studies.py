@@ -867,6 +867,33 @@ def cait_residual_schemes_run(
     return Run(spec, protocol)
 
 
+def _control_spec(
+    name: str,
+    settings: dict[str, Any],
+    dataset: str,
+    data_dir: str | None,
+    base_model: dict[str, Any],
+    training: dict[str, Any],
+    variants: dict[str, Any],
+    seeds: int,
+) -> dict[str, Any]:
+    """The grid spec of one of issue 48's CaiT controls: the controlled study's data, top-1 and FLOPs as
+    objectives, on :data:`FRESH_SEEDS` (what the three controls share; their models and budgets differ)."""
+    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
+    return _grid_spec(
+        name,
+        family="cait",
+        base_model=base_model,
+        data=data,
+        training=training,
+        variants=variants,
+        seeds=seeds,
+        objectives={"top1": "max", "flops": "min"},
+        gpus=settings.get("gpus", 0.0),
+        first_seed=FRESH_SEEDS,
+    )
+
+
 def _control_note(what: str) -> str:
     return (
         f"Pre-registered on {PREREGISTERED_CONTROLS} (issue 48), before any of its runs, as a control for {what}; "
@@ -898,19 +925,16 @@ def cait_init_control_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET
         (f"d{d}-layerscale-xavier", ">", f"d{d}-layerscale"),
     )
     name = _study_name("cait-init-control", scale, dataset)
-    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
     epochs = settings["scheme_epochs"]
-    spec = _grid_spec(
+    spec = _control_spec(
         name,
-        family="cait",
-        base_model={**base, "drop_path_rate": 0.0},
-        data=data,
-        training={"epochs": epochs, "lr": settings["lr"], "grad_clip": None},
-        variants=variants,
-        seeds=seeds,
-        objectives={"top1": "max", "flops": "min"},
-        gpus=settings.get("gpus", 0.0),
-        first_seed=FRESH_SEEDS,
+        settings,
+        dataset,
+        data_dir,
+        {**base, "drop_path_rate": 0.0},
+        {"epochs": epochs, "lr": settings["lr"], "grad_clip": None},
+        variants,
+        seeds,
     )
     protocol = _cait_protocol(
         name,
@@ -970,18 +994,15 @@ def cait_depth_rezero_ln_run(
     }
     claims = ((f"d{d}-layerscale", ">=", f"d{d}-rezero+ln"),)
     name = _study_name("cait-depth-rezero-ln", scale, dataset)
-    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
-    spec = _grid_spec(
+    spec = _control_spec(
         name,
-        family="cait",
-        base_model=base,
-        data=data,
-        training={"epochs": settings["epochs"], "lr": settings["lr"], "grad_clip": None},
-        variants=variants,
-        seeds=seeds,
-        objectives={"top1": "max", "flops": "min"},
-        gpus=settings.get("gpus", 0.0),
-        first_seed=FRESH_SEEDS,
+        settings,
+        dataset,
+        data_dir,
+        base,
+        {"epochs": settings["epochs"], "lr": settings["lr"], "grad_clip": None},
+        variants,
+        seeds,
     )
     protocol = _cait_protocol(
         name,
@@ -1022,18 +1043,8 @@ def cait_class_attention_matched_run(
     base = _cait_base(settings, scale)
     params = {v: estimate_params(resolve_config({**base, **values})) for v, values in variants.items()}  # as --plan
     name = _study_name("cait-class-attention-matched", scale, dataset)
-    data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
-    spec = _grid_spec(
-        name,
-        family="cait",
-        base_model=base,
-        data=data,
-        training={"epochs": settings["epochs"], "lr": settings["lr"]},
-        variants=variants,
-        seeds=seeds,
-        objectives={"top1": "max", "flops": "min"},
-        gpus=settings.get("gpus", 0.0),
-        first_seed=FRESH_SEEDS,
+    spec = _control_spec(
+        name, settings, dataset, data_dir, base, {"epochs": settings["epochs"], "lr": settings["lr"]}, variants, seeds
     )
     protocol = _cait_protocol(
         name,
