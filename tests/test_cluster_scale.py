@@ -184,6 +184,18 @@ def test_the_cait_studies_run_table_1_at_depth_12_and_more_on_100_tokens(folder)
     assert depth.protocol.seeds == cluster_scale.powered_seeds(4, interaction=True) > 8  # the interaction's spread
 
 
+def test_the_plan_header_names_the_split_the_endpoint_is_measured_on(folder):
+    """An ImageFolder keeps no test split: its CaiT plan says validation; mnist5k's cpu plan says test."""
+    runner = CliRunner()
+    imagenet = runner.invoke(main, ["reproduce", "cait-depth", "--scale", "imagenet", "--dataset", "imagefolder",
+                                    "--data-dir", str(folder), "--plan"])  # fmt: skip
+    assert imagenet.exit_code == 0, imagenet.output
+    assert "metric: final validation top-1" in imagenet.output and "test top-1" not in imagenet.output
+    cpu = runner.invoke(main, ["reproduce", "cait-depth", "--scale", "cpu", "--dataset", "mnist5k", "--plan"])
+    assert cpu.exit_code == 0, cpu.output
+    assert "metric: final test top-1" in cpu.output
+
+
 # -- the pilot ----------------------------------------------------------------------------------
 
 

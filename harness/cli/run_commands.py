@@ -28,6 +28,7 @@ from harness.reproduce import registry as reproduce_registry
 from harness.search.cluster.ray_setup import SearchError, check_study_name
 from search_space.validation import load_spec
 from trials.configio import ConfigError
+from trials.data_config import TEST_SPLIT_DATASETS
 from trials.lazy import lazy_import
 from trials.status import StudyStatus
 
@@ -280,7 +281,9 @@ def _metric_words(protocol) -> str:
     """The protocol's metric in a few words: what ``level`` means, never a bare ``None``."""
     if protocol.level is not None:
         return f"validation top-1 at training loss {protocol.level:g}"
-    return {"capacity": "final training loss", "accuracy": "final test top-1"}.get(protocol.kind, protocol.kind)
+    if protocol.kind == "accuracy":  # the test split only where the dataset keeps one (ImageFolder: val/)
+        return "final test top-1" if protocol.dataset in TEST_SPLIT_DATASETS else "final validation top-1"
+    return {"capacity": "final training loss"}.get(protocol.kind, protocol.kind)
 
 
 def _wall_time(seconds: float | None) -> str:

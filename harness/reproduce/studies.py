@@ -90,7 +90,7 @@ SCALES: dict[str, dict[str, Any]] = {
             "Seeds (fixed before the 30-seed run, from the committed 5-seed run's spread): C-C-T-T - C-T-T-T "
             "was +0.74 points with a per-seed standard deviation of 1.36 (back-solved from its 90% interval "
             "[-0.56, 2.04]); a paired two-sided t-test at 5% detects that difference with 82% power at 30 "
-            "seeds (28 give 79%), 60% at Holm's strictest level (1%, 5 claims). C-C-T-T and C-T-T-T run "
+            "seeds (28 give 79%), 59% at Holm's strictest level (1%, 5 claims). C-C-T-T and C-T-T-T run "
             "seeds 0-29, the other layouts seeds 0-6: every comparison is paired on the seeds both have."
         ),
         "choice": (

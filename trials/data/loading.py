@@ -28,6 +28,7 @@ from ..data_config import (
     MNIST5K_TEST_SIZE,
     MNIST5K_VAL_SIZE,
     NATIVE_IMAGE_SIZE,
+    TEST_SPLIT_DATASETS,
     DataConfig,
 )
 from ..synthetic import make_synthetic
@@ -134,7 +135,7 @@ def test_split(config: DataConfig) -> Split | None:
 
     Only ``mnist5k`` has one here: the same 1,000 images for every seed, evaluated once, at the end.
     """
-    if config.name != "mnist5k":
+    if config.name not in TEST_SPLIT_DATASETS:
         return None
     return _mnist5k_splits(config)[2]
 
