@@ -44,8 +44,11 @@ def _one(study: str, scale: str = "cpu", seeds: int = 7):
 
 
 def _committed_seeds() -> set[int]:
+    """Seeds of the committed runs the controls must not reuse: every study's but the controls' own."""
     seeds = set()
     for path in DOCS.glob("*.runs.csv"):
+        if path.name.startswith(tuple(f"{control}-" for control in CONTROLS)):
+            continue
         rows = list(csv.reader(path.read_text().splitlines()[1:]))
         column = rows[0].index("seed")
         seeds |= {int(row[column]) for row in rows[1:]}

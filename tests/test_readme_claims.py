@@ -291,8 +291,9 @@ def _links(markdown: str) -> list[str]:
 
 
 def _anchors(markdown: str) -> set[str]:
-    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes, a link by its text."""
     headings = re.findall(r"^#{1,6} +(.+?) *$", _FENCE.sub("", markdown), re.MULTILINE)
+    headings = [re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading) for heading in headings]
     return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
 
 

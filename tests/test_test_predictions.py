@@ -10,6 +10,7 @@ recomputed from that file. Runs from before predictions were kept say so; nothin
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from harness.reproduce.predictions import (
 )
 from harness.reproduce.records import recompute_test_pairs, write_records
 from harness.reproduce.studies import Protocol
-from harness.reproduce.summary import _test_split_pairs
+from harness.reproduce.summary import _test_split_pairs, markdown_summary
 from harness.search.record.outcome import record_outcome
 from harness.search.result_keys import NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY
 from harness.store import Store
@@ -252,6 +253,22 @@ def test_the_sidecar_is_written_beside_the_runs_file_and_the_interval_recomputes
     assert again.images_high - again.images_low > again.high - again.low  # the split's own error added
     line = _test_split_pairs([again], "generalisation")[-1]
     assert f"| [{again.images_low:.3f}, {again.images_high:.3f}] | 6 |" in line
+
+
+def test_an_accuracy_studys_summary_puts_the_splits_error_back_beside_its_verdicts(tmp_path):
+    """Where the registered metric is the test top-1 itself, the claims' intervals over seeds leave the
+    split's error out: the summary shows the seed x image interval beside them, said to decide nothing,
+    and names the seeds the study ran (a control's fresh seeds, not 0..n-1)."""
+    runs, kept = _study()
+    (pair,) = pairs_on_test_split(runs, list(CLAIMS), kept)
+    table = _test_split_pairs([pair], "accuracy")
+    assert "no verdict" in table[1] and "past 0" in table[1]
+    assert f"| [{pair.images_low:.3f}, {pair.images_high:.3f}] | 6 |" in table[-1]
+    fresh = dataclasses.replace(_protocol(), first_seed=1000)
+    text = markdown_summary("s", fresh, [], [], "archsearch reproduce s", test_pairs=[pair])
+    assert "every variant runs seeds 1000..1000+n-1" in text and "seeds 0..n-1" not in text
+    assert table[-1] in text
+    assert "every variant runs seeds 0..n-1" in markdown_summary("s", _protocol(), [], [], "c", test_pairs=[pair])
 
 
 def test_a_sidecar_whose_predictions_are_not_the_runs_is_refused(tmp_path):

@@ -105,7 +105,7 @@ def markdown_summary(
         "`A ~ B` is equivalence within +-margin (TOST) against a difference beyond it; `A >> B` against the "
         "large margin. The interval is the 95% two-sided one, which matches these tests. Anything else is "
         "inconclusive: no significant difference is never read as agreement. Differences are paired by seed "
-        "(every variant runs seeds 0..n-1: same data order and split; a comparison uses the seeds both "
+        f"(every variant runs {_seed_words(pre)}: same data order and split; a comparison uses the seeds both "
         "variants have). `p t` is the t-test's one-sided p-value in the claim's own direction (TOST's for "
         "`~`), `p sign-flip` the same hypothesis by the sign-flip test, which assumes no normality (exact up "
         "to 16 seeds, else 2^18 random sign patterns with a fixed seed; it cannot go below 1/2^n). Decisions "
@@ -151,23 +151,43 @@ def _test_split_error(rows: list[VariantSummary], pre: Protocol | None) -> list[
         "the two disagree on an image): it is only invisible in the spread over seeds, because every seed is "
         "scored on the same images, so the intervals over seeds here leave it out. Runs completed since "
         "2026-11-27 keep their per-image test predictions (the `.predictions.csv.gz` beside the runs file), "
-        "and the table of the claims' pairs on the test split gives a seed x image bootstrap interval that "
-        "includes it; for older runs it says there are none.",
+        "and the table of the claims' pairs on the test split below gives a seed x image bootstrap interval "
+        "that includes it; for older runs it says there are none.",
     ]
+
+
+def _seed_words(pre: Protocol | None) -> str:
+    """Which seeds every variant runs: 0..n-1, or from the protocol's first seed (the controls' fresh seeds)."""
+    first = pre.first_seed if pre is not None else 0
+    return "seeds 0..n-1" if not first else f"seeds {first}..{first}+n-1"
 
 
 def _test_split_pairs(pairs: list[PairOnTestSplit], kind: str) -> list[str]:
     """The claims' pairs on the final test top-1, marked exploratory: where the pre-registered
     metric is another number (validation at a loss level, a training loss), a reader still holds the
-    test number against the paper's tables, and the two can disagree; they decide nothing here."""
-    if not pairs or kind == "accuracy":  # an accuracy study's metric is the test number itself
+    test number against the paper's tables, and the two can disagree; they decide nothing here. Where
+    the metric is the test number itself (an accuracy study), the same pairs show the claims' own
+    differences with the test split's error put back in, beside verdicts that leave it out."""
+    if not pairs:
         return []
+    if kind == "accuracy":
+        lead = (
+            "Not pre-registered (no margin, no Holm, no verdict): the claims' differences above, with the "
+            "test split's own sampling error included. The verdicts above rest on the registered interval over "
+            "seeds (`95% CI` here), which leaves that error out because every seed is scored on the same test "
+            "images; a verdict whose `95% CI, seeds x images` reaches past 0 (or past the claim's margin) is "
+            "about these test images and not shown for unseen digits. "
+        )
+    else:
+        lead = (
+            "Exploratory, not pre-registered (no margin, no Holm, no verdict): the claims' pairs on the final "
+            "test top-1 (every completed run, after the whole budget, paired by seed). The verdicts above rest "
+            "on the protocol's metric alone. `95% CI` is the t-interval over seeds: every seed is scored on the "
+            "same test images, so it leaves out the test split's own sampling error. "
+        )
     lines = [
         "",
-        "Exploratory, not pre-registered (no margin, no Holm, no verdict): the claims' pairs on the final "
-        "test top-1 (every completed run, after the whole budget, paired by seed). The verdicts above rest "
-        "on the protocol's metric alone. `95% CI` is the t-interval over seeds: every seed is scored on the "
-        "same test images, so it leaves out the test split's own sampling error. `95% CI, seeds x images` "
+        lead + "`95% CI, seeds x images` "
         f"includes it: a two-level percentile bootstrap ({BOOTSTRAP_RESAMPLES:,} resamples, seeded) that "
         "draws the seeds within each variant and the test images jointly for both (they share the split), "
         "from each run's stored per-image predictions; runs without them are said so, never filled in.",
