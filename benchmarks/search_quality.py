@@ -381,6 +381,33 @@ def render_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def headline(result: dict[str, Any]) -> str:
+    """The README's one sentence on search quality, from the committed results (a test holds the README to
+    it): the default's and random search's median epochs to 95% of the true hypervolume under the primary
+    reference, the oracle's, and the fastest method's where it is not the default."""
+    primary = result["primary_reference"]
+
+    def epochs(method: str) -> str:
+        stats = result["methods"][method][primary]["epochs_to_95"]
+        if stats["median"] is None:
+            return f"does not reach it in the median seed ({stats['reached']}/{stats['seeds']})"
+        return f"{stats['median']:,.0f}"
+
+    reached = {m: v[primary]["epochs_to_95"]["median"] for m, v in result["methods"].items()}
+    fastest = min((m for m in reached if reached[m] is not None), key=lambda m: (reached[m], m))
+    default = result["default_method"]
+    oracle = result["references"][primary]["oracle"]["95"]["epochs"]
+    sentence = (
+        f"On the committed {result['configurations']}-configuration table ({result['seeds']} seeds, "
+        f"{result['workers']} workers, the {primary}+10% reference), the default (`{default}`) reaches 95% of the "
+        f"true front's hypervolume in a median of {epochs(default)} epochs, random search (`random`) in "
+        f"{epochs('random')}; the cheapest set of front members that reaches it costs {oracle}"
+    )
+    if fastest != default:
+        sentence += f", and the fastest method here, `{fastest}`, needs {epochs(fastest)}"
+    return sentence + "."
+
+
 def caption(result: dict[str, Any]) -> str:
     """What the table's numbers are: the front, the references, the default, the AUC's normalisation."""
     points = {name: ref["point"] for name, ref in result["references"].items()}

@@ -194,3 +194,17 @@ def test_the_committed_tables_oracle_is_what_issue_46_measured():
     assert truth.normalised([truth.cheapest], "worst") == pytest.approx(0.943, abs=5e-4)  # the flattering one
     assert truth.normalised([truth.cheapest], "nadir") < 0.5
     assert np.all(truth.references["nadir"] != truth.references["worst"])
+
+
+def test_the_readme_states_the_committed_results_headline():
+    """The README's sentence on search quality is the committed results' (whitespace aside): regenerating the
+    results without the sentence, or editing a number in it, fails here."""
+    committed = json.loads((ROOT / "benchmarks" / "results" / "search_quality.json").read_text())
+    assert committed["command"] == search_quality.COMMAND
+    sentence = search_quality.headline(committed)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert sentence in readme
+    default = committed["default_method"]
+    edited = json.loads(json.dumps(committed))
+    edited["methods"][default]["nadir"]["epochs_to_95"]["median"] += 1
+    assert search_quality.headline(edited) not in readme
