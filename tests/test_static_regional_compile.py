@@ -169,3 +169,20 @@ def test_a_stubbed_cuda_trial_compiles_with_cuda_graphs_only_when_small(monkeypa
         forward = compiled_forward.CompiledForward(target, _plan("auto"), notes=[])
         forward.run(lambda model: None)  # a step: CUDA graphs mark its beginning, nothing else does
     assert calls == [("whole", REDUCE_OVERHEAD, False), "step", ("regional", None, False)]
+
+
+@pytest.mark.slow
+def test_a_compiled_trial_counts_its_flops_on_the_eager_model_and_times_the_compiled_forward():
+    """Issue 56: fvcore's jit trace refused the blocks regional compilation compiled in place, so every
+    compiled trial (every trial of a default GPU search) failed at its cost. FLOPs are counted on the
+    eager view (the same count as an eager trial's), throughput and latency through the compiled forward."""
+    compiled = tiny({"compile": True, "compile_backend": "inductor", "epochs": 1}, cpus=1)
+    compiled["measure"] = {"flops": True, "throughput": True, "latency": True, "batch_size": 8, "repeats": 1}
+    eager = {**compiled, "training": {**compiled["training"], "compile": False}}
+    result, reference = run_trial(compiled), run_trial(eager)
+    assert result.status == "completed", result.error
+    assert result.cost.flops == reference.cost.flops > 0
+    assert result.cost.compiled and result.final["compiled"] == 1.0 and not reference.cost.compiled
+    assert result.cost.throughput > 0 and result.cost.latency_ms > 0
+    # The model trains compiled after its FLOPs were counted: the eager view was put back.
+    assert result.final["compiled_graphs"] >= 2 and result.final["recompiles"] == 0

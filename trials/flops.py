@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from trials.lazy import lazy_import
+from trials.torch_internals import eager_view
 
 fvcore_nn = lazy_import("fvcore.nn")  # fvcore: only when FLOPs are counted by tracing
 
@@ -81,7 +82,10 @@ def count_flops(model: nn.Module, inputs: torch.Tensor | tuple[torch.Tensor, ...
     """Count multiply-adds of one forward pass with fvcore (traced on ``inputs``).
 
     ``by_module`` holds the top-level children's totals; ``unsupported`` any op fvcore saw but
-    did not count and that is not a known zero-FLOP element-wise op.
+    did not count and that is not a known zero-FLOP element-wise op. A model whose blocks were
+    compiled in place (regional compilation) is counted through its eager view
+    (:func:`trials.torch_internals.eager_view`): the same operations, and ``torch.jit.trace``, which
+    fvcore traces with, refuses a compiled call.
     """
     with warnings.catch_warnings():  # fvcore's import warns about torch APIs it uses
         warnings.simplefilter("ignore", FutureWarning)
@@ -90,17 +94,17 @@ def count_flops(model: nn.Module, inputs: torch.Tensor | tuple[torch.Tensor, ...
     was_training = model.training
     model.eval()
     try:
-        analysis = flop_count_analysis(model, args)
-        analysis.set_op_handle(
-            "aten::scaled_dot_product_attention", sdpa_flop_handle, "aten::baddbmm", baddbmm_flop_handle
-        )
-        analysis.set_op_handle(**dict.fromkeys(ELEMENTWISE_OPS))
-        analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
-        with torch.no_grad():
+        with eager_view(model), torch.no_grad():
+            analysis = flop_count_analysis(model, args)
+            analysis.set_op_handle(
+                "aten::scaled_dot_product_attention", sdpa_flop_handle, "aten::baddbmm", baddbmm_flop_handle
+            )
+            analysis.set_op_handle(**dict.fromkeys(ELEMENTWISE_OPS))
+            analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False).tracer_warnings("none")
             total = int(analysis.total())
-        by_operator = {op: int(n) for op, n in analysis.by_operator().items()}
-        by_module = {name: int(n) for name, n in analysis.by_module().items() if name and "." not in name}
-        unsupported = dict(Counter(analysis.unsupported_ops()))
+            by_operator = {op: int(n) for op, n in analysis.by_operator().items()}
+            by_module = {name: int(n) for name, n in analysis.by_module().items() if name and "." not in name}
+            unsupported = dict(Counter(analysis.unsupported_ops()))
     finally:
         model.train(was_training)
     return FlopCount(total=total, by_operator=by_operator, by_module=by_module, unsupported=unsupported)

@@ -34,6 +34,7 @@ from typing import Any
 
 from trials.errors import RunError
 from trials.lazy import lazy_import
+from trials.torch_internals import COMPILER_MODULES, COMPILER_PATHS
 
 torch = lazy_import("torch")  # search_space and the harness use the formulas without torch
 
@@ -235,12 +236,6 @@ def is_out_of_memory(error: BaseException) -> bool:
     return False
 
 
-_COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "triton")
-
-
-_COMPILER_PATHS = ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/", "/triton/")
-
-
 def is_compile_error(error: BaseException) -> bool:
     """Whether ``error`` came from torch.compile (Dynamo, AOTAutograd, Inductor, Triton).
 
@@ -254,10 +249,10 @@ def is_compile_error(error: BaseException) -> bool:
     if is_out_of_memory(error) or is_sticky_cuda_error(error):
         return False
     for e in _chain(error):
-        if type(e).__module__.startswith(_COMPILER_MODULES):
+        if type(e).__module__.startswith(COMPILER_MODULES):
             return True
         frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ is not None else []
-        if any(path in frame.filename.replace("\\", "/") for frame in frames for path in _COMPILER_PATHS):
+        if any(path in frame.filename.replace("\\", "/") for frame in frames for path in COMPILER_PATHS):
             return True
     return False
 

@@ -115,6 +115,17 @@ def _local_forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     )
 
 
+# Input dimensions each BatchNorm class takes: (N, C) or (N, C, L); (N, C, H, W); (N, C, D, H, W).
+BATCHNORM_DIMS = {nn.BatchNorm1d: (2, 3), nn.BatchNorm2d: (4,), nn.BatchNorm3d: (5,)}
+
+
+def _check_dims(module: nn.Module, x: torch.Tensor) -> None:
+    """BatchNorm's own input check, in our words (torch's ``_check_input_dim`` is private)."""
+    for kind, dims in BATCHNORM_DIMS.items():
+        if isinstance(module, kind) and x.dim() not in dims:
+            raise ValueError(f"{kind.__name__} expects {' or '.join(map(str, dims))}-D input (got {x.dim()}-D input)")
+
+
 class _Switched:
     """The switch both kinds of synchronised layer share: off (a plain BatchNorm) unless a rank's
     training forward is running (:func:`set_synchronising`)."""
@@ -129,7 +140,7 @@ class CrossRankBatchNorm(_Switched):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.synchronising and self.training):
             return super().forward(x)  # type: ignore[misc]
-        self._check_input_dim(x)  # type: ignore[attr-defined]
+        _check_dims(self, x)
         factor = _average_factor(self)  # type: ignore[arg-type]
         mean, var, n = global_moments(x)
         if self.track_running_stats and self.running_mean is not None:  # type: ignore[attr-defined]

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from trials.torch_internals import set_compiled_call
+
 from .cait import ClassAttentionBlock, SelfAttentionBlock
 from .coatnet import MBConvBlock, TransformerBlock
 
@@ -63,6 +65,6 @@ def compile_regions(model: nn.Module, *, backend: str = "inductor", mode: str | 
 
 def uncompile_regions(model: nn.Module) -> None:
     """Undo :func:`compile_regions`: every block runs its eager ``forward`` again (a compile
-    error's fallback). ``nn.Module.compile`` keeps the compiled call in ``_compiled_call_impl``."""
+    error's fallback); :func:`trials.torch_internals.set_compiled_call` is where torch's field is named."""
     for block in regions(model):
-        block._compiled_call_impl = None
+        set_compiled_call(block, None)
