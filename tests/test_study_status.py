@@ -144,6 +144,36 @@ def test_error_reasons():
     assert common_error([]) is None
 
 
+def _raise_inside(message: str) -> None:
+    raise RuntimeError(
+        message
+    )
+
+
+def test_a_failure_summary_names_the_error_not_a_line_of_source():
+    """Issue 56: a trial's error is ``Type: message`` and then its frames, whose last line is source
+    (``raise RuntimeError(``); the summary quoted that line. It is the type and the message's first line."""
+    from trials.runner import _error_text
+
+    try:
+        _raise_inside("Detected that you are using FX to torch.jit.trace a dynamo-optimized function.\nmore")
+    except RuntimeError as error:
+        text = _error_text(error)
+    assert text.splitlines()[-1].strip().startswith(("raise RuntimeError(", "message", ")"))  # source last
+    reason = "RuntimeError: Detected that you are using FX to torch.jit.trace a dynamo-optimized function."
+    assert error_reason(text) == reason
+    assert common_error([text, text]) == reason
+    # Ray's error file: the frames first, the exception last; a chained one names the last exception.
+    ray_file = "Failure # 1 (occurred at 2026-11-28)\nray::ImplicitFunc.train() (pid=1)\n  File \"x.py\", line 3\n"
+    ray_file += "    raise ValueError(\nValueError: bad value\n"
+    assert error_reason(ray_file) == "ValueError: bad value"
+    chained = "Traceback (most recent call last):\n  File x\nKeyError: 'a'\n\nDuring handling of the above "
+    chained += "exception, another exception occurred:\n\nTraceback (most recent call last):\n  File y\n"
+    chained += "torch.OutOfMemoryError: CUDA out of memory\n"
+    assert error_reason(chained) == "torch.OutOfMemoryError: CUDA out of memory"
+    assert error_reason("the worker died") == "the worker died"  # no exception line: the first line
+
+
 # -- real searches ------------------------------------------------------------------------------------
 
 

@@ -3,15 +3,35 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from search_space.spec import param_target
 
 
+# An exception's own line: its (dotted) class name, then its message: ``RuntimeError: ...``,
+# ``torch.OutOfMemoryError: ...``, ``KeyError: 'x'``; or a class name alone (``StopIteration``).
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s.*|:)?$")
+NOT_AN_EXCEPTION = ("Traceback (", "During handling", "The above exception", "Failure # ")
+
+
 def error_reason(error: str | None) -> str:
-    """The line of an error that says what went wrong (the exception line at the end of a traceback)."""
-    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    """What went wrong, in one line: the exception's type and the first line of its message.
+
+    A trial's error is ``Type: message`` followed by its traceback's frames (indented), a Ray error
+    file is the frames first and the exception last, a chained one holds several: the reason is the
+    last unindented line that names an exception, never a line of source (``raise RuntimeError(``).
+    An error text with no such line is reported by its first line.
+    """
+    lines = [line.rstrip() for line in (error or "").splitlines() if line.strip()]
+    exceptions = [
+        index
+        for index, line in enumerate(lines)
+        if not line[0].isspace() and EXCEPTION_LINE.match(line) and not line.startswith(NOT_AN_EXCEPTION)
+    ]
+    if not exceptions:
+        return lines[0].strip()[:300] if lines else ""
+    return lines[exceptions[-1]][:300]
 
 
 def common_error(errors: list[str]) -> str | None:
