@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials.configio import ConfigError
-from trials.data_config import NATIVE_IMAGE_SIZE, NUM_CLASSES
+from trials.data_config import DATA_CHANNELS, MIRROR_SYMMETRIC, NATIVE_IMAGE_SIZE, NUM_CLASSES
 from trials.models.build import resolve_config
 from trials.models.config import CONFIG_CLASSES, ModelConfig, ModelConfigError, normalize_layout
 from trials.models.presets import PRESETS
@@ -147,7 +147,7 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any], *, validate: bo
             data[field] = value
     if validate:
         resolved = _validated_model(spec, overrides, staged)
-        model, image_size = resolved.to_dict(), resolved.image_size
+        image_size = resolved.image_size
     else:
         model = _unvalidated_model(spec, overrides, staged)
         image_size = model.get("image_size")
@@ -158,12 +158,35 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any], *, validate: bo
     if data.get("name") == "imagefolder" and data.get("image_size") is None:
         # Files have no native size: the model's image size is the one size trained, priced and recorded.
         data["image_size"] = image_size
+    _record_augmentation(data)
+    if validate:  # the model the trial builds: its image size, channels and classes are the data's
+        model = _shaped_by_data(resolved, data).to_dict()
     config = {"model": model, "data": data, "training": training, "seed": seed}
     if "variant" in params:
         config["name"] = str(params["variant"])
     if spec.measure:
         config["measure"] = dict(spec.measure)
     return config
+
+
+def _record_augmentation(data: dict[str, Any]) -> None:
+    """Write the dataset's default horizontal flip into ``data`` where the spec leaves it unset, so that
+    every trial's record says which augmentation it trained with (:data:`MIRROR_SYMMETRIC`)."""
+    augment = data.get("augment")
+    if augment is not None and not isinstance(augment, dict):
+        return  # not a mapping: the trial config's validation names it
+    mirror = MIRROR_SYMMETRIC.get(data.get("name", "synthetic"))
+    if mirror is not None and (augment or {}).get("hflip") is None:
+        data["augment"] = {**(augment or {}), "hflip": mirror}
+
+
+def _shaped_by_data(model: ModelConfig, data: dict[str, Any]) -> ModelConfig:
+    """``model`` at the image size, channels and classes ``data`` gives it (as the runner builds it)."""
+    try:
+        return model.replace(**data_shape(data, model.num_classes))
+    except ModelConfigError as error:
+        field = error.field.split(".", 1)[1] if "." in error.field else error.field
+        raise ConfigError(f"model.{field}", f"{error.message} (at the data's shape)") from None
 
 
 def _validated_model(spec: SearchSpec, overrides: dict[str, Any], staged: dict[str, dict[int, Any]]) -> ModelConfig:
@@ -259,11 +282,13 @@ def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dic
 
 
 def data_shape(data: dict[str, Any], default_classes: int) -> dict[str, int]:
-    """Image size and class count a dataset gives a model (as the trial runner sets them),
-    without loading the data: the cost model prices the model the trial will really build."""
+    """Image size, channels and class count a dataset gives a model (as the trial runner sets them),
+    without loading the data: the cost model prices, and the store records, the model the trial will
+    really build. An image folder's classes are counted where it is read: ``default_classes`` until then."""
     name = data.get("name", "synthetic")
     classes = data.get("num_classes", 10) if name == "synthetic" else NUM_CLASSES.get(name, default_classes)
-    return {"image_size": data.get("image_size") or NATIVE_IMAGE_SIZE.get(name, 224), "num_classes": classes}
+    size = data.get("image_size") or NATIVE_IMAGE_SIZE.get(name, 224)
+    return {"image_size": size, "num_classes": classes, "in_chans": DATA_CHANNELS}
 
 
 @dataclass(frozen=True)

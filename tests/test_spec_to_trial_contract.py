@@ -152,7 +152,10 @@ def _check_trial(spec: SearchSpec, tune_config: dict, store, sampled: dict[str, 
         assert _same(found, value), f"{name}: the worker builds {found!r}, the spec/sampler says {value!r}"
     # ... and the spec's base everywhere else.
     targeted = {(_STAGE.match(n)[1] if _STAGE.match(n) else n) for n in spec.params}
-    base = resolve_config(BASES[family]).to_dict()
+    # The base at the data's shape (32 px, 3 channels, its classes): the model the trial builds (issue 56).
+    data_config = {**DATA, **{n.removeprefix("data."): v for n, v in {**sampled, **fixed}.items() if n.startswith("data.")}}
+    base = resolve_config(BASES[family]).replace(image_size=32, in_chans=3, num_classes=data_config["num_classes"])
+    base = base.to_dict()
     for field, value in base.items():
         if field in targeted:
             continue
@@ -163,7 +166,7 @@ def _check_trial(spec: SearchSpec, tune_config: dict, store, sampled: dict[str, 
             for i, value in enumerate(base[field]):
                 assert i in indices or config["model"][field][i] == value
     data_params = {n.removeprefix("data."): v for n, v in {**sampled, **fixed}.items() if n.startswith("data.")}
-    assert config["data"] == {**DATA, **data_params}
+    assert config["data"] == {**DATA, **data_params, "augment": {"hflip": True}}  # synthetic's default, recorded
     training = {
         n.removeprefix("training."): v
         for n, v in {**sampled, **fixed}.items()
@@ -174,6 +177,7 @@ def _check_trial(spec: SearchSpec, tune_config: dict, store, sampled: dict[str, 
     # 2. The model the trial builds costs what the searcher priced before dispatch.
     priced = tune_config[PRICED_KEY]
     trainer = runner._build(load_trial_config(config), {})  # the runner's own build: data, then model
+    assert trainer.model.config.to_dict() == config["model"]  # the config stored is the model built
     assert count_parameters(trainer.model) == priced["params"]
     assert count_flops_or_none(trainer.model, trainer.data.image_size, torch.device("cpu")) == priced["flops"]
 

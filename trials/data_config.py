@@ -8,6 +8,7 @@ before anything is dispatched, without importing torch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,14 @@ MNIST5K_VAL_SIZE = 1000
 CIFAR_NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 # Classes each dataset fixes (synthetic takes ``num_classes``; imagefolder counts its class folders).
 NUM_CLASSES = {"digits": 10, "mnist5k": 10, **CIFAR_NUM_CLASSES}
+# Channels every dataset gives a model: RGB, and grey digits repeated to three (trials.data.loading).
+DATA_CHANNELS = 3
+# Whether a dataset's classes survive a horizontal mirror, which makes flipping a sound default
+# augmentation: objects and scenes do, and so do the synthetic shapes and textures; handwritten digits do
+# not (a mirrored 2, 3, 4, 5, 7 or 9 is no digit). ``augment.hflip`` unset takes this.
+MIRROR_SYMMETRIC = {
+    "synthetic": True, "digits": False, "mnist5k": False, "cifar10": True, "cifar100": True, "imagefolder": True,
+}  # fmt: skip
 
 # Classes of the built-in synthetic dataset: shapes x textures (trials.synthetic checks it).
 MAX_CLASSES = 100
@@ -77,21 +86,24 @@ class AugmentConfig:
     """Training-time augmentation. Validation data is never augmented.
 
     ``random_crop``: pad-4 random crop at the native size for small images (CIFAR recipe),
-    ``RandomResizedCrop`` for imagefolder. ``randaugment``: ``(num_ops, magnitude)`` with
+    ``RandomResizedCrop`` for imagefolder. ``hflip``: a random horizontal mirror; unset (None), the
+    dataset decides (:data:`MIRROR_SYMMETRIC`: on, except for handwritten digits), and the
+    :class:`DataConfig` holding it records the decision. ``randaugment``: ``(num_ops, magnitude)`` with
     magnitude in 0..30, e.g. ``(2, 9)``; it forces the DataLoader path (per-sample PIL-style
     ops). ``mixup_alpha``/``cutmix_alpha``: 0 disables; with both > 0 one of the two is
     chosen per batch, as in DeiT.
     """
 
     random_crop: bool = True
-    hflip: bool = True
+    hflip: bool | None = None
     randaugment: tuple[int, int] | None = None
     mixup_alpha: float = 0.0
     cutmix_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         _check_bool("random_crop", self.random_crop)
-        _check_bool("hflip", self.hflip)
+        if self.hflip is not None:
+            _check_bool("hflip", self.hflip)
         if self.randaugment is not None:
             object.__setattr__(self, "randaugment", _randaugment_pair(self.randaugment))
         for name in ("mixup_alpha", "cutmix_alpha"):
@@ -195,6 +207,8 @@ class DataConfig:
             object.__setattr__(self, "augment", from_mapping(AugmentConfig, self.augment, "augment"))
         ok = isinstance(self.augment, AugmentConfig)
         require(ok, "augment", f"must be a mapping of augmentation options, got {self.augment!r}")
+        if self.augment.hflip is None:  # the dataset's default, decided here and recorded with the trial
+            object.__setattr__(self, "augment", dataclasses.replace(self.augment, hflip=MIRROR_SYMMETRIC[self.name]))
 
     @property
     def resolved_image_size(self) -> int:

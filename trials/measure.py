@@ -93,10 +93,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
 
 
+def model_channels(model: nn.Module) -> int:
+    """The input channels ``model`` was built for (its config's ``in_chans``; 3 for a model without one)."""
+    return int(getattr(getattr(model, "config", None), "in_chans", 3))
+
+
 def count_flops_or_none(model: nn.Module, image_size: int, device: torch.device) -> int | None:
     """fvcore FLOPs of one image, or None where fvcore is not installed (e.g. a bare GPU node)."""
     try:
-        images = torch.randn(1, 3, image_size, image_size, device=device)
+        images = torch.randn(1, model_channels(model), image_size, image_size, device=device)
         return count_flops(model, images).total
     except ImportError:
         return None
@@ -161,7 +166,7 @@ def measure_cost(
 
     def run(n: int) -> Callable[[], None]:
         nonlocal compile_s
-        call = inference_fn(timed, random_images(n, image_size, device), dtype, device)
+        call = inference_fn(timed, random_images(n, image_size, device, model_channels(model)), dtype, device)
         if compile_s is not None:
             compile_s += first_call_seconds(call, device)
         return call

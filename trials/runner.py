@@ -72,6 +72,8 @@ class TrialResult:
     # The key a configuration error named (a data_dir without the dataset, a model that does not
     # build): the trial's input was wrong, not its run; ``archsearch trial`` exits 2 on it, naming it.
     config_key: str | None = None
+    # The model config as built (the data's image size, channels and classes applied); None until built.
+    built_model: dict[str, Any] | None = None
     # The test split's per-image predicted classes and labels (datasets with a test split), from the
     # pass that gave ``final["test_top1"]``; kept off ``to_dict``, the compact form is its ``encode()``.
     test_predictions: TestPredictions | None = None
@@ -264,7 +266,8 @@ def _run(
     try:
         result.config = trial.to_dict()
         trainer = _build(trial, result.runtime, group)
-        result.config["model"] = trainer.model.config.to_dict()
+        result.built_model = trainer.model.config.to_dict()
+        result.config["model"] = dict(result.built_model)
     except Exception as error:  # a config that cannot be built is a result, not a crash
         return _failed_to_build(result, error, started)
     device = trainer.device
@@ -365,8 +368,8 @@ def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = No
         runtime["data_decode"] = data.decode
     if trial.cpus is not None:
         runtime["cpus"] = trial.cpus
-    # The head and the input size follow the dataset.
-    model = build_model(trial.model, num_classes=data.num_classes, image_size=data.image_size)
+    # The head, the input size and the input channels follow the dataset: the model config recorded is this one.
+    model = build_model(trial.model, num_classes=data.num_classes, image_size=data.image_size, in_chans=data.channels)
     if trial.init_from is not None:  # a fine-tune: the weights replaced, the same model (its cost unchanged)
         load_initial_weights(model, trial.init_from)
     runtime["world_size"] = 1 if group is None else group.world_size

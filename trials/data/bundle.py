@@ -14,7 +14,7 @@ import torch
 
 from ..configio import ConfigError
 from ..cpus import usable_cpus
-from ..data_config import DataConfig
+from ..data_config import DATA_CHANNELS, DataConfig
 from .augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
 from .loading import IMAGENET_STATS, Split, Stats, folder_splits, in_memory_splits, test_split, warn_if_upscaled
 from .sources import (
@@ -61,6 +61,7 @@ class DataBundle:
     test_size: int = 0
     train_eval: BatchSource | None = None
     decode: str | None = None  # where file images are decoded: "cuda" (nvJPEG) or "cpu"; None: in memory
+    channels: int = DATA_CHANNELS  # every source gives RGB (grey digits repeated to three)
 
     def set_epoch(self, epoch: int) -> None:
         """Pin the next training pass to ``epoch``'s shuffle and augmentation (e.g. on resume)."""

@@ -7,10 +7,11 @@ the study completed, or failed and why (in one line).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from harness.search.result_keys import PREDICTIONS_KEY, STATUS_KEY, split_tune_config
+from harness.search.result_keys import BUILT_MODEL_KEY, PREDICTIONS_KEY, STATUS_KEY, split_tune_config
 from harness.search.stop.failures import common_error
 from search_space.sampling import build_trial_config, split_params
 from search_space.spec import SearchSpec
@@ -70,6 +71,19 @@ def dispatched_trial(
     return DispatchedTrial(number, build(search_spec, params), split_params(search_spec, params))
 
 
+def with_built_model(config: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the model the worker built (its report's :data:`BUILT_MODEL_KEY`) in place of the
+    driver's view of it: an image folder's class count is known only where the folder is read."""
+    built = result.get(BUILT_MODEL_KEY)
+    if not isinstance(built, str):
+        return config
+    try:
+        model = json.loads(built)
+    except ValueError:
+        return config
+    return {**config, "model": model} if isinstance(model, dict) else config
+
+
 def record_outcome(
     store,
     study: str,
@@ -80,6 +94,7 @@ def record_outcome(
 ) -> None:
     """Write a finished trial's final record from its last Tune result (its outcome mark, cost, final metrics)."""
     number, config, parameters = dispatched_trial(spec, params, build)
+    config = with_built_model(config, result)
     status = result.get(STATUS_KEY) or TrialStatus.PRUNED  # no outcome mark: stopped early by the scheduler
     final = {k.removeprefix("final_"): v for k, v in result.items() if k.startswith("final_")}
     if status == TrialStatus.PRUNED and result.get("top1") is not None:

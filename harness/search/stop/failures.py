@@ -8,7 +8,6 @@ from typing import Any
 
 from search_space.spec import param_target
 
-
 # An exception's own line: its (dotted) class name, then its message: ``RuntimeError: ...``,
 # ``torch.OutOfMemoryError: ...``, ``KeyError: 'x'``; or a class name alone (``StopIteration``).
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::\s.*|:)?$")

@@ -11,6 +11,7 @@ read the outcome from there.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.search.result_keys import NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY, split_tune_config
+from harness.search.result_keys import BUILT_MODEL_KEY, NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY, split_tune_config
 from harness.search.worker.data_parallel import RayPeers
 from search_space.sampling import build_trial_config, cost_violations
 from search_space.spec import Resources, SearchSpec
@@ -169,6 +170,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
 
     def report_epoch(metrics, trainer) -> None:
         payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
+        payload[BUILT_MODEL_KEY] = json.dumps(trainer.model.config.to_dict())  # the model that ran, for its record
         if trainer.finished:  # the whole budget ran: this is the trial's final result
             payload.update({f"final_{k}": v for k, v in runner.final_metrics(trainer.history).items()})
             payload.update({f"final_{k}": v for k, v in runner.trial_facts(trainer).items()})
@@ -207,6 +209,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
             NUMBER_KEY: number,
             **placement,
             STATUS_KEY: result.status,
+            **({BUILT_MODEL_KEY: json.dumps(result.built_model)} if result.built_model is not None else {}),
             "error": result.error,
             "diverged_at_step": result.diverged_at_step,
             **runtime,
