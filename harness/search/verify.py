@@ -150,7 +150,10 @@ def _time_on_ray(payload: dict[int, dict[str, Any]], settings: VerifySettings, o
         if on_gpu:
             _check_a_whole_gpu_is_free(study)
         task = ray.remote(time_front).options(num_gpus=1 if on_gpu else 0, num_cpus=1, max_retries=0)
-        return ray.get(task.remote(payload, "cuda" if on_gpu else "cpu", settings.repeats, settings.warmup))
+        # The task holds a whole GPU slot and resolves its device as the trials did (``auto``): CUDA on a
+        # GPU node; a node whose GPUs are logical (a CPU stand-in, ``ray start --num-gpus``) trained its
+        # trials on its CPU, and its front is timed there too instead of failing to find a driver.
+        return ray.get(task.remote(payload, "auto" if on_gpu else "cpu", settings.repeats, settings.warmup))
     finally:
         if started:
             ray.shutdown()
