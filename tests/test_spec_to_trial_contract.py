@@ -153,8 +153,9 @@ def _check_trial(spec: SearchSpec, tune_config: dict, store, sampled: dict[str, 
     # ... and the spec's base everywhere else.
     targeted = {(_STAGE.match(n)[1] if _STAGE.match(n) else n) for n in spec.params}
     # The base at the data's shape (32 px, 3 channels, its classes): the model the trial builds (issue 56).
-    data_config = {**DATA, **{n.removeprefix("data."): v for n, v in {**sampled, **fixed}.items() if n.startswith("data.")}}
-    base = resolve_config(BASES[family]).replace(image_size=32, in_chans=3, num_classes=data_config["num_classes"])
+    searched_data = {n.removeprefix("data."): v for n, v in {**sampled, **fixed}.items() if n.startswith("data.")}
+    classes = {**DATA, **searched_data}["num_classes"]
+    base = resolve_config(BASES[family]).replace(image_size=32, in_chans=3, num_classes=classes)
     base = base.to_dict()
     for field, value in base.items():
         if field in targeted:
