@@ -147,3 +147,25 @@ def test_a_gpu_users_default_search_runs_end_to_end_on_a_cpu(tmp_path):
         assert later[0].user_attrs.get("warm_start", "").startswith("gpu-defaults#")
     finally:
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_the_device_checks_first_step_runs_a_default_search_as_a_cpu_smoke_run(tmp_path):
+    """``benchmarks/gpu_check.sh`` part s, on the CPU and without Ray (a bare GPU node has torch alone):
+    four packed trials at once, each completed, its FLOPs the cost model's; a JSON of rows."""
+    import json
+
+    from benchmarks import gpu_search_check
+
+    out = tmp_path / "search.json"
+    argv = ["--json", str(out), "--device", "cpu", "--compile", "false", "--no-ray", "--epochs", "1",
+            "--train-size", "128", "--width", "32"]  # fmt: skip
+    assert gpu_search_check.main(argv) == 0
+    payload = json.loads(out.read_text())
+    assert payload["problems"] == [] and payload["via"].startswith("run_trial")
+    assert [row["status"] for row in payload["rows"]] == ["completed"] * 4
+    assert all(row["flops"] == row["flops_cost_model"] > 0 for row in payload["rows"])
+    # A trial that failed is a problem the step reports (and exits 1 on), not a row that passes.
+    failed = {**payload["rows"][0], "status": "failed", "error": "RuntimeError: x"}
+    assert gpu_search_check.problems([failed, *payload["rows"][1:]], expect_compiled=False)
+    assert gpu_search_check.problems(payload["rows"], expect_compiled=True)  # CPU rows did not compile

@@ -1,0 +1,184 @@
+"""The trial options a user sets, tested in combination (issue 56, deliverable 3).
+
+Every option was proven alone, and two of them together (regional compilation and FLOP counting)
+failed every compiled trial. Testing every combination is a product of thousands of trials; the
+standard way to cover interactions is *all-pairs*: every pair of values of any two options appears in
+at least one row. :func:`all_pairs` builds such a table greedily from the options below (rows that
+cannot exist, e.g. talking heads on CoAtNet, are left out, and the pairs only they could hold are not
+required); each row is a real tiny trial on the CPU, and none may fail. Adding an option, or a value
+to one, is adding it to :data:`OPTIONS` (and saying in :func:`trial_config` what it sets): the table
+grows to cover its pairs.
+
+Each row's record is checked against what ran: it completed, it compiled exactly when asked (and
+timed the compiled forward when it measured), its FLOPs equal the eager model's where measured, its
+stored model is the built one, and a resumed row continued from its saved epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from trials.flops import count_flops
+from trials.models import build_model, count_parameters
+from trials.runner import run_trial
+
+# option -> its values. The first value of each is the default a user gets on a CPU.
+OPTIONS: dict[str, tuple[Any, ...]] = {
+    "family": ("cait", "coatnet"),
+    "compile_scope": ("off", "regional", "whole"),
+    "measure": ("all", "flops", "none"),
+    "workers": (1, 2),
+    "precision": ("fp32", "bf16"),
+    "cuda_graphs": ("auto", False, True),
+    "talking_heads_impl": ("explicit", "fused", None),  # None: the family has no talking heads
+    "init": (None, "xavier", "scaled"),
+    "resume": (False, True),  # trained one epoch, then resumed from that epoch's state
+    "recalibrate_batchnorm": (False, True),
+}
+
+
+def valid(row: Mapping[str, Any]) -> bool:
+    """Rows that can exist: talking heads are CaiT's (and CaiT always has an implementation of them)."""
+    if "family" in row and "talking_heads_impl" in row:
+        return (row["family"] == "cait") == (row["talking_heads_impl"] is not None)
+    return True
+
+
+def all_pairs(options: Mapping[str, Sequence[Any]], valid: Callable[[Mapping[str, Any]], bool]) -> list[dict]:
+    """A small table of rows in which every pair of values of two options that some valid row can hold
+    appears at least once (greedy: each row the valid candidate covering most pairs not yet covered;
+    deterministic, ties to the earliest candidate)."""
+    names = list(options)
+    candidates = [dict(zip(names, values, strict=True)) for values in itertools.product(*options.values())]
+    candidates = [row for row in candidates if valid(row)]
+
+    def pairs(row: Mapping[str, Any]) -> set[tuple]:
+        return {(a, repr(row[a]), b, repr(row[b])) for a, b in itertools.combinations(names, 2)}
+
+    uncovered = set().union(*(pairs(row) for row in candidates))
+    table = []
+    while uncovered:
+        best = max(candidates, key=lambda row: len(pairs(row) & uncovered))
+        table.append(best)
+        uncovered -= pairs(best)
+    return table
+
+
+TABLE = all_pairs(OPTIONS, valid)
+MODELS = {
+    "cait": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
+    "coatnet": {"preset": "coatnet_tiny32", "depths": [1, 1, 1, 1, 1], "dims": [16, 16, 32, 32, 64]},
+}
+MEASURES = {
+    "all": {"flops": True, "throughput": True, "latency": True},
+    "flops": {"flops": True, "throughput": False, "latency": False},
+    "none": {"flops": False, "throughput": False, "latency": False},
+}
+
+
+def trial_config(row: Mapping[str, Any]) -> dict:
+    """The tiny trial a row runs. Every rank trains on batches of 16 and evaluates 32 (a data-parallel
+    row's global batch is 32), and measurement uses 16 and 1: the compiled graphs are shared by rows of
+    one family, precision and scope, so Inductor's cache compiles each once."""
+    model = dict(MODELS[row["family"]])
+    if row["talking_heads_impl"] is not None:
+        model["talking_heads_impl"] = row["talking_heads_impl"]
+    if row["init"] is not None:
+        model["init"] = row["init"]
+    workers = row["workers"]
+    compiled = row["compile_scope"] != "off"
+    return {
+        "model": model,
+        "data": {
+            "name": "synthetic",
+            "num_classes": 4,
+            "train_size": 64,
+            "val_size": 32,
+            "batch_size": 16 * workers,
+            "eval_batch_size": 32,
+        },
+        "training": {
+            "epochs": 2 if row["resume"] else 1,
+            "lr": 1e-3,
+            "compile": compiled,
+            **({"compile_scope": row["compile_scope"]} if compiled else {}),
+            "cuda_graphs": row["cuda_graphs"],
+            "recalibrate_batchnorm": row["recalibrate_batchnorm"],
+        },
+        "measure": {**MEASURES[row["measure"]], "batch_size": 16, "repeats": 1, "warmup": 0},
+        "precision": row["precision"],
+        "distributed": {"workers": workers},
+        "device": "cpu",
+        "cpus": 1,
+        "seed": 5,
+    }
+
+
+def test_the_table_holds_every_pair_a_valid_row_can_hold():
+    """The generator itself: every coverable pair is in the table, and the table is far smaller than
+    the product (which a test of every combination would run)."""
+    names = list(OPTIONS)
+    in_table = {(a, repr(r[a]), b, repr(r[b])) for r in TABLE for a, b in itertools.combinations(names, 2)}
+    for a, b in itertools.combinations(names, 2):
+        for x, y in itertools.product(OPTIONS[a], OPTIONS[b]):
+            if any(valid({**row, a: x, b: y}) for row in TABLE):  # some valid row can hold it
+                assert (a, repr(x), b, repr(y)) in in_table, (a, x, b, y)
+    assert all(valid(row) for row in TABLE)
+    assert len(TABLE) < 25 < len(list(itertools.product(*OPTIONS.values())))
+    assert ("family", "'coatnet'", "talking_heads_impl", "'fused'") not in in_table  # not a row that exists
+
+
+def _run(row: Mapping[str, Any]):
+    config = trial_config(row)
+    if not row["resume"]:
+        return run_trial(config), None
+    saved: list[dict] = []
+
+    def stop_after_the_first_epoch(metrics, trainer) -> bool:
+        saved.append(trainer.state_dict())
+        return True  # stopped early after epoch 1, as an interrupted trial is
+
+    first = run_trial(config, callback=stop_after_the_first_epoch)
+    assert first.status == "completed" and first.stopped_early and len(saved) == 1, first.error
+    return run_trial(config, resume_state=saved.pop), first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", TABLE, ids=[f"row{i}" for i in range(len(TABLE))])
+def test_every_row_of_the_all_pairs_table_is_a_trial_that_completes_as_recorded(row):
+    torch.compiler.reset()
+    result, first = _run(row)
+    assert result.status == "completed", f"{row}: {result.error}"
+    final = result.final
+    # It compiled exactly when asked; what it measured, it measured through the forward it trained with.
+    compiled = row["compile_scope"] != "off"
+    assert final["compiled"] == float(compiled), row
+    if compiled:
+        assert final["regional_compile"] == float(row["compile_scope"] == "regional") and final["recompiles"] == 0
+    # The record is the model that ran: the stored model rebuilds to the trained parameters and FLOPs.
+    assert result.built_model == result.config["model"]
+    model = build_model(result.config["model"])
+    cost = result.cost
+    assert cost is not None and cost.params == count_parameters(model)
+    measures = MEASURES[row["measure"]]
+    if measures["flops"]:
+        assert cost.flops == count_flops(model, torch.randn(1, 3, 32, 32)).total
+    else:
+        assert cost.flops is None
+    assert (cost.throughput is not None) == measures["throughput"]
+    assert (cost.latency_ms is not None) == measures["latency"]
+    if measures["throughput"] or measures["latency"]:
+        assert cost.compiled == compiled, row
+    assert result.runtime["world_size"] == row["workers"]
+    if row["family"] == "coatnet" and row["workers"] == 2:
+        assert result.runtime["synced_batchnorms"] > 0  # BatchNorm over the global batch
+    if row["resume"]:  # continued from the saved epoch: epoch 1 restored as it was, epoch 2 trained
+        assert [m.epoch for m in first.epochs] == [1] and [m.epoch for m in result.epochs] == [1, 2]
+        assert result.epochs[0] == first.epochs[0] and result.final["steps"] == 2 * first.final["steps"]
+    else:
+        assert [m.epoch for m in result.epochs] == [1]
