@@ -21,6 +21,7 @@ def test_every_benchmark_is_listed_here():
         "fidelity_tables",
         "fronts",
         "gpu",
+        "gpu_search_check",
         "measure",
         "models",
         "report_page",

@@ -256,6 +256,17 @@ def test_the_gpu_benchmark_imports_nothing_but_torch_and_the_project():
     assert done.returncode == 0 and done.stdout.strip() == "", done.stderr[-2000:] + done.stdout
 
 
+def test_the_device_checks_search_step_runs_on_a_node_with_torch_alone():
+    """benchmarks/gpu_check.sh part s: without Ray and Optuna (a bare GPU node) its trials run through
+    run_trial; importing it and the trial runner loads no fvcore, Optuna, Ray, SQL or pydantic."""
+    code = (
+        "import sys, benchmarks.gpu_search_check, trials.runner\n"
+        "print(','.join(m for m in ('fvcore', 'optuna', 'ray', 'sqlalchemy', 'pydantic') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stderr[-2000:] + done.stdout
+
+
 def test_a_different_seed_is_a_different_configuration_not_a_duplicate():
     """docs/searching.md: a duplicate is the same configuration, seed included."""
     _says("docs/searching.md", "(the full trial config, seed included")
