@@ -161,6 +161,8 @@ def build_trial_config(spec: SearchSpec, params: dict[str, Any], *, validate: bo
     _record_augmentation(data)
     if validate:  # the model the trial builds: its image size, channels and classes are the data's
         model = _shaped_by_data(resolved, data).to_dict()
+    elif _readable_shape(data) and _plain_int(model.get("num_classes")):
+        model.update(data_shape(data, model["num_classes"]))  # the same shape as a valid config's
     config = {"model": model, "data": data, "training": training, "seed": seed}
     if "variant" in params:
         config["name"] = str(params["variant"])
@@ -175,13 +177,29 @@ def _record_augmentation(data: dict[str, Any]) -> None:
     augment = data.get("augment")
     if augment is not None and not isinstance(augment, dict):
         return  # not a mapping: the trial config's validation names it
-    mirror = MIRROR_SYMMETRIC.get(data.get("name", "synthetic"))
+    name = data.get("name", "synthetic")
+    mirror = MIRROR_SYMMETRIC.get(name) if isinstance(name, str) else None
     if mirror is not None and (augment or {}).get("hflip") is None:
         data["augment"] = {**(augment or {}), "hflip": mirror}
 
 
+def _plain_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _readable_shape(data: dict[str, Any]) -> bool:
+    """Whether ``data`` names its shape with values of the right types; where it does not, the trial
+    config's own validation names the bad data key (the model is left as the spec gives it)."""
+    name = data.get("name", "synthetic")
+    size = data.get("image_size")
+    classes = data.get("num_classes", 10)
+    return isinstance(name, str) and (size is None or _plain_int(size)) and (name != "synthetic" or _plain_int(classes))
+
+
 def _shaped_by_data(model: ModelConfig, data: dict[str, Any]) -> ModelConfig:
     """``model`` at the image size, channels and classes ``data`` gives it (as the runner builds it)."""
+    if not _readable_shape(data):
+        return model
     try:
         return model.replace(**data_shape(data, model.num_classes))
     except ModelConfigError as error:

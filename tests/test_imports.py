@@ -66,6 +66,26 @@ def test_a_lazy_module_loads_on_first_use_only():
         _ = lazy_import("no_such_module_anywhere").anything
 
 
+def test_a_setting_written_through_a_lazy_module_reaches_the_real_module():
+    """``dynamo_config.recompile_limit = n`` through a not-yet-loaded proxy was kept on the proxy: torch
+    never saw the trial's recompile limit or Inductor its compile threads (issue 56's sibling). In a
+    fresh process, where torch's compiler configs are not imported yet."""
+    code = (
+        "import sys\n"
+        "from trials.torch_internals import dynamo_config, inductor_config\n"
+        "from trials.lazy import LazyModule\n"
+        "assert isinstance(dynamo_config, LazyModule) and 'torch._dynamo.config' not in sys.modules\n"
+        "dynamo_config.recompile_limit = 123\n"
+        "inductor_config.compile_threads = 1\n"
+        "real = sys.modules['torch._dynamo.config']\n"
+        "print(real.recompile_limit, sys.modules['torch._inductor.config'].compile_threads, "
+        "'recompile_limit' in vars(dynamo_config))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["123", "1", "False"]
+
+
 def _heavy_after(imports: str) -> list[str]:
     code = (
         "import sys\n"

@@ -50,6 +50,15 @@ class LazyModule(types.ModuleType):
         # Only called for names not found on the proxy itself: everything the real module defines.
         return getattr(self._lazy_load(), attribute)
 
+    def __setattr__(self, attribute: str, value: Any) -> None:
+        # A setting written through the proxy (``inductor_config.compile_threads = 1``) is the real
+        # module's: kept on the proxy, it would shadow the module's value for readers of the proxy and
+        # never reach the library, which reads its own module.
+        setattr(self._lazy_load(), attribute, value)
+
+    def __delattr__(self, attribute: str) -> None:
+        delattr(self._lazy_load(), attribute)
+
     def __dir__(self) -> list[str]:
         return dir(self._lazy_load())
 
