@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from trials.configio import ConfigError, from_mapping
+from trials.configio import ConfigError, from_mapping, to_mapping
 from trials.data import (
     CIFAR10_STATS,
     LoaderBatches,
@@ -522,3 +522,20 @@ def test_batchnorm_recalibration_recomputes_the_statistics_from_the_training_spl
     assert all(torch.allclose(a, m.running_mean) for a, m in zip(first, norms, strict=True))
     assert not torch.allclose(first[0], torch.full_like(first[0], 3.0))
     assert all(m.momentum == 0.1 for m in norms)
+
+
+@pytest.mark.parametrize(
+    ("name", "mirrored"),
+    [("synthetic", True), ("digits", False), ("mnist5k", False), ("cifar10", True), ("imagefolder", True)],
+)
+def test_the_horizontal_flip_follows_the_dataset_unless_set(name, mirrored):
+    """Issue 56: handwritten digits were flipped by default (a mirrored 2 is no digit). Unset, the flip
+    is the dataset's (on where classes survive a mirror); set, it is the user's; either way the config
+    holds the decision, which is what a trial records."""
+    where = {"data_dir": "/nowhere"} if name in ("cifar10", "imagefolder") else {}
+    assert DataConfig(name=name, **where).augment.hflip is mirrored
+    from_yaml = from_mapping(DataConfig, {"name": name, **where, "augment": {"random_crop": False}})
+    assert from_yaml.augment.hflip is mirrored
+    for chosen in (True, False):
+        assert DataConfig(name=name, augment=AugmentConfig(hflip=chosen), **where).augment.hflip is chosen
+    assert to_mapping(DataConfig(name=name, **where))["augment"]["hflip"] is mirrored  # as a trial records it
