@@ -95,15 +95,52 @@ def test_ctrl_c_interrupts_the_study_and_resume_finishes_exactly_n_trials(tmp_pa
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_whole_process_group_still_records_the_interruption(tmp_path):
-    """A batch scheduler's SIGTERM reaches the local Ray's processes too; the driver still says so."""
-    driver, url, _ = _start(tmp_path, "termed")
-    os.killpg(driver.pid, signal.SIGTERM)
+@pytest.mark.parametrize(("stop", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_stop_signal_to_the_whole_process_group_still_records_the_interruption(tmp_path, stop, code):
+    """A batch scheduler's SIGTERM, or the SIGHUP of a closed terminal (a dropped ssh session, a closed
+    tmux pane: issue 57, it ended the driver silently with the study left ``running``), reaches the local
+    Ray's processes too; the driver records the interruption, says so with the resume line, and a resume
+    finishes the search."""
+    name = f"stopped-{stop.name.lower()}"
+    driver, url, common = _start(tmp_path, name)
+    os.killpg(driver.pid, stop)
     _, err = driver.communicate(timeout=180)
-    assert driver.returncode == 143, err[-2000:]
-    assert "search interrupted by SIGTERM" in err and "resume with:" in err
-    counts, study, _ = _state(url, "termed")
+    assert driver.returncode == code, err[-2000:]
+    assert f"search interrupted by {stop.name}" in err and "resume with:" in err
+    counts, study, _ = _state(url, name)
     assert study["status"] == "interrupted" and counts["running"] == 0 and counts["failed"] == 0
+    if stop == signal.SIGHUP:
+        command = [EXE, "search", "--resume", name, *common]
+        resumed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        counts, study, _ = _state(url, name)
+        assert study["status"] == "completed" and counts["completed"] == 4
+
+
+def test_every_stop_signal_takes_the_interrupt_path_in_a_search_and_in_a_command():
+    """One list (harness.stop_signals): a search's session and every command install a handler for each."""
+    from harness.search.session import SearchSession
+    from harness.stop_signals import EXIT_CODES, STOP_SIGNALS
+
+    assert {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT} <= set(STOP_SIGNALS)
+    assert EXIT_CODES[signal.SIGINT] == 130 and EXIT_CODES[signal.SIGTERM] == 143 and EXIT_CODES[signal.SIGHUP] == 129
+    session = SearchSession("s")
+    with session.handling_signals():
+        assert all(signal.getsignal(stop) == session.on_signal for stop in STOP_SIGNALS)
+    assert all(signal.getsignal(stop) != session.on_signal for stop in STOP_SIGNALS)  # put back
+    from harness import cli
+
+    previous = cli._catch_signals()  # what every command runs under
+    try:
+        assert signal.getsignal(signal.SIGINT) is cli._raise_interrupt
+        assert all(signal.getsignal(stop) is cli._raise_terminated for stop in STOP_SIGNALS if stop != signal.SIGINT)
+        with pytest.raises(cli._Terminated) as terminated:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)  # the handler raises in this thread first
+        assert terminated.value.signum == signal.SIGHUP
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".hidden", "x" * 200, "bad name", "ümlaut"])

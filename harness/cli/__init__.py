@@ -26,6 +26,7 @@ from harness.cli.fidelity_command import fidelity_command
 from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
 from harness.cli.run_commands import reproduce_command, search_command, verify_command
 from harness.cli.trial_commands import bench_command, models_command, trial_command
+from harness.stop_signals import STOP_SIGNALS
 from search_space.buildable import PartlyInvalidSpace
 from trials.errors import ArchsearchError, printable
 
@@ -46,7 +47,12 @@ def _one_line_warnings(show):
 
 
 class _Terminated(BaseException):
-    """SIGTERM reached a command that has no handler of its own (a search installs its own)."""
+    """SIGTERM, SIGHUP or SIGQUIT reached a command that has no handler of its own (a search installs
+    its own): ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 _RECEIVED: list[int] = []  # signals that reached a command: an error after one is the stop, not a bug
@@ -54,7 +60,7 @@ _RECEIVED: list[int] = []  # signals that reached a command: an error after one 
 
 def _raise_terminated(signum, frame) -> None:
     _RECEIVED.append(signum)
-    raise _Terminated()
+    raise _Terminated(signum)
 
 
 def _raise_interrupt(signum, frame) -> None:
@@ -63,13 +69,16 @@ def _raise_interrupt(signum, frame) -> None:
 
 
 def _catch_signals():
-    """SIGTERM -> :class:`_Terminated`, SIGINT -> KeyboardInterrupt, each remembered (an import that a
-    Ctrl-C cut short may swallow the KeyboardInterrupt and fail later with another error); main thread
-    only. Returns the previous handlers."""
+    """SIGINT -> KeyboardInterrupt, every other stop signal (SIGTERM, SIGHUP, SIGQUIT) ->
+    :class:`_Terminated`, each remembered (an import that a Ctrl-C cut short may swallow the
+    KeyboardInterrupt and fail later with another error); main thread only. Returns the previous handlers."""
     if threading.current_thread() is not threading.main_thread():
         return None
     _RECEIVED.clear()
-    return signal.signal(signal.SIGTERM, _raise_terminated), signal.signal(signal.SIGINT, _raise_interrupt)
+    return {
+        stop: signal.signal(stop, _raise_interrupt if stop == signal.SIGINT else _raise_terminated)
+        for stop in STOP_SIGNALS
+    }
 
 
 def _standard_output_failed(error: BaseException) -> bool:
@@ -120,10 +129,10 @@ class _Commands(click.Group):
             name = ctx.invoked_subcommand or "archsearch"
             click.echo(f"\n{name} interrupted by SIGINT", err=True)
             ctx.exit(130)
-        except _Terminated:
+        except _Terminated as terminated:
             name = ctx.invoked_subcommand or "archsearch"
-            click.echo(f"\n{name} terminated by SIGTERM", err=True)
-            ctx.exit(143)
+            click.echo(f"\n{name} terminated by {signal.Signals(terminated.signum).name}", err=True)
+            ctx.exit(128 + terminated.signum)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except ArchsearchError as error:  # every error a user can cause or fix: one line, its exit code
@@ -147,9 +156,8 @@ class _Commands(click.Group):
             )
             ctx.exit(1)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous[0])
-                signal.signal(signal.SIGINT, previous[1])
+            for stop, handler in (previous or {}).items():
+                signal.signal(stop, handler)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

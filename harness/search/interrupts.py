@@ -1,4 +1,5 @@
-"""Stopping a search on purpose: Ctrl-C, SIGTERM from a scheduler, or a store that stopped answering.
+"""Stopping a search on purpose: Ctrl-C, SIGTERM from a scheduler, a terminal that went away (SIGHUP,
+SIGQUIT), or a store that stopped answering.
 
 Every such stop goes the same way, Ray Tune's graceful one: no new trial is dispatched, the
 running trials stop, the experiment state (trials, their last checkpoints, the searcher) is saved,
@@ -8,7 +9,7 @@ exactly ``n_trials``. The request itself is kept by the search's
 :class:`harness.search.session.SearchSession`. After ``fit`` returns, the driver sees the recorded
 :class:`StopRequest`, marks the running trials and the study ``interrupted`` and raises
 :class:`SearchInterrupted`; the CLI prints one line (how to resume) and exits 130 (SIGINT), 143
-(SIGTERM) or 1 (a store failure).
+(SIGTERM), 129 (SIGHUP), 131 (SIGQUIT) or 1 (a store failure).
 
 Ray Tune installs its graceful-stop handler for SIGINT inside ``fit()``, just before it builds its
 controller; :class:`harness.search.watch.InterruptCallback` (set up by that controller) wraps it, so the first signal is
@@ -17,16 +18,16 @@ recorded here and then handled by Ray, and SIGTERM takes the same path. A second
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 
 from optuna.exceptions import StorageInternalError
 from sqlalchemy.exc import SQLAlchemyError
 
+from harness.stop_signals import EXIT_CODES, STOP_SIGNALS
 from harness.store import StoreError
 from trials.errors import ArchsearchError
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+__all__ = ["EXIT_CODES", "STOP_SIGNALS", "SearchInterrupted", "StopRequest", "store_failures"]
 
 
 @dataclass(frozen=True)

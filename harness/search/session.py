@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from harness.search.interrupts import SearchInterrupted, StopRequest
+from harness.search.interrupts import STOP_SIGNALS, SearchInterrupted, StopRequest
 
 # The session of the search whose Tuner is being restored or fitted in this context (see the module
 # docstring); set only by SearchSession.active(), for the length of that block.
@@ -122,7 +122,7 @@ class SearchSession:
         self.request_stop(f"stopped: the store failed while {what}: {type(error).__name__}: {text}")
 
     def on_signal(self, signum: int, frame: Any) -> None:
-        """The SIGINT/SIGTERM handler while this search runs."""
+        """The handler of every stop signal (:data:`harness.search.interrupts.STOP_SIGNALS`) while this search runs."""
         name = signal.Signals(signum).name
         first = self.request_stop(f"interrupted by {name}", signum)
         if first and self._deferring:
@@ -132,13 +132,13 @@ class SearchSession:
 
     @contextlib.contextmanager
     def handling_signals(self) -> Iterator[None]:
-        """SIGINT and SIGTERM request a graceful stop for the whole search (from the main thread);
-        the previous handlers come back afterwards. Before Ray Tune's own handler is in place a signal
-        raises KeyboardInterrupt, as Ctrl-C always did."""
+        """Every stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) requests a graceful stop for the whole
+        search (from the main thread); the previous handlers come back afterwards. Before Ray Tune's
+        own handler is in place a signal raises KeyboardInterrupt, as Ctrl-C always did."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
         for s in previous:
             signal.signal(s, self.on_signal)
         try:
@@ -176,8 +176,8 @@ class SearchSession:
         with self._lock:
             self._graceful_stop = ray_handler if callable(ray_handler) and not ours else None
             pending = self._request
-        signal.signal(signal.SIGINT, self.on_signal)
-        signal.signal(signal.SIGTERM, self.on_signal)
+        for stop in STOP_SIGNALS:
+            signal.signal(stop, self.on_signal)
         if pending is not None and self._graceful_stop is not None:
             self._graceful_stop(signal.SIGINT, None)
 

@@ -131,9 +131,10 @@ class RayWatch:
             dead = adapter.dead_local_ray_processes(RAY_CORE)
             if not dead:
                 continue
-            # Ray's processes ended by SIGINT/SIGTERM: a signal to the whole process group (a batch
-            # scheduler, Ctrl-C in a terminal), which this driver got too, even if its handler has not
-            # run yet (the main thread may be inside Ray's C++): stopped as that signal asks.
+            # Ray's processes ended by a stop signal (SIGINT, SIGTERM, SIGHUP...): a signal to the whole
+            # process group (a batch scheduler, Ctrl-C in a terminal, a closed terminal), which this
+            # driver got too, even if its handler has not run yet (the main thread may be inside Ray's C++):
+            # stopped as that signal asks.
             signalled = [-code for _, code in dead if code < 0 and -code in EXIT_CODES]
             if signalled:
                 self.session.request_stop(f"interrupted by {signal.Signals(signalled[0]).name}", signalled[0])
@@ -158,7 +159,8 @@ class RayWatch:
 
 
 class InterruptCallback(SessionBound, Callback):
-    """Routes SIGINT and SIGTERM to Ray Tune's graceful stop while ``fit()`` runs (driver side)."""
+    """Routes every stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) to Ray Tune's graceful stop while
+    ``fit()`` runs (driver side)."""
 
     def __init__(self, session: SearchSession | None = None):
         self.session = session
