@@ -29,10 +29,12 @@ project's typed error, never a bare ``ValueError``: the study's objectives or sp
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from difflib import get_close_matches
 from importlib.metadata import distributions
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -114,17 +116,21 @@ def _opener(name: str = READER_NAME) -> Callable[[str | None], StudyReader]:
     return found[0].load()
 
 
-def load_study(name: str, store: str | StudyReader | None = None) -> Study:
+def load_study(name: str, store: str | os.PathLike | StudyReader | None = None) -> Study:
     """The study ``name`` of a store, read-only.
 
-    ``store``: a URL (``sqlite:///PATH``, ``postgresql://USER@HOST/DB``), None for what the CLI
-    would use (``$ARCHSEARCH_STORE``, else ``sqlite:///archsearch.db``), or a store already open
-    (anything implementing :class:`StudyReader`, which the returned study then does not close).
+    ``store``: a URL (``sqlite:///PATH``, ``postgresql://USER@HOST/DB``), a path to a SQLite store
+    (``pathlib.Path``), None for what the CLI would use (``$ARCHSEARCH_STORE``, else
+    ``sqlite:///archsearch.db``), or a store already open (anything implementing
+    :class:`StudyReader`, which the returned study then does not close); any other type is a
+    ``TypeError`` naming the argument, as is a ``name`` that is not a string.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"load_study: name must be a study name (str), not {type(name).__name__}")
     if isinstance(store, StudyReader):
         reader, owned = store, False
     else:
-        reader, owned = _opener()(store), True
+        reader, owned = _opener()(store_url_of(store, "load_study")), True
     try:
         known = reader.study_names()
         if name not in known:
@@ -134,6 +140,20 @@ def load_study(name: str, store: str | StudyReader | None = None) -> Study:
             _close(reader)
         raise
     return Study(name, reader, owns_reader=owned)
+
+
+def store_url_of(store: Any, caller: str) -> str | None:
+    """The URL of ``store`` given as a URL (str), a path to a SQLite file (``os.PathLike``), or None
+    (the default store). Anything else is refused with a :class:`TypeError` naming the argument: a
+    wrong type must not surface later as an unrelated error deep in the store."""
+    if store is None or isinstance(store, str):
+        return store
+    if isinstance(store, os.PathLike):
+        return f"sqlite:///{Path(store).expanduser().absolute()}"
+    raise TypeError(
+        f"{caller}: store must be a store URL (str), a path to a SQLite file or an open store, "
+        f"not {type(store).__name__}"
+    )
 
 
 def _close(reader: StudyReader) -> None:

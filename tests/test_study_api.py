@@ -125,6 +125,34 @@ def test_load_study_takes_a_url_and_refuses_an_unknown_study_without_writing(tmp
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
+def test_run_search_and_load_study_take_the_same_kinds_of_store_and_refuse_other_types(tmp_path):
+    """Issue 57 (6): a URL, a path or an open Store reach the same store from both; any other type is a
+    TypeError naming the argument, before anything is created (``Store`` once raised AttributeError:
+    'Store' object has no attribute 'strip'; ``name=123`` said '123' is not a valid study name)."""
+    from harness import run_search
+    from harness.store import Store
+
+    path = tmp_path / "store.db"
+    url = f"sqlite:///{path}"
+    _fill(url)
+    with Store.open(url) as store:
+        for given in (url, path, store):
+            with load_study("quickstart", store=given) as study:
+                assert len(study.trials()) > 0
+    spec = {"name": "typed"}  # never read: the arguments are refused first
+    for arguments, named in (
+        ({"store": 123}, "store"), ({"store": b"sqlite:///x.db"}, "store"), ({"store": url, "name": 123}, "name"),
+        ({"store": url, "results_dir": 123}, "results_dir"),
+    ):  # fmt: skip
+        with pytest.raises(TypeError, match=f"run_search: {named} must be"):
+            run_search(spec, **arguments)
+    with pytest.raises(TypeError, match="load_study: store must be"):
+        load_study("quickstart", store=123)
+    with pytest.raises(TypeError, match="load_study: name must be"):
+        load_study(123, store=url)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store.db"]  # nothing created by a refusal
+
+
 def test_an_unknown_study_is_one_line_offering_the_nearest_names_first(tmp_path):
     """``load_study("quickstart")`` where a later demo named its study ``quickstart-<date>-<time>``: names
     are exact (as Optuna's), and the one typed error says which names are near, newest first, then the

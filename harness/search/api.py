@@ -16,11 +16,12 @@ trials all failed returns its study, whose ``record["status"]`` is ``failed`` wi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dashboards.study import Study, load_study
+from dashboards.study import Study, load_study, store_url_of
 from harness.search import driver
 from harness.search.cluster.ray_setup import check_study_name
 from harness.store import Store, resolve_store_url
@@ -28,10 +29,18 @@ from search_space.spec import SearchSpec
 from search_space.validation import load_spec
 
 
+def _store_url(store: Any) -> str | None:
+    """``store`` as a URL: an open :class:`Store` by its engine's URL (the driver and its hooks open
+    their own connections), else as :func:`dashboards.study.store_url_of` takes it."""
+    if isinstance(store, Store):
+        return store.engine.url.render_as_string(hide_password=False)
+    return store_url_of(store, "run_search")
+
+
 def run_search(
     spec: str | Path | Mapping[str, Any] | SearchSpec | None = None,
     *,
-    store: str | None = None,
+    store: str | os.PathLike | Store | None = None,
     name: str | None = None,
     address: str | None = None,
     results_dir: str | Path | None = None,
@@ -41,14 +50,21 @@ def run_search(
     """Run the search ``spec`` describes and return its study (read-only, like ``load_study``).
 
     ``spec``: a YAML path, a mapping, or a :class:`SearchSpec`; with ``resume=True`` it may be left
-    out (the store keeps the study's spec). ``store``: a URL, else ``$ARCHSEARCH_STORE``, else
+    out (the store keeps the study's spec). ``store``: a URL, a path to a SQLite store, or an open
+    :class:`Store` (what ``load_study`` takes), else ``$ARCHSEARCH_STORE``, else
     ``sqlite:///archsearch.db``. ``name``: the study (default: the spec's name). ``address``: a Ray
     cluster to join (default: a local Ray). ``results_dir``: where Ray Tune keeps checkpoints.
+    Arguments of another type are a ``TypeError`` naming the argument.
     Bad input raises the same errors, naming the same keys, as the command line reports.
     """
-    url = resolve_store_url(store)
+    url = resolve_store_url(_store_url(store))
     if name is not None:
+        if not isinstance(name, str):
+            raise TypeError(f"run_search: name must be a study name (str), not {type(name).__name__}")
         check_study_name(name, "name")
+    if results_dir is not None and not isinstance(results_dir, (str, os.PathLike)):
+        kind = type(results_dir).__name__
+        raise TypeError(f"run_search: results_dir must be a path (str or os.PathLike), not {kind}")
     if spec is None:
         if not resume or name is None:
             raise ValueError("give a spec to start a search, or resume=True with the study's name to continue one")
