@@ -9,6 +9,7 @@ refused before any path is built from it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -20,7 +21,7 @@ from sqlalchemy import text
 
 from harness.cli import main
 from harness.search.cluster.ray_setup import SearchError
-from harness.search.experiment_guard import choose_new_experiment
+from harness.search.experiment_guard import choose_new_experiment, create_experiment_dir
 from harness.store import Store
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
@@ -152,3 +153,63 @@ def test_a_damaged_recorded_entry_is_refused_and_nothing_is_removed(tmp_path, en
     assert (results / "a" / "trial_0" / "result.json").exists()
     with Store.open(url, create=False) as store:
         assert store.study_names() == ["a"]
+
+
+def test_a_purge_acts_on_the_recorded_absolute_dir_and_refuses_one_put_there_since(tmp_path, monkeypatch):
+    """Issue 57 (2): the results dir is recorded as an absolute path with the experiment's identity
+    (device and inode). From another working directory a delete names, and a purge removes, the
+    study's own directory, never a same-named one under the reader's directory; a directory replaced
+    since the study created it is refused, naming the path and both identities, and nothing is deleted."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    mine, elsewhere = _private_dir(tmp_path / "a" / "ray_results"), _private_dir(tmp_path / "b" / "ray_results")
+    (_private_dir(elsewhere / "s" / "trial_0") / "result.json").write_text("another user's")
+    with Store.open(url) as store:
+        for name in ("s", "r"):  # as the driver records a new study's results
+            store.create_study(name, {"name": name}, {"top1": "max"})
+            store.record_results(name, str(mine), create_experiment_dir(str(mine / name)))
+        root, identity = store.study_results("s")
+        info = os.lstat(mine / "s")
+        assert root == str(mine) and identity.startswith(f"{info.st_dev}:{info.st_ino}:") and len(identity) > 40
+    (_private_dir(mine / "s" / "trial_0") / "result.json").write_text("{}")
+    replaced = mine / "r"
+    shutil.rmtree(replaced)
+    _private_dir(replaced)  # another directory at the recorded path (its inode number may even be the same)
+    monkeypatch.chdir(tmp_path / "b")
+    runner = CliRunner()
+    done = runner.invoke(main, ["studies", "--store", url, "--delete", "r", "--yes", "--purge-results"])
+    assert done.exit_code == 2 and f"refusing to act on {replaced}" in done.output
+    assert "recorded identity" in done.output
+    with Store.open(url, create=False) as store:
+        assert sorted(store.study_names()) == ["r", "s"]  # refused before any row went
+    done = runner.invoke(main, ["studies", "--store", url, "--delete", "s", "--yes", "--results-dir", str(elsewhere)])
+    assert done.exit_code == 2 and f"results are under {mine}" in done.output, done.output  # a wrong place, named
+    done = runner.invoke(main, ["studies", "--store", url, "--delete", "s", "--yes", "--purge-results"])
+    assert done.exit_code == 0 and f"removed {mine / 's'}" in done.output, done.output
+    assert not (mine / "s").exists() and (elsewhere / "s" / "trial_0" / "result.json").read_text() == "another user's"
+
+
+@pytest.mark.slow
+def test_a_search_records_its_results_dir_absolutely_and_a_purge_from_elsewhere_removes_only_it(tmp_path):
+    """Issue 57 (2), end to end: a search run in /a with the default results dir; ``studies --delete
+    NAME --yes --purge-results`` from /b removes /a/ray_results/NAME and leaves /b/ray_results/NAME
+    (another user's directory that happens to have the name) with its files."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    (second / "ray_results" / "here").mkdir(parents=True)
+    (second / "ray_results" / "here" / "theirs.txt").write_text("keep")
+    spec = first / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(tiny_search_spec("here", n_trials=1)))
+    search = [EXE, "search", str(spec), "--store", url]
+    done = subprocess.run(search, cwd=first, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with Store.open(url, create=False) as store:
+        root, identity = store.study_results("here")
+    assert root == str(first / "ray_results") and identity
+    assert (first / "ray_results" / "here").is_dir()
+    purge = [EXE, "studies", "--store", url, "--delete", "here", "--yes", "--purge-results"]
+    done = subprocess.run(purge, cwd=second, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"removed {first / 'ray_results' / 'here'}" in done.stdout, done.stdout
+    assert not (first / "ray_results" / "here").exists()
+    assert (second / "ray_results" / "here" / "theirs.txt").read_text() == "keep"

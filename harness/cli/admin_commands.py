@@ -34,7 +34,7 @@ from harness.search.cluster.ray_setup import (
     is_uri,
     storage_location,
 )
-from harness.search.experiment_guard import check_purgeable, purge_experiment
+from harness.search.experiment_guard import check_identity, check_purgeable, purge_experiment
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
 from trials.status import TrialStatus
@@ -301,13 +301,13 @@ def manage_studies(
 def _delete(store_url: str | None, name: str, yes: bool, purge_results: bool, results_dir: str | None) -> None:
     if not yes:  # no prompt: CI and scripts have no terminal to answer it
         raise UsageError(f"--delete {name} removes the study and its trials for good: add --yes to confirm")
-    storage_path, _ = storage_location(results_dir)
     with open_store(store_url, create=False) as store:
         try:
             store.study(name)
-            experiment = experiment_path(storage_path, _owned_entry(store, name))
+            experiment, identity = _owned_experiment(store, name, results_dir)
             if purge_results:
                 check_purgeable(experiment)  # before any row goes: a refusal leaves everything
+                check_identity(experiment, identity)  # the directory the study created, not one put there since
             deleted = store.delete_study(name)
         except (store_package.StoreError, SearchError) as error:
             raise UsageError(str(error)) from None
@@ -322,6 +322,22 @@ def _delete(store_url: str | None, name: str, yes: bool, purge_results: bool, re
     else:
         summary += f"; results under {experiment} left (--purge-results removes them)"
     click.echo(summary)
+
+
+def _owned_experiment(store, name: str, results_dir: str | None) -> tuple[str, str | None]:
+    """(the absolute experiment dir study ``name`` owns, its recorded identity). A study records its
+    results dir as an absolute path when it creates it: that is where it is, from any working
+    directory; ``--results-dir`` naming another place is refused, naming both. An older study, which
+    recorded none, is looked for under ``--results-dir`` (default ``./ray_results``)."""
+    root, identity = store.study_results(name)
+    given, chosen = storage_location(results_dir)
+    if root is None:
+        return experiment_path(given, _owned_entry(store, name)), None
+    if chosen and not is_uri(given) and not is_uri(root) and Path(given) != Path(root):
+        raise SearchError(
+            "--results-dir", f"study {name}'s results are under {root} (recorded when it was created), not {given}"
+        )
+    return experiment_path(root, _owned_entry(store, name)), identity
 
 
 def _owned_entry(store, name: str) -> str:
@@ -339,10 +355,12 @@ def _rename(store_url: str | None, old: str, new: str) -> None:
         try:
             store.study(old)
             entry = _owned_entry(store, old)
+            root = store.study_results(old)[0]
             store.rename_study(old, new)
         except (store_package.StoreError, SearchError) as error:
             raise UsageError(str(error)) from None
+    where = f"in {experiment_path(root, entry)}" if root else f"under the entry {entry} of the results dir"
     click.echo(
-        f"renamed study {old} to {new}; its results stay under the entry {entry} of the results dir "
+        f"renamed study {old} to {new}; its results stay {where} "
         f"(the study keeps it: --resume {new} and --delete {new} --purge-results act on it)"
     )

@@ -162,6 +162,10 @@ def run_search(
     tracking = trackers.tracker_callbacks(spec, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_path, chosen = storage_location(results_dir)
+    if resume and results_dir is None:  # where the study recorded its results, not this directory's
+        recorded = recorded_results_root(store_url, name)
+        if recorded is not None:
+            storage_path, chosen = recorded, True
     command = resume_command(name, store_url, address, storage_path, chosen)
     watchdog = StopWatchdog(store_url, name, command)
     # What this search's hooks share; they write to this store and study, whatever Ray pickled.
@@ -185,6 +189,15 @@ def run_search(
     finally:
         watchdog.cancel()
         os.umask(previous_umask)
+
+
+def recorded_results_root(store_url: str, name: str) -> str | None:
+    """The absolute results dir study ``name`` recorded (None: no store, no such study, or an older one)."""
+    store = Store.open_existing(store_url)
+    if store is None:
+        return None
+    with contextlib.closing(store):
+        return store.study_results(name)[0] if name in store.study_names() else None
 
 
 def _hand_password_to_libpq(password: str | None) -> None:
@@ -293,6 +306,9 @@ def _run_search(
         spec_record, hardware = spec.model_dump(mode="json"), ray_hardware()
         store.create_study(name, spec_record, dict(spec.objectives), hardware=hardware, experiment=experiment_name)
         store.claim_study(name)  # the creator holds the lease; a driver that lost the race to create is refused
+        if restarting or store.study_results(name) == (None, None):  # where its results are, and which dir
+            # Its experiment directory, created (or on resuming an older study, found) and marked as its own.
+            store.record_results(name, storage_path, experiment_guard.create_experiment_dir(experiment))
         if restarting:  # an earlier attempt that ran no trial: the study is this spec's from now on
             store.restart_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=ray_hardware())
             _forget_optuna_study(store_url, name)

@@ -17,6 +17,7 @@ Remote storage (``s3://``, ``gs://``...) is the storage provider's to protect: n
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 from pathlib import Path
@@ -191,3 +192,55 @@ def check_purgeable(experiment: str) -> None:
             problem = _owned_and_private(path, path.lstat())
             if problem is not None:
                 raise SearchError("--purge-results", f"refusing to remove {root}: {problem}; nothing was deleted")
+
+
+OWNER_MARK = ".archsearch-owner"  # in a study's experiment dir: the random token its record holds
+
+
+def directory_identity(path: str) -> str | None:
+    """``"DEVICE:INODE:TOKEN"`` of the experiment directory at ``path`` (not followed if a link): its
+    device and inode, and the random token :func:`create_experiment_dir` left in it (a directory removed
+    and made again may get the same inode number; it does not get the token). None where there is no
+    directory (or the path is remote storage)."""
+    if is_uri(path):
+        return None
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        return None
+    try:
+        token = (Path(path) / OWNER_MARK).read_text().strip()[:64]
+    except OSError:
+        token = ""
+    return f"{info.st_dev}:{info.st_ino}:{token}"
+
+
+def create_experiment_dir(experiment: str) -> str | None:
+    """Create a study's (checked, absent or empty, or on resume its own) experiment directory, ours
+    alone, mark it with a random token, and return its identity for the study's record; None on
+    remote storage, which Ray creates itself."""
+    if is_uri(experiment):
+        return None
+    os.makedirs(experiment, mode=0o700, exist_ok=True)
+    mark = Path(experiment) / OWNER_MARK
+    if not mark.exists():
+        descriptor = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(16))
+    return directory_identity(experiment)
+
+
+def check_identity(experiment: str, recorded: str | None, option: str = "--purge-results") -> None:
+    """Refuse (one line, naming both) when the directory at ``experiment`` is not the one the study
+    recorded when it created it: it was replaced, or the path now leads elsewhere. Nothing to check
+    where nothing was recorded (an older study) or nothing is there."""
+    found = directory_identity(experiment)
+    if recorded is None or found is None or found == recorded:
+        return
+    raise SearchError(
+        option,
+        f"refusing to act on {experiment}: it is not the directory the study created there (recorded "
+        f"identity {recorded}, found {found}: replaced since); nothing was deleted",
+    )

@@ -115,6 +115,20 @@ class StudyAdmin(Liveness):
             recorded = conn.execute(select(Study.experiment).where(Study.id == study_id)).scalar()
         return name if recorded is None else str(recorded)  # '' is damage: refused as a name by the caller
 
+    def study_results(self, name: str) -> tuple[str | None, str | None]:
+        """(the absolute results dir, the experiment directory's identity "DEVICE:INODE") study ``name``
+        recorded when it created its experiment; (None, None) for a study of an older archsearch."""
+        study_id = self._study_id(name)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(Study.results_root, Study.results_identity).where(Study.id == study_id)).one()
+        return (row[0] or None, row[1] or None)
+
+    def record_results(self, name: str, root: str, identity: str | None) -> None:
+        """Record where study ``name``'s results are (an older study, on resume; see :meth:`study_results`)."""
+        study_id = self._study_id(name)
+        values = {"results_root": root, "results_identity": identity}
+        self._write(lambda conn: conn.execute(update(Study).where(Study.id == study_id).values(**values)))
+
     def recorded_experiments(self) -> set[str]:
         """Every results-dir entry a study of this store owns (a new study never takes one of them)."""
         with self.engine.connect() as conn:

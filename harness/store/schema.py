@@ -50,6 +50,11 @@ class Study(Base):
     # The entry of the results dir this study's Ray experiment was created under (its name then, or
     # the next free one): renames leave it, delete/purge/resume act on it. Since schema 0007.
     experiment: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The results dir as an absolute path (never the reader's working directory) and the experiment
+    # directory's identity ("DEVICE:INODE") when the study created it: delete/purge/rename/resume act
+    # on this path, a purge only on that directory. Since schema 0009 (None: an older study).
+    results_root: Mapped[str | None] = mapped_column(Text, nullable=True)
+    results_identity: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Trial(Base):

@@ -63,11 +63,15 @@ class Writes(StoreBase):
         hardware: Mapping[str, Any] | None = None,
         exist_ok: bool = True,
         experiment: str | None = None,
+        results_root: str | None = None,
+        results_identity: str | None = None,
     ) -> int:
         """Create a study (or return the existing one of that name when ``exist_ok``).
 
         ``experiment``: the results-dir entry its Ray experiment is created under (the name, or the
-        next free entry where a leftover holds it); rename, delete, purge and resume act on it."""
+        next free entry where a leftover holds it); rename, delete, purge and resume act on it.
+        ``results_root``/``results_identity``: the absolute results dir and the experiment directory's
+        identity (:meth:`StudyAdmin.study_results`)."""
         if isinstance(objectives, Mapping):
             objectives = [{"name": k, "direction": v} for k, v in objectives.items()]
         now = _now()
@@ -83,6 +87,8 @@ class Writes(StoreBase):
             "git_commit": _git_commit(),
             "hardware": dict(hardware) if hardware else None,
             "experiment": experiment or name,
+            "results_root": results_root,
+            "results_identity": results_identity,
         }
 
         def write(conn) -> int:
