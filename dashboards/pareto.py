@@ -197,6 +197,22 @@ def _as_text(value) -> str:
     return str(value)
 
 
+def check_index(name: str, key: WhereKey, values, study: str) -> None:
+    """An indexed filter key (``depths[3]``) against the shape of what the study stored: refused, naming
+    it, where the key holds no lists or the index is past the end of every one of them (an index out of
+    range matched nothing and read as "no trial matches")."""
+    lengths = [len(v) for v in values if isinstance(v, (list, tuple))]
+    shown = key.column.removeprefix("config.")
+    if not lengths and len(values):
+        raise ParetoError(f"filter key {name!r}: {shown} is not a list in study {study}; filter it without an index")
+    if lengths and key.index >= max(lengths):
+        index = str(key.index) if len(str(key.index)) <= 20 else f"{str(key.index)[:20]}..."
+        raise ParetoError(
+            f"filter key {name!r}: index {index} is past the end of {shown}, whose lists hold at most "
+            f"{max(lengths)} elements in study {study} (indices 0 to {max(lengths) - 1})"
+        )
+
+
 def _element(series, index: int):
     """Element ``index`` of each list value (None where the value is no list or too short)."""
     return series.map(lambda v: v[index] if isinstance(v, (list, tuple)) and index < len(v) else None)
@@ -226,6 +242,9 @@ def _study_outcomes(
     frame = store.outcomes(study, list(objectives), config_keys=present)
     if lacking:  # a study without a filtered key has no trial that matches it
         frame = frame.iloc[0:0].assign(**{keys[name].column: [] for name in lacking})
+    for name, key in keys.items():
+        if key.index is not None and name not in lacking:
+            check_index(name, key, frame[key.column], study)
     for name, value in where.items():
         column = frame[keys[name].column]
         frame = frame[_matches(column if keys[name].index is None else _element(column, keys[name].index), value)]

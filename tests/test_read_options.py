@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
@@ -129,6 +130,26 @@ def test_where_takes_a_searched_parameter_as_the_spec_names_it(tmp_path):
     assert [r["number"] for r in json.loads(whole.stdout)] == [1]
     unknown = CliRunner().invoke(main, ["pareto", "s", "--store", url, "--where", "widths[2]=3"])
     assert unknown.exit_code == 2 and "unknown filter key 'widths[2]'" in unknown.output
+
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        ("depths[999999999999999999999]=1", "index 99999999999999999999... is past the end of model.depths"),
+        ("depths[4]=1", "index 4 is past the end of model.depths, whose lists hold at most 4 elements"),
+        ("layout[0]=C", "model.layout is not a list in study s"),
+    ],
+)
+def test_an_index_is_checked_against_the_shape_of_the_stored_key(tmp_path, key, said):
+    """Issue 57 (8): an index past the end of the stored lists (or on a key that holds no list) is refused,
+    naming the key, not answered with "no trial matches"; the last index still filters."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _study(url)
+    done = CliRunner().invoke(main, ["pareto", "s", "--store", url, "--where", key])
+    assert done.exit_code == 2 and said in done.output, done.output
+    assert f"filter key {key.split('=')[0]!r}" in done.output and len(done.output.strip().splitlines()) == 1
+    last = CliRunner().invoke(main, ["pareto", "s", "--store", url, "--where", "depths[3]=1", "--format", "json"])
+    assert last.exit_code == 0, last.output
 
 
 def test_a_study_named_twice_is_one_study(tmp_path):
