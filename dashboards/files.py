@@ -163,11 +163,58 @@ def write_output(path: Path | None, data: bytes | str, encoding: str = "utf-8") 
     return atomic_write(path, data, encoding)
 
 
+class OutputSet:
+    """Several files written as one output, all or nothing (a report and its PNGs): each is written to a
+    temporary name beside its target as it comes, and only :meth:`commit` renames them all into place;
+    a failure before (a full disk, a file-size limit, an error drawing the next figure) removes every
+    temporary file, so no target is left half-written or written alone. Use as a context manager:
+    leaving it by an exception discards."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, Path]] = []  # (temporary, target), in the order written
+
+    def write(self, path: str | Path, data: bytes | str, encoding: str = "utf-8") -> Path:
+        """Stage ``data`` for ``path`` (checked as :func:`atomic_write` checks it); nothing is in place yet."""
+        path = Path(path)
+        self._pending.append((_write_temporary(path, data, encoding), path))
+        return path
+
+    def commit(self) -> None:
+        """Rename every staged file into place, in the order written (a rename that fails leaves its
+        file and the later ones staged, for :meth:`discard`)."""
+        while self._pending:
+            temporary, path = self._pending[0]
+            os.replace(temporary, path)
+            self._pending.pop(0)
+
+    def discard(self) -> None:
+        """Remove every staged file; no target is touched."""
+        while self._pending:
+            temporary, _ = self._pending.pop()
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+
+    def __enter__(self) -> OutputSet:
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        self.discard()  # after a commit nothing is left to discard
+
+
 def atomic_write(path: str | Path, data: bytes | str, encoding: str = "utf-8") -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename (an
     existing file keeps its mode). Never replaces a SQLite database or its ``-wal``/``-shm``
     (:func:`database_in_the_way`): :class:`OutputRefused` instead, nothing written."""
     path = Path(path)
+    with OutputSet() as output:
+        output.write(path, data, encoding)
+        output.commit()
+    return path
+
+
+def _write_temporary(path: Path, data: bytes | str, encoding: str) -> str:
+    """``data`` in a temporary file beside ``path`` (fsynced, with the mode ``path`` has or would get),
+    its name returned; removed again if writing fails. Refused where ``path`` is a store's database."""
     in_the_way = database_in_the_way(path)
     if in_the_way is not None:
         raise OutputRefused(f"{_shown(path)}: {in_the_way}; not overwritten, write elsewhere")
@@ -186,9 +233,8 @@ def atomic_write(path: str | Path, data: bytes | str, encoding: str = "utf-8") -
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, mode)
-        os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    return path
+    return temporary

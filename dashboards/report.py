@@ -13,10 +13,12 @@ become markup.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from dashboards.verified import compare_fronts
 from trials.data_config import DATA_STARVED_FRACTION
 from trials.status import TrialStatus
 
-from .files import atomic_write, write_output
+from .files import OutputSet, write_output
 
 _MAX_PARAM_PANELS = 12  # objective-vs-parameter panels per study; more is unreadable in a page
 
@@ -327,7 +329,7 @@ def _study_section(
     name: str,
     objectives: Mapping[str, str] | None,
     color_by: str | None,
-    png_dir: Path | None,
+    png_dir: PngFolder | None,
     static: bool = False,
     section_index: int = 0,
     rule: fidelity.RuleSource | None = None,
@@ -485,6 +487,18 @@ def _fidelity_panel(store: StudyReader, name: str, rule: fidelity.RuleSource | N
     return {"verdict": result.verdict, "columns": columns, "rows": rows, "notes": result.notes()}
 
 
+@dataclass(frozen=True)
+class PngFolder:
+    """Where ``--png`` writes the figures: staged in the report's :class:`OutputSet`, so the report and
+    its PNGs land together or not at all."""
+
+    directory: Path
+    outputs: OutputSet
+
+    def write(self, name: str, data: bytes) -> None:
+        self.outputs.write(self.directory / f"{name}.png", data)
+
+
 class _Figure:
     """One report figure, drawn the static way (seaborn PNG), the interactive way (plotly), or both.
 
@@ -503,13 +517,13 @@ class _Figure:
         self.key, self.caption, self.live_caption = key, caption, live_caption or caption
         self.draw_png, self.draw_live = draw_png, draw_live
 
-    def render(self, static: bool, png_dir: Path | None, png_name: str, div_id: str) -> dict[str, Any] | None:
+    def render(self, static: bool, png_dir: PngFolder | None, png_name: str, div_id: str) -> dict[str, Any] | None:
         """The template's entry (``caption`` with ``data`` or ``html``); writes the PNG when asked."""
         entry: dict[str, Any] = {"key": div_id}
         if self.draw_png is not None and (static or png_dir is not None):
             data = _png(self.draw_png())
             if png_dir is not None:
-                atomic_write(png_dir / f"{png_name}.png", data)
+                png_dir.write(png_name, data)
             if static:
                 return {**entry, "caption": self.caption, "data": base64.b64encode(data).decode("ascii")}
         if static or self.draw_live is None:
@@ -539,7 +553,7 @@ def _comparison(
     store: StudyReader,
     studies: Sequence[str],
     objectives: Mapping[str, str],
-    png_dir: Path | None,
+    png_dir: PngFolder | None,
     static: bool = False,
 ) -> dict[str, Any] | None:
     """The several-studies section: what differs (one line and a table of spec keys) and one scatter.
@@ -608,23 +622,44 @@ def write_report(
         for name in studies:
             store.objectives(name)
     out = Path(out_path) if out_path is not None else None  # None: standard output
-    png_path = Path(png_dir) if png_dir is not None else None
-    if png_path is not None:
-        png_path.mkdir(parents=True, exist_ok=True)
-    sections = [
-        _study_section(store, name, objectives, color_by, png_path, static, index, rule)
-        for index, name in enumerate(studies, start=1)
-    ]
-    shown = dict(objectives) if objectives else (store.objectives(studies[0]) if studies else {})
-    comparison = _comparison(store, list(dict.fromkeys(studies)), shown, png_path, static)
-    env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
-    html = env.from_string(_TEMPLATE).render(
-        comparison=comparison,
-        plotly_js="" if static else interactive.plotly_js(),
-        studies=sections,
-        objectives=shown,
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    )
-    if out is not None:  # created once the report is whole: a refused report leaves no folder behind
-        out.parent.mkdir(parents=True, exist_ok=True)
-    return write_output(out, html)  # a failure leaves the previous report intact
+    created: list[Path] = []  # folders this report made: removed again if it fails
+    with OutputSet() as outputs:  # the report and its PNGs land together, or none of them does
+        try:
+            png = None
+            if png_dir is not None:
+                created += _make_folder(Path(png_dir))
+                png = PngFolder(Path(png_dir), outputs)
+            sections = [
+                _study_section(store, name, objectives, color_by, png, static, index, rule)
+                for index, name in enumerate(studies, start=1)
+            ]
+            shown = dict(objectives) if objectives else (store.objectives(studies[0]) if studies else {})
+            comparison = _comparison(store, list(dict.fromkeys(studies)), shown, png, static)
+            env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
+            html = env.from_string(_TEMPLATE).render(
+                comparison=comparison,
+                plotly_js="" if static else interactive.plotly_js(),
+                studies=sections,
+                objectives=shown,
+                generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            )
+            if out is None:
+                write_output(None, html)
+            else:  # created once the report is whole: a refused report leaves no folder behind
+                created += _make_folder(out.parent)
+                outputs.write(out, html)
+            outputs.commit()  # a failure before this leaves the previous report and PNGs intact
+        except BaseException:
+            outputs.discard()
+            for folder in reversed(created):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only if empty: nothing of anyone's is removed
+            raise
+    return out
+
+
+def _make_folder(folder: Path) -> list[Path]:
+    """Create ``folder`` (and its missing parents); the ones created, outermost first."""
+    missing = [parent for parent in [folder, *folder.parents] if not parent.exists()][::-1]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing

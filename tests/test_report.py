@@ -114,6 +114,37 @@ def test_the_static_report_is_self_contained_with_the_right_front(store: Store, 
     assert pngs == ["tiny-curves.png", "tiny-hypervolume.png", "tiny-params.png", "tiny-pareto.png"]
 
 
+def test_a_report_and_its_pngs_land_together_or_not_at_all(store: Store, tmp_path: Path, monkeypatch):
+    """Issue 57 (7): a failure after some figures were drawn (a file-size limit, a full disk, an error in
+    the next figure) once left those PNGs behind, unmentioned. Now every file is staged and renamed only
+    when all are written: a failed report leaves the previous report and PNGs as they were, no new PNG,
+    no temporary file and no folder it created."""
+    from dashboards import report as report_module
+
+    out, png = tmp_path / "out" / "report.html", tmp_path / "figures" / "png"
+    write_report(store, ["tiny"], OBJECTIVES, out, png_dir=png)
+    before = {p.name: p.read_bytes() for p in png.iterdir()} | {"report": out.read_bytes()}
+    drawn = []
+    real = report_module._png
+
+    def third_figure_fails(figure):
+        drawn.append(1)
+        if len(drawn) == 3:
+            raise OSError(27, "File too large")
+        return real(figure)
+
+    monkeypatch.setattr(report_module, "_png", third_figure_fails)
+    with pytest.raises(OSError, match="File too large"):
+        write_report(store, ["tiny"], OBJECTIVES, out, png_dir=png, static=True)
+    assert {p.name: p.read_bytes() for p in png.iterdir()} | {"report": out.read_bytes()} == before
+    fresh, fresh_png = tmp_path / "new" / "report.html", tmp_path / "new-figures" / "deep" / "png"
+    drawn.clear()
+    with pytest.raises(OSError, match="File too large"):
+        write_report(store, ["tiny"], OBJECTIVES, fresh, png_dir=fresh_png, static=True)
+    assert not fresh.parent.exists() and not (tmp_path / "new-figures").exists()  # nothing of it left
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
 def test_pareto_scatter_shows_failures_in_a_labelled_strip(store: Store):
     fig = figures.pareto_scatter(store.trials("tiny"), OBJECTIVES, color_by="config.model.layout")
     main, strip = fig.axes[:2]

@@ -24,7 +24,7 @@ from pathlib import Path
 import click
 import yaml
 
-from dashboards.files import OutputRefused, atomic_write, check_output, write_output
+from dashboards.files import OutputRefused, OutputSet, check_output, write_output
 from harness.cli.common import UsageError, open_store, store_option
 from harness.output import format_number, printable
 from harness.search.cluster.ray_setup import (
@@ -182,15 +182,17 @@ def export_command(
             + ": a fine-tune; the optimiser and the schedule start fresh."
         )
     text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(exported, sort_keys=False)
-    if initial is not None:  # before the YAML that names them
+    with OutputSet() as outputs:  # the weights and the YAML that names them land together, or neither
+        if initial is not None:
+            try:
+                outputs.write(weights_target, initial[0])
+            except OSError as error:
+                raise UsageError(printable(f"cannot write {weights}: {error.strerror or error}")) from None
         try:
-            atomic_write(weights_target, initial[0])
+            path = outputs.write(target, text) if target is not None else write_output(None, text)
+            outputs.commit()
         except OSError as error:
-            raise UsageError(printable(f"cannot write {weights}: {error.strerror or error}")) from None
-    try:
-        path = write_output(target, text)
-    except OSError as error:
-        raise UsageError(printable(f"cannot write {output}: {error.strerror or error}")) from None
+            raise UsageError(printable(f"cannot write {output}: {error.strerror or error}")) from None
     if status == TrialStatus.INFEASIBLE:
         click.echo(
             f"warning: trial {number} was infeasible (never trained; it breaks the study's constraints)", err=True

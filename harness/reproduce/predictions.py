@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dashboards.files import atomic_write
+from dashboards.files import OutputSet, atomic_write
 from trials.errors import DataError, capped
 from trials.predictions import MAX_IMAGES, PredictionsError, TestPredictions
 from trials.status import TrialStatus
@@ -61,9 +61,12 @@ def sidecar_path(runs_path: Path) -> Path:
     return runs_path.with_name(f"{stem}{PREDICTIONS_SUFFIX}")
 
 
-def write_sidecar(path: Path, runs: pd.DataFrame, predictions: Mapping[Key, TestPredictions]) -> Path | None:
+def write_sidecar(
+    path: Path, runs: pd.DataFrame, predictions: Mapping[Key, TestPredictions], outputs: OutputSet | None = None
+) -> Path | None:
     """Write the predictions of the runs in ``runs`` (by study and number, in the runs' order) to
-    ``path`` atomically; with none, remove a stale one and write nothing (None)."""
+    ``path`` atomically (staged in ``outputs``, when given, to land with the files beside it); with
+    none, remove a stale one and write nothing (None)."""
     keys = []
     if "study" in runs and "number" in runs:
         keys = [(str(s), int(n)) for s, n in zip(runs["study"], runs["number"], strict=True)]
@@ -81,7 +84,10 @@ def write_sidecar(path: Path, runs: pd.DataFrame, predictions: Mapping[Key, Test
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as packed:
         packed.write(text.getvalue().encode("utf-8"))
-    atomic_write(path, buffer.getvalue())
+    if outputs is not None:
+        outputs.write(path, buffer.getvalue())
+    else:
+        atomic_write(path, buffer.getvalue())
     return path
 
 

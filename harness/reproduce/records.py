@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards.files import atomic_write
+from dashboards.files import OutputSet
 from harness.reproduce.analysis import (
     REQUIRED_COLUMNS,
     PairOnTestSplit,
@@ -85,16 +85,18 @@ def write_records(
     metric: str,
     predictions: Mapping[tuple[str, int], TestPredictions] | None = None,
 ) -> list[Path]:
-    """Write the runs file and the verdicts file of summary ``name`` (each to a temporary name, renamed),
+    """Write the runs file and the verdicts file of summary ``name`` (all to temporary names, renamed together),
     and, where ``predictions`` ((study, number) -> a run's per-image test predictions) hold any of
     its runs', their sidecar ``<name>.predictions.csv.gz``."""
     buffer = io.StringIO()
     buffer.write(f"# {METRIC_KEY}: {metric}\n")
     runs.to_csv(buffer, index=False, float_format="%.17g", lineterminator="\n")
     runs_path, verdicts_path = output / f"{name}{RUNS_SUFFIX}", output / f"{name}{VERDICTS_SUFFIX}"
-    atomic_write(runs_path, buffer.getvalue())
-    atomic_write(verdicts_path, json.dumps([verdict_record(v) for v in verdicts], indent=2) + "\n")
-    sidecar = write_sidecar(sidecar_path(runs_path), runs, predictions or {})
+    with OutputSet() as outputs:  # the three land together: a verdicts file never beside another run's runs
+        outputs.write(runs_path, buffer.getvalue())
+        outputs.write(verdicts_path, json.dumps([verdict_record(v) for v in verdicts], indent=2) + "\n")
+        sidecar = write_sidecar(sidecar_path(runs_path), runs, predictions or {}, outputs)
+        outputs.commit()
     return [runs_path, verdicts_path, *([sidecar] if sidecar else [])]
 
 
