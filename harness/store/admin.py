@@ -119,6 +119,8 @@ class StudyAdmin(Liveness):
         """(the absolute results dir, the experiment directory's identity "DEVICE:INODE") study ``name``
         recorded when it created its experiment; (None, None) for a study of an older archsearch."""
         study_id = self._study_id(name)
+        if "results_root" not in self.present_columns(Study.__table__):  # an older store, read as it is
+            return (None, None)
         with self.engine.connect() as conn:
             row = conn.execute(select(Study.results_root, Study.results_identity).where(Study.id == study_id)).one()
         return (row[0] or None, row[1] or None)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, inspect, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
@@ -45,6 +45,14 @@ class StoreBase:
         self.url = mask_url(url)  # never keep a printable copy with the password
         self.read_only = read_only
         self._study_ids: dict[str, int] = {}
+        self._columns: dict[str, set[str]] = {}
+
+    def present_columns(self, table) -> set[str]:
+        """The columns ``table`` has in this database: a store of an older schema opened read-only is
+        read as it is (not migrated), and a column a later schema added is simply not there."""
+        if table.name not in self._columns:
+            self._columns[table.name] = {column["name"] for column in inspect(self.engine).get_columns(table.name)}
+        return self._columns[table.name]
 
     # -- studies by name ---------------------------------------------------------------------------
     def _study_id(self, name: str) -> int:

@@ -104,9 +104,11 @@ class Queries(StoreBase):
         ``record["damaged"][column]`` (and noted: :meth:`damaged_rows`)."""
         study_id = self._study_id(name)
         table = Study.__table__
-        selected = [rows.json_text(c) if c.name in _STUDY_JSON else c for c in table.columns]
+        present = self.present_columns(table)  # an older read-only store lacks the later columns: None
+        selected = [rows.json_text(c) if c.name in _STUDY_JSON else c for c in table.columns if c.name in present]
         with self.engine.connect() as conn:
             record = dict(conn.execute(select(*selected).where(table.c.id == study_id)).mappings().one())
+        record.update({c.name: None for c in table.columns if c.name not in present})
         damaged: dict[str, DamagedRow] = {}
         for column in _STUDY_JSON:
             try:
