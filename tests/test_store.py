@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -422,3 +423,26 @@ def test_cli_trials_limit_and_sort(store, store_url):
     ]:
         bad = runner.invoke(main, ["trials", "s1", "--store", store_url, *args])
         assert bad.exit_code == 2 and fragment in bad.output, bad.output
+
+
+def test_one_rule_for_store_locations_a_path_is_a_path_and_a_query_is_checked(tmp_path, monkeypatch):
+    """Issue 57 (5): ``sqlite:////dir/my?store.db`` silently wrote /dir/my (SQLAlchemy drops a query item
+    without '='); a path is now taken literally, a URL's query item the store does not take is refused
+    naming it, and each location reads back from the file it wrote."""
+    monkeypatch.chdir(tmp_path)
+    refused = [f"sqlite:///{tmp_path}/my?store.db", f"sqlite:///{tmp_path}/x.db?", f"sqlite:///{tmp_path}/x.db?a=1&b"]
+    for url in refused:
+        with pytest.raises(StoreError, match=r"takes no options, got \?"):
+            Store.open(url)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+    located = ((f"{tmp_path}/my?store.db", "my?store.db"), ("a%20b.db", "a%20b.db"), ("sub dir.db", "sub dir.db"))
+    for path, file in located:
+        with Store.open(path) as store:
+            store.create_study(file, {"name": "s"}, {"top1": "max"})
+        assert (tmp_path / file).is_file()
+        with Store.open(path, create=False) as store:  # the same location reads the same file
+            assert store.study_names() == [file]
+        with Store.open(f"sqlite:///{quote(str(tmp_path / file))}", create=False) as store:  # and as its URL
+            assert store.study_names() == [file]
+    result = CliRunner().invoke(main, ["studies", "--store", f"sqlite:///{tmp_path}/my?store.db"])
+    assert result.exit_code == 2 and "?store.db" in result.output and len(result.output.strip().splitlines()) == 1

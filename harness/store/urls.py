@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -27,7 +28,16 @@ def resolve_store_url(url: str | None = None) -> str:
     env = os.environ.get(ENV_VAR)
     if url is None and env is not None and not env.strip():
         raise StoreError(f"${ENV_VAR} is set but empty: give a store URL, or unset it for the default")
-    return url or env or DEFAULT_STORE_URL
+    return as_store_url(url or env or DEFAULT_STORE_URL)
+
+
+def as_store_url(location: str) -> str:
+    """One rule for where a store is: ``SCHEME://...`` is a URL (percent escapes decoded, a query
+    checked by :func:`normalize_url`); anything else is a path to a SQLite file, taken literally
+    (``runs?1.db`` and ``a%20b.db`` are those file names), as the URL of exactly that file."""
+    if "://" in location:
+        return location
+    return "sqlite:///" + quote(str(Path(location).expanduser().absolute()))  # escaped: decoded back exactly
 
 
 SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")  # what libpq reads a password from
@@ -107,11 +117,15 @@ def normalize_url(url: str):
     if backend == "sqlite":
         # SQLite takes no connection options here (the store sets its own timeout and journal):
         # a stray ?option was ignored on a write and garbled a read-only open ("no such access mode").
-        unknown = sorted(k for k in parsed.query if k.lower() not in SECRET_QUERY_KEYS)
-        if unknown:
+        # SQLAlchemy drops a query item without '=' (``sqlite:////dir/my?store.db`` opened /dir/my):
+        # the query is read from the text itself, every item, so none is dropped silently.
+        query = url.partition("://")[2].partition("?")[2] if "?" in url.partition("://")[2] else None
+        items = [] if query is None else [item.partition("=")[0] for item in query.split("&")]
+        unknown = sorted({unquote(k) for k in items if unquote(k).lower() not in SECRET_QUERY_KEYS})
+        if unknown or (query is not None and not items):
             raise StoreError(
                 f"a SQLite store URL takes no options, got ?{'&'.join(unknown)} in {mask_url(url)}: "
-                "use sqlite:///PATH"
+                "use sqlite:///PATH (a file name with '?' in it: give the path itself, --store PATH)"
             )
     if backend == "postgresql":
         # A password travels through PGPASSWORD (split_secret); any other parameter that may hold a
