@@ -288,7 +288,8 @@ def test_sigkill_of_the_driver_then_resume_completes_exactly_the_requested_trial
     dispatched = trials[trials["status"] != "infeasible"]
     assert counts["running"] == 0
     assert store_status(url, "killed") == "completed"
-    assert (dispatched["status"] == "completed").sum() == 8, dispatched[["number", "status", "error"]]
+    said = "\n".join(f"{r.number} {r.status}: {r.error}" for r in dispatched.itertuples() if r.status != "completed")
+    assert (dispatched["status"] == "completed").sum() == 8, said
     assert trials["number"].is_unique
     assert set(dispatched["config.model.ca_depth"]) == {2} and set(dispatched["config.model.mlp_ratio"]) == {2.0}
     study = optuna.load_study(study_name="killed", storage=url)

@@ -170,6 +170,7 @@ def run_search(
     watchdog = StopWatchdog(store_url, name, command)
     # What this search's hooks share; they write to this store and study, whatever Ray pickled.
     session = SearchSession(name, on_stop=watchdog.arm, store_url=split_secret(store_url)[0])
+    watchdog.session = session  # its writes go under the lease the session will hold
     previous_umask = os.umask(0o077)  # checkpoints, tuner and searcher state on a shared results dir: ours only
     try:
         with session.active(), session.handling_signals():
@@ -299,13 +300,15 @@ def _run_search(
     with Store.open(store_url) as store:
         known = name in store.study_names()
         if known:
-            store.claim_study(name)  # one driver per study: refused while another live driver holds it
+            session.lease = store.claim_study(name)  # one driver per study: refused while another live one holds it
         restarting = not resume and known
         if not known and experiment_name in store.recorded_experiments():  # taken since it was chosen
             raise StoreError(f"study {name!r}: another study took its results entry {experiment_name} meanwhile")
         spec_record, hardware = spec.model_dump(mode="json"), ray_hardware()
         store.create_study(name, spec_record, dict(spec.objectives), hardware=hardware, experiment=experiment_name)
-        store.claim_study(name)  # the creator holds the lease; a driver that lost the race to create is refused
+        # The creator holds the lease; a driver that lost the race to create is refused. Every write of
+        # this driver to the study from here is conditional on it (harness.store.liveness).
+        session.lease = store.claim_study(name)
         if restarting or store.study_results(name) == (None, None):  # where its results are, and which dir
             # Its experiment directory, created (or on resuming an older study, found) and marked as its own.
             store.record_results(name, storage_path, experiment_guard.create_experiment_dir(experiment))
@@ -331,25 +334,32 @@ def _run_search(
                 name,
                 StudyStatus.INTERRUPTED,
                 f"cannot resume: no Ray Tune experiment state under {experiment}",
+                session.lease,
             )
             raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
         tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, session, callbacks, experiment_name)
     command = resume_command(name, store_url, address, storage_path, chosen)
-    with Heartbeat(store_url, name), RayWatch(store_url, name, command, session), json_results_only():
+    with Heartbeat(store_url, name, session), RayWatch(store_url, name, command, session), json_results_only():
         try:
             tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands
             session.request_stop("interrupted by a second signal", session.stop_signal or 2)
         except BaseException as error:  # a crash in Ray: the study did not finish
             set_study_status(
-                store_url, name, StudyStatus.INTERRUPTED, f"interrupted: {type(error).__name__}: {error}"[:500]
+                store_url,
+                name,
+                StudyStatus.INTERRUPTED,
+                f"interrupted: {type(error).__name__}: {error}"[:500],
+                session.lease,
             )
             raise
     stop = session.stop_request
     if stop is not None:
-        raise record_interruption(store_url, name, stop, resume_command(name, store_url, address, storage_path, chosen))
+        command = resume_command(name, store_url, address, storage_path, chosen)
+        raise record_interruption(store_url, name, stop, command, session.lease)
     # The search ran to its end: no trial of it may stay running in Optuna or in the store.
     with Store.open(store_url) as store:
+        session.hold(store)  # still this driver's study: LeaseLost (one line) where it was taken over
         stopped = hopeless_reason(store, name, hopeless_after(spec), spec.model_dump(mode="json"))
         ruled = session.rule_reason
         if stopped:  # trials still in flight were stopped with the search, not lost

@@ -11,6 +11,9 @@ hands to each hook (``bind``), never in module globals:
 * the **trial ends** this driver recorded, which the hopeless-search stopper watches;
 * the search's **clock** and when this driver's session started on it, the origin of
   ``search.stop.max_hours`` (a replay's clock is simulated);
+* the study's **lease** this driver holds (:mod:`harness.store.liveness`): every store a hook opens
+  writes under it (``hold``), so a driver whose study was taken over or deleted stops instead of
+  writing into someone else's record;
 * the **store and study** this driver was given (``store_url``, ``study``): a hook bound to the
   session takes them over what it was pickled with (``rebind``), so a study resumed under a new name
   (``studies --rename``) or from a copied store writes where the command said, never into the store
@@ -37,6 +40,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 from harness.search.interrupts import STOP_SIGNALS, SearchInterrupted, StopRequest
+from harness.store.errors import LeaseLost  # the store's errors alone: no database driver imported
 
 # The session of the search whose Tuner is being restored or fitted in this context (see the module
 # docstring); set only by SearchSession.active(), for the length of that block.
@@ -72,6 +76,8 @@ class SearchSession:
         self.rule_note: str | None = None  # the plateau rule's last reading, for the progress line
         self._plateau_watcher: PlateauWatcher | None = None
         self.trials_ended = 0  # trial ends this driver recorded (the hopeless-search stopper's trigger)
+        self.lease: str | None = None  # the study's lease this driver holds (set once it claimed the study)
+        self.lease_lost = False  # a write found the lease gone: nothing more is written or told to Optuna
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("a SearchSession belongs to one driver process and is never pickled")
@@ -112,12 +118,28 @@ class SearchSession:
             handler(signal.SIGINT, None)
         return first
 
+    def hold(self, store):
+        """``store`` (a :class:`harness.store.Store` a hook opened) writing to this search's study under
+        this driver's lease; returned for chaining."""
+        store.hold_lease(self.study, self.lease)
+        return store
+
+    def stop_on_lost_lease(self, error: BaseException) -> None:
+        """The study is no longer this driver's (taken over, judged gone, deleted): stop the search in
+        one line; nothing more is written to the study or told to Optuna."""
+        self.lease_lost = True
+        self.request_stop(f"stopped: {error}")
+
     def stop_on_store_failure(self, what: str, error: BaseException) -> None:
         """A store that fails mid-search stops the search gracefully (resumable), with one line saying why.
 
         Raising inside a Tune callback would print Ray's tracebacks and abort the run; instead the
         search stops as on Ctrl-C and ``archsearch search`` exits 1 with the cause and the resume command.
+        A lost lease (:class:`harness.store.LeaseLost`) is said as such (:meth:`stop_on_lost_lease`).
         """
+        if isinstance(error, LeaseLost):
+            self.stop_on_lost_lease(error)
+            return
         text = " ".join(str(getattr(error, "orig", None) or error).split())[:300]
         self.request_stop(f"stopped: the store failed while {what}: {type(error).__name__}: {text}")
 

@@ -18,7 +18,7 @@ from ray.tune import Callback
 from harness.search import adapter
 from harness.search.interrupts import EXIT_CODES, SearchInterrupted, StopRequest
 from harness.search.session import SearchSession, SessionBound
-from harness.store import Store
+from harness.store import LeaseLost, Store
 from harness.store.liveness import HEARTBEAT_S
 from trials.status import StudyStatus
 
@@ -38,6 +38,10 @@ class StopWatchdog:
     def __init__(self, store_url: str, name: str, command: str):
         self.store_url, self.name, self.command = store_url, name, command
         self._cancelled = threading.Event()
+        self.session: SearchSession | None = None  # the search it guards, whose lease its writes go under
+
+    def _lease(self) -> str | None:
+        return self.session.lease if self.session is not None else None
 
     def arm(self, request) -> None:
         """Called from the signal handler: the work happens on a thread (the main thread may hold a
@@ -45,10 +49,10 @@ class StopWatchdog:
         threading.Thread(target=self._run, args=(request,), name="archsearch-stop", daemon=True).start()
 
     def _run(self, request) -> None:
-        record_interruption(self.store_url, self.name, request, self.command)
+        record_interruption(self.store_url, self.name, request, self.command, self._lease())
         if self._cancelled.wait(HARD_STOP_AFTER_S):
             return
-        message = record_interruption(self.store_url, self.name, request, self.command)
+        message = record_interruption(self.store_url, self.name, request, self.command, self._lease())
         print(f"\n{message}", file=sys.stderr, flush=True)
         os._exit(request.exit_code)
 
@@ -56,44 +60,70 @@ class StopWatchdog:
         self._cancelled.set()
 
 
-def record_interruption(store_url: str, name: str, stop, command: str):
-    """Record an interrupted search (running trials and the study ``interrupted``) and say how to resume."""
+def record_interruption(store_url: str, name: str, stop, command: str, lease: str | None = None):
+    """Record an interrupted search (running trials and the study ``interrupted``) and say how to resume.
+
+    Under the driver's ``lease``: a study taken over (or deleted) is not this driver's to record, and
+    the message says so instead of offering a resume."""
     counts: dict[str, int] = {}
     try:
         with Store.open(store_url) as store:
+            store.hold_lease(name, lease)
             store.interrupt_running_trials(name)
             store.set_study_status(name, StudyStatus.INTERRUPTED, message=f"{stop.reason}; resume with: {command}")
             counts = store.counts(name, epochs=False)
+    except LeaseLost as lost:
+        reason = stop.reason if str(lost) in stop.reason else f"{stop.reason}; {lost}"
+        return SearchInterrupted(stop, f"search {reason}; nothing more was written to it")
     except Exception:  # the store may be what failed: the message still says how to resume
         pass
     done = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
     return SearchInterrupted(stop, f"search {stop.reason}{f' ({done})' if done else ''}; resume with: {command}")
 
 
-def set_study_status(store_url: str, name: str, status: str, message: str | None) -> None:
+def set_study_status(store_url: str, name: str, status: str, message: str | None, lease: str | None = None) -> None:
     try:
         with Store.open(store_url) as store:
+            store.hold_lease(name, lease)
             store.set_study_status(name, status, message=message)
     except Exception:  # recording the status must never hide the original error
         pass
 
 
 class Heartbeat:
-    """Touches the study every ``HEARTBEAT_S`` while the search runs, so that a driver that dies on
-    another host is recognised (no heartbeat) and its study shown ``interrupted``."""
+    """Renews the driver's lease on its study every ``interval_s`` while the search runs
+    (:meth:`harness.store.Store.heartbeat`), so that a driver that died is recognised by its silence
+    from any host or container, and a driver whose study was taken over or deleted stops.
 
-    def __init__(self, store_url: str, name: str):
-        self.store_url, self.name = store_url, name
+    A beat that fails for another reason (the database briefly away) is skipped, never the end of
+    the beats: a transient error must not make a live driver look dead ten minutes later."""
+
+    def __init__(
+        self, store_url: str, name: str, session: SearchSession | None = None, interval_s: float = HEARTBEAT_S
+    ):
+        self.store_url, self.name, self.session, self.interval_s = store_url, name, session, interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="archsearch-heartbeat", daemon=True)
 
     def _run(self) -> None:
-        try:
-            with Store.open(self.store_url) as store:
-                while not self._stop.wait(HEARTBEAT_S):
-                    store.heartbeat(self.name)
-        except Exception:  # a missed heartbeat must never stop the search
-            return
+        store = None
+        while not self._stop.wait(self.interval_s):
+            try:
+                if store is None:  # never created: a store that is not there (a mount away) is not made empty
+                    store = Store.open(self.store_url, create=False)
+                    if self.session is not None:
+                        self.session.hold(store)
+                store.heartbeat(self.name)
+            except LeaseLost as lost:
+                if self.session is not None:
+                    self.session.stop_on_lost_lease(lost)
+                break
+            except Exception:  # a missed heartbeat must never stop the search: try again next time
+                if store is not None:
+                    store.close()
+                store = None
+        if store is not None:
+            store.close()
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -144,7 +174,7 @@ class RayWatch:
             if not self._stop.is_set():
                 what = ", ".join(f"{kind} (exit {code})" for kind, code in dead)
                 request = StopRequest(f"stopped: Ray's local processes died under the driver: {what}")
-                message = record_interruption(self.store_url, self.name, request, self.command)
+                message = record_interruption(self.store_url, self.name, request, self.command, self.session.lease)
                 print(f"\n{message}", file=sys.stderr, flush=True)
                 adapter.kill_local_ray()  # what is left of it: nothing would stop it after os._exit
                 os._exit(request.exit_code)

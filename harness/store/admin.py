@@ -22,7 +22,15 @@ from sqlalchemy import MetaData, Table, delete, inspect, select, update
 
 from .base import _now
 from .errors import StoreError
-from .liveness import HEARTBEAT_STALE_S, Liveness, _driver_gone, driver_identity
+from .liveness import (
+    HEARTBEAT_STALE_S,
+    Liveness,
+    describe_driver,
+    driver_columns,
+    driver_gone,
+    driver_identity,
+    driver_record,
+)
 from .schema import EpochRecord, Measurement, Study, TestPrediction, Trial, VerifiedMeasurement
 
 OPTUNA_STUDIES = "studies"  # Optuna's study table (name column ``study_name``, key ``study_id``)
@@ -32,13 +40,13 @@ OPTUNA_TRIALS = "trials"  # Optuna's trial table (key ``trial_id``, ``study_id``
 def _refuse_live_driver(conn, name: str, study_id: int, action: str) -> dict[str, Any]:
     """The study row, locked for the transaction; a live driver (not this process) is refused."""
     table = Study.__table__
-    query = select(table.c.status, table.c.driver, table.c.updated_at).where(table.c.id == study_id)
+    query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
     row = conn.execute(query.with_for_update()).one()
-    foreign = row.status == "running" and row.driver and row.driver != driver_identity()
-    if foreign and _driver_gone(row.driver, row.updated_at, _now(), HEARTBEAT_STALE_S) is None:
-        host, pid = ([*row.driver.split(), "?", "?"])[:2]
+    record = driver_record(row)
+    foreign = row.status == "running" and record.driver and record.driver != driver_identity()
+    if foreign and driver_gone(record, HEARTBEAT_STALE_S) is None:
         raise StoreError(
-            f"cannot {action} study {name!r}: its search is running (driver pid {pid} on {host}); "
+            f"cannot {action} study {name!r}: its search is running (driver {describe_driver(record.driver)}); "
             "stop it first (Ctrl-C there)"
         )
     return dict(row._mapping)

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from trials.errors import capped
 
-from .errors import StoreError
+from .errors import LeaseLost, StoreError
 from .schema import Study
 from .urls import mask_url
 
@@ -46,6 +46,12 @@ class StoreBase:
         self.read_only = read_only
         self._study_ids: dict[str, int] = {}
         self._columns: dict[str, set[str]] = {}
+        self._leases: dict[str, str] = {}  # study name -> the driver lease this store writes under
+
+    def lease_of(self, study: str) -> str | None:
+        """The lease this store holds on ``study`` (see :mod:`harness.store.liveness`): its writes to
+        that study are conditional on it. None: a store that is not the study's driver checks nothing."""
+        return self._leases.get(study)
 
     def present_columns(self, table) -> set[str]:
         """The columns ``table`` has in this database: a store of an older schema opened read-only is
@@ -60,6 +66,8 @@ class StoreBase:
             with self.engine.connect() as conn:
                 study_id = conn.execute(select(Study.id).where(Study.name == name)).scalar()
             if study_id is None:
+                if name in self._leases:  # this store is the study's driver: its study was deleted under it
+                    raise LeaseLost.deleted(name)
                 raise StoreError(self._unknown_study_message(name))
             self._study_ids[name] = study_id
         return self._study_ids[name]

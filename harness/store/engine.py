@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -80,6 +82,30 @@ def _read_only_sqlite_url(url):
     return url.set(database=f"file:{quote(str(path))}?{flags}", query={**query, "uri": "true"})
 
 
+def _enter_wal(cursor) -> None:
+    """Put the database in WAL mode, waiting out other openers.
+
+    Switching the journal mode takes an exclusive lock, and SQLite answers "database is locked" at
+    once, without calling its busy handler, where waiting could deadlock (several processes opening a
+    new file together, one of them already reading it). The mode is persistent, so it is read first
+    and set only when it is not WAL yet; the switch is retried with backoff for the busy timeout.
+    """
+    deadline = time.monotonic() + _SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.01
+    while True:
+        try:
+            if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error).lower() and "busy" not in str(error).lower():
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(0.5, delay * 2)
+
+
 def _tolerant_text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
@@ -98,9 +124,9 @@ def _make_engine(url, read_only: bool = False) -> Engine:
             # every read of the study or of the whole store.
             dbapi_connection.text_factory = _tolerant_text
             cursor = dbapi_connection.cursor()
-            if not read_only:  # a reader never changes the file's journal mode
-                cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}")
+            if not read_only:  # a reader never changes the file's journal mode
+                _enter_wal(cursor)
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()

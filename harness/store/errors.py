@@ -1,5 +1,7 @@
 """The store's one error type: a one-line message for the user, never a credential."""
 
+from __future__ import annotations
+
 from trials.errors import ArchsearchError, capped
 
 
@@ -19,6 +21,16 @@ class StoreDriverError(StoreError):
     constraint): the driver's error wrapped where it happened, in one line without a credential,
     the original kept as ``__cause__`` for the crash log (as Optuna's storage wraps SQLAlchemy's in
     ``StorageInternalError``). Callers catch :class:`StoreError`, never a driver's exception."""
+
+
+class LeaseLost(StoreError):
+    """This driver no longer holds its study's lease (another driver took the study over, the study
+    was judged interrupted, or it was deleted): it must stop writing to the study and end its search
+    (:mod:`harness.store.liveness`)."""
+
+    @classmethod
+    def deleted(cls, study: str) -> LeaseLost:
+        return cls(f"study {study!r} no longer exists in the store (deleted while this search ran)")
 
 
 class DamagedRow(StoreError):

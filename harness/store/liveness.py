@@ -1,32 +1,74 @@
-"""Whether a study's search driver is still alive, and the one-driver-per-study lease. A running
-study records its driver as ``"HOST PID START"`` (:func:`driver_identity`) and the driver touches the
-study every ``HEARTBEAT_S``; a driver on this host is checked directly (its PID and process start
-time), one on another host is taken as gone after ``HEARTBEAT_STALE_S`` without a heartbeat. A study
-whose driver is gone becomes ``interrupted`` (resumable), and its lease can be taken over.
+"""Whether a study's search driver is still alive: the one-driver-per-study lease.
+
+The driver that claims a study (:meth:`Liveness.claim_study`) writes a random token into the study row
+(``lease``) and stamps ``lease_beat`` with the **database's** clock; it renews the beat every
+``HEARTBEAT_S`` (:meth:`Liveness.heartbeat`). Every heartbeat and every write the driver makes to its
+study is conditional on the token (:func:`check_lease`): a driver whose study was taken over, or
+deleted, gets :class:`LeaseLost` instead of writing into someone else's record.
+
+A driver is judged gone by its lease alone: no beat for ``HEARTBEAT_STALE_S`` on the database's clock
+(so clock skew between nodes never reads as a dead driver). Its PID is consulted only where the reader
+provably shares its PID namespace (the same kernel boot and the same ``/proc/self/ns/pid``, recorded in
+the driver's identity ``"HOST PID START KERNEL"``): there a dead PID is known at once; a container on
+the same host with its own PID namespace sees another process table, and there a PID means nothing.
+A study whose driver is gone becomes ``interrupted`` (resumable), and its lease can be taken over.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cache
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import DateTime, func, select
 
 from .base import StoreBase, _now
-from .errors import StoreError
+from .errors import LeaseLost, StoreError
 from .schema import Study
 
-HEARTBEAT_S = 30.0  # a running search's driver touches its study this often
-HEARTBEAT_STALE_S = 600.0  # a driver on another host silent this long is taken as gone
+HEARTBEAT_S = 30.0  # a running search's driver renews its lease this often
+HEARTBEAT_STALE_S = 600.0  # a lease not renewed this long (on the database's clock) is taken as gone
+
+
+def db_clock():
+    """The database's current time as a SQL expression (``CURRENT_TIMESTAMP``): every lease beat is
+    stamped, and every beat's age judged, on this one clock, never on a client's."""
+    return func.current_timestamp(type_=DateTime(timezone=True))
+
+
+def new_lease() -> str:
+    return secrets.token_hex(16)
+
+
+@cache
+def kernel_namespace() -> str:
+    """This process's kernel boot and PID namespace (``BOOTID:NSINODE``): two processes that agree on
+    it see the same process table, so one may judge the other by its PID. Empty where /proc has no
+    such files (then PIDs are never trusted)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:16]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return f"{boot}:{namespace}"
 
 
 def driver_identity(pid: int | None = None) -> str:
-    """``"HOST PID START"`` of a process (this one by default): START (the process's start time in
-    clock ticks since boot, from /proc) tells a live driver from a new process that reused its PID."""
+    """``"HOST PID START KERNEL"`` of a process (this one by default): START (the process's start time in
+    clock ticks since boot, from /proc) tells a live driver from a new process that reused its PID;
+    KERNEL (:func:`kernel_namespace`) says which process table the PID belongs to."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()} {pid} {_process_start(pid) or 0}"
+    return f"{socket.gethostname()} {pid} {_process_start(pid) or 0} {kernel_namespace() or '-'}"
+
+
+def describe_driver(driver: str | None) -> str:
+    """``pid N on HOST``: how messages name a driver."""
+    host, pid = ([*(driver or "").split(), "?", "?"])[:2]
+    return f"pid {pid} on {host}"
 
 
 def _process_start(pid: int) -> int | None:
@@ -47,117 +89,207 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _driver_gone(driver: str | None, updated_at: datetime | None, now: datetime, stale_after_s: float) -> str | None:
+def _aware(moment: datetime | None) -> datetime | None:
+    if moment is not None and moment.tzinfo is None:  # SQLite returns naive datetimes (stored in UTC)
+        return moment.replace(tzinfo=timezone.utc)
+    return moment
+
+
+@dataclass(frozen=True)
+class DriverRecord:
+    """What a reader knows of a running study's driver: its identity, its lease, the lease's last beat
+    and the database's time when it was read (``updated_at``: an older archsearch's heartbeat)."""
+
+    driver: str | None
+    lease: str | None = None
+    lease_beat: datetime | None = None
+    db_now: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def driver_record(row) -> DriverRecord:
+    """A :class:`DriverRecord` from a row selected with :func:`driver_columns`."""
+    mapping = row._mapping
+    return DriverRecord(
+        mapping["driver"],
+        mapping.get("lease"),
+        _aware(mapping.get("lease_beat")),
+        _aware(mapping.get("db_now")),
+        _aware(mapping.get("updated_at")),
+    )
+
+
+def driver_columns(table, present: set[str] | None = None) -> list:
+    """The columns :func:`driver_record` reads (those of them this database has) and the database's time."""
+    names = ("driver", "lease", "lease_beat", "updated_at")
+    chosen = [table.c[n] for n in names if present is None or n in present]
+    return [*chosen, db_clock().label("db_now")]
+
+
+def driver_gone(record: DriverRecord, stale_after_s: float = HEARTBEAT_STALE_S) -> str | None:
     """Why a ``running`` study's driver is known to be gone, or None while it may be alive."""
-    host, pid, start = [*driver.split(), "", "", ""][:3] if driver else ("", "", "")
-    if host == socket.gethostname() and pid.isdigit():
+    host, pid, start, kernel = [*(record.driver or "").split(), "", "", "", ""][:4]
+    if pid.isdigit() and host == socket.gethostname() and kernel and kernel == kernel_namespace():
         alive = _pid_alive(int(pid)) and str(_process_start(int(pid)) or 0) == start
         return None if alive else f"interrupted: its driver (pid {pid} on {host}) stopped before the search ended"
-    if updated_at is not None:
-        if updated_at.tzinfo is None:  # SQLite returns naive datetimes (stored in UTC)
-            updated_at = updated_at.replace(tzinfo=timezone.utc)
-        idle = (now - updated_at).total_seconds()
+    if record.lease is not None:  # judged by the lease's beat on the database's clock alone
+        if record.lease_beat is None or record.db_now is None:
+            return None
+        idle = (record.db_now - record.lease_beat).total_seconds()
+        if idle > stale_after_s:
+            return f"interrupted: no heartbeat from its driver on {host or '?'} for {idle / 60:.0f} minutes"
+        return None
+    # A study claimed by an older archsearch (no lease): its PID on this host, else its own heartbeat.
+    if not kernel and pid.isdigit() and host == socket.gethostname():
+        alive = _pid_alive(int(pid)) and str(_process_start(int(pid)) or 0) == start
+        return None if alive else f"interrupted: its driver (pid {pid} on {host}) stopped before the search ended"
+    if record.updated_at is not None:
+        idle = ((record.db_now or _now()) - record.updated_at).total_seconds()
         if idle > stale_after_s:
             where = f" on {host}" if host else ""
             return f"interrupted: no heartbeat from its driver{where} for {idle / 60:.0f} minutes"
     return None
 
 
+def check_lease(conn, study_id: int, name: str, lease: str | None) -> None:
+    """Inside a write transaction: refuse (:class:`LeaseLost`) unless the study is still held by ``lease``.
+
+    ``lease=None`` (a command that is not the study's driver: an admin command, a test) checks nothing.
+    The row is locked for the rest of the transaction (``FOR UPDATE``; SQLite's writers hold the whole
+    database), so nobody takes the lease between this check and the write it guards.
+    """
+    if lease is None:
+        return
+    table = Study.__table__
+    row = conn.execute(
+        select(table.c.lease, table.c.status, table.c.driver).where(table.c.id == study_id).with_for_update()
+    ).one_or_none()
+    if row is None:
+        raise LeaseLost.deleted(name)
+    if row.lease != lease:
+        by = f" by another driver ({describe_driver(row.driver)})" if row.driver and row.status == "running" else ""
+        raise LeaseLost(f"this driver lost its lease on study {name!r}: the study was taken over{by}")
+
+
 class Liveness(StoreBase):
     """The driver lease of a study (claim, heartbeat) and the detection of drivers that are gone."""
 
-    def claim_study(self, name: str, stale_after_s: float = HEARTBEAT_STALE_S) -> None:
-        """Take the study's driver lease for this process, or refuse (:class:`StoreError`) while another
-        live driver holds it: one driver per study, whatever the store.
+    def claim_study(self, name: str, stale_after_s: float = HEARTBEAT_STALE_S) -> str:
+        """Take the study's driver lease for this process and return its token, or refuse
+        (:class:`StoreError`) while another live driver holds it: one driver per study, whatever the store.
 
         One write transaction: the study row is locked (``FOR UPDATE`` on PostgreSQL; SQLite's write
-        transactions begin with ``BEGIN IMMEDIATE``), its holder checked (alive by PID on this host, by
-        heartbeat from another) and replaced. A lease whose driver is gone is taken over.
+        transactions begin with ``BEGIN IMMEDIATE``), its holder checked (:func:`driver_gone`) and
+        replaced by a new random token, stamped with the database's clock. A lease whose driver is gone
+        is taken over; the driver that held it finds out at its next heartbeat or write.
         """
         study_id = self._study_id(name)
-        me = driver_identity()
+        me, token = driver_identity(), new_lease()
         table = Study.__table__
 
-        def claim(conn) -> None:
-            query = select(table.c.status, table.c.driver, table.c.updated_at).where(table.c.id == study_id)
+        def claim(conn) -> str:
+            query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
             row = conn.execute(query.with_for_update()).one()
-            holder = row.driver
-            held = row.status == "running" and holder and holder != me
-            if held and _driver_gone(holder, row.updated_at, _now(), stale_after_s) is None:
-                host, pid = ([*holder.split(), "?", "?"])[:2]
+            record = driver_record(row)
+            held = row.status == "running" and record.driver and record.driver != me
+            if held and driver_gone(record, stale_after_s) is None:
                 raise StoreError(
-                    f"study {name!r} is being run by another driver (pid {pid} on {host}): wait for it to "
-                    "end, or stop it (Ctrl-C there) and resume it with --resume"
+                    f"study {name!r} is being run by another driver ({describe_driver(record.driver)}): wait for "
+                    "it to end, or stop it (Ctrl-C there) and resume it with --resume"
                 )
             conn.execute(
                 table.update()
                 .where(table.c.id == study_id)
                 .values(status="running", driver=me, status_message=None, updated_at=_now())
+                .values(lease=token, lease_beat=db_clock())
             )
+            return token
 
-        self._write(claim)
+        token = self._write(claim)
+        self._leases[name] = token
+        return token
+
+    def hold_lease(self, name: str, lease: str | None) -> None:
+        """Write to study ``name`` under ``lease`` (what :meth:`claim_study` returned, in this driver's
+        other connections to the store): every write to the study checks the lease is still held."""
+        if lease is None:
+            self._leases.pop(name, None)
+        else:
+            self._leases[name] = lease
 
     def live_driver(self, name: str, stale_after_s: float = HEARTBEAT_STALE_S) -> str | None:
         """``pid N on HOST`` of the live driver running the study now (None: no live driver); a read."""
         table = Study.__table__
+        present = self.present_columns(table)
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(table.c.status, table.c.driver, table.c.updated_at).where(table.c.id == self._study_id(name))
+                select(table.c.status, *driver_columns(table, present)).where(table.c.id == self._study_id(name))
             ).one()
-        if row.status != "running" or not row.driver or row.driver == driver_identity():
+        record = driver_record(row)
+        if row.status != "running" or not record.driver or record.driver == driver_identity():
             return None
-        if _driver_gone(row.driver, row.updated_at, _now(), stale_after_s) is not None:
+        if driver_gone(record, stale_after_s) is not None:
             return None
-        host, pid = ([*row.driver.split(), "?", "?"])[:2]
-        return f"pid {pid} on {host}"
+        return describe_driver(record.driver)
+
+    def verify_lease(self, name: str) -> None:
+        """:class:`LeaseLost` unless this store's lease on ``name`` (:meth:`hold_lease`) is still the
+        study's: what a driver checks before it acts outside the store (telling Optuna an outcome)."""
+        study_id = self._study_id(name)
+        self._write(lambda conn: check_lease(conn, study_id, name, self.lease_of(name)))
 
     def heartbeat(self, name: str) -> None:
-        """A running study's driver says it is alive (``updated_at``); see :meth:`mark_interrupted`."""
+        """The study's driver says it is alive: its lease's beat, stamped with the database's clock.
+
+        :class:`LeaseLost` where this store holds a lease on the study (:meth:`hold_lease`) and the
+        study is no longer held by it: the caller must stop its search."""
         study_id = self._study_id(name)
-        self._write(
-            lambda conn: conn.execute(
-                Study.__table__.update()
-                .where(Study.id == study_id, Study.status == "running")
-                .values(updated_at=_now())
+        table = Study.__table__
+
+        def beat(conn) -> None:
+            check_lease(conn, study_id, name, self.lease_of(name))
+            conn.execute(
+                table.update()
+                .where(table.c.id == study_id, table.c.status == "running")
+                .values(updated_at=_now(), lease_beat=db_clock())
             )
-        )
+
+        self._write(beat)
 
     def gone_drivers(self, stale_after_s: float = HEARTBEAT_STALE_S) -> dict[str, str]:
         """``running`` studies whose driver is gone, with why (what :meth:`mark_interrupted` would record)."""
         table = Study.__table__
+        present = self.present_columns(table)
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(table.c.name, table.c.driver, table.c.updated_at).where(table.c.status == "running")
+                select(table.c.name, *driver_columns(table, present)).where(table.c.status == "running")
             ).all()
-        now = _now()
-        reasons = {name: _driver_gone(driver, updated_at, now, stale_after_s) for name, driver, updated_at in rows}
+        reasons = {row.name: driver_gone(driver_record(row), stale_after_s) for row in rows}
         return {name: reason for name, reason in reasons.items() if reason is not None}
 
     def mark_interrupted(self, stale_after_s: float = HEARTBEAT_STALE_S) -> list[str]:
-        """Studies marked ``running`` whose driver is gone become ``interrupted``; returns their names.
-
-        A driver on this host is checked directly (its process, by PID and start time); one on
-        another host is taken as gone when it has not sent a heartbeat for ``stale_after_s``.
-        """
-        table = Study.__table__
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(table.c.id, table.c.name, table.c.driver, table.c.updated_at).where(table.c.status == "running")
-            ).all()
+        """Studies marked ``running`` whose driver is gone (:func:`driver_gone`) become ``interrupted``;
+        returns their names. Each is re-checked inside its write transaction, so a driver that renewed
+        its lease meanwhile is never marked."""
         gone = []
-        now = _now()
-        for study_id, name, driver, updated_at in rows:
-            reason = _driver_gone(driver, updated_at, now, stale_after_s)
-            if reason is None:
-                continue
+        table = Study.__table__
+        for name in self.gone_drivers(stale_after_s):
+            study_id = self._study_id(name)
 
-            def write(conn, study_id=study_id, reason=reason) -> None:
+            def write(conn, study_id=study_id) -> bool:
+                query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
+                row = conn.execute(query.with_for_update()).one_or_none()
+                reason = driver_gone(driver_record(row), stale_after_s) if row and row.status == "running" else None
+                if reason is None:
+                    return False
                 conn.execute(
                     table.update()
-                    .where(table.c.id == study_id, table.c.status == "running")
+                    .where(table.c.id == study_id)
                     .values(status="interrupted", driver=None, status_message=reason, updated_at=_now())
+                    .values(lease=None)  # judged gone: a driver still alive has lost its lease
                 )
+                return True
 
-            self._write(write)
-            gone.append(name)
+            if self._write(write):
+                gone.append(name)
         return gone

@@ -29,9 +29,9 @@ from dashboards.reader import StudyCounts
 from trials.predictions import TestPredictions
 
 from . import rows
-from .base import StoreBase, _now
+from .base import StoreBase
 from .errors import DamagedRow, StoreError
-from .liveness import HEARTBEAT_STALE_S, _driver_gone
+from .liveness import HEARTBEAT_STALE_S, driver_columns, driver_gone, driver_record
 from .schema import (
     EPOCH_FIELDS,
     MEASUREMENT_FIELDS,
@@ -139,12 +139,11 @@ class Queries(StoreBase):
         A ``running`` study whose driver is gone is shown ``interrupted`` (with why), so the status
         shown is true, but nothing is recorded: a read never writes. ``mark_interrupted()`` records it.
         """
-        now = _now()
         table = Study.__table__
-        columns = [table.c[c] for c in ("id", "name", "status", "status_message", "driver", "created_at", "updated_at",
-                                        "archsearch_version")]  # fmt: skip
+        columns = [table.c[c] for c in ("id", "name", "status", "status_message", "created_at", "archsearch_version")]
+        liveness = driver_columns(table, self.present_columns(table))
         with self.engine.connect() as conn:
-            studies = conn.execute(select(*columns, rows.json_text(table.c.objectives)).order_by(Study.id)).mappings()
+            studies = conn.execute(select(*columns, *liveness, rows.json_text(table.c.objectives)).order_by(Study.id))
             studies = studies.all()
             counts = conn.execute(
                 select(Trial.study_id, Trial.status, func.count()).group_by(Trial.study_id, Trial.status)
@@ -153,11 +152,12 @@ class Queries(StoreBase):
         for study_id, status, n in counts:
             by_study.setdefault(study_id, {})[status] = n
         found = []
-        for s in studies:
+        for row in studies:
+            s = row._mapping
             status_counts = {status: by_study.get(s["id"], {}).get(status, 0) for status in TRIAL_STATUSES}
             shown_status, message = s["status"], s["status_message"]
             running = shown_status == "running"
-            gone = _driver_gone(s["driver"], s["updated_at"], now, HEARTBEAT_STALE_S) if running else None
+            gone = driver_gone(driver_record(row), HEARTBEAT_STALE_S) if running else None
             if gone:  # shown as it is, without recording it
                 shown_status, message = "interrupted", gone
             try:

@@ -45,7 +45,7 @@ class Study(Base):
     archsearch_version: Mapped[str] = mapped_column(String(32))
     git_commit: Mapped[str | None] = mapped_column(String(64), nullable=True)
     hardware: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)  # since schema 0002
-    driver: Mapped[str | None] = mapped_column(String(255), nullable=True)  # "HOST PID START", since 0003
+    driver: Mapped[str | None] = mapped_column(String(255), nullable=True)  # "HOST PID START KERNEL", since 0003
     status_message: Mapped[str | None] = mapped_column(Text, nullable=True)  # since schema 0003
     # The entry of the results dir this study's Ray experiment was created under (its name then, or
     # the next free one): renames leave it, delete/purge/resume act on it. Since schema 0007.
@@ -55,6 +55,10 @@ class Study(Base):
     # on this path, a purge only on that directory. Since schema 0009 (None: an older study).
     results_root: Mapped[str | None] = mapped_column(Text, nullable=True)
     results_identity: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The running driver's lease: a random token every write of that driver is conditional on, and its
+    # last heartbeat on the database's clock (liveness is judged by this beat's age). Since schema 0010.
+    lease: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_beat: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Trial(Base):

@@ -20,7 +20,7 @@ from trials.predictions import TestPredictions
 
 from .base import StoreBase, _now
 from .errors import StoreError
-from .liveness import driver_identity
+from .liveness import check_lease, driver_identity
 from .schema import (
     EPOCH_FIELDS,
     MEASUREMENT_FIELDS,
@@ -128,20 +128,31 @@ class Writes(StoreBase):
         self._write(lambda conn: conn.execute(statement))
 
     def set_study_status(
-        self, name: str, status: str, *, message: str | None = None, driver: str | None = None
+        self,
+        name: str,
+        status: str,
+        *,
+        message: str | None = None,
+        driver: str | None = None,
     ) -> None:
         """Set a study's status (with the one-line reason, when it failed or stopped).
 
         ``running`` records ``driver`` (this process, by default: see :func:`driver_identity`) so
         that a later command can tell a live search from one whose driver died; any other status
-        clears it.
+        clears it. A store that holds the study's lease (:meth:`Liveness.hold_lease`) writes
+        only while the lease is still its own (:class:`~harness.store.liveness.LeaseLost` otherwise).
         """
         if status not in STUDY_STATUSES:
             raise StoreError(f"unknown study status {status!r}; use one of {', '.join(STUDY_STATUSES)}")
         study_id = self._study_id(name)
         owner = (driver or driver_identity()) if status == "running" else None
         values = {"status": status, "updated_at": _now(), "driver": owner, "status_message": message}
-        self._write(lambda conn: conn.execute(Study.__table__.update().where(Study.id == study_id).values(**values)))
+
+        def write(conn) -> None:
+            check_lease(conn, study_id, name, self.lease_of(name))
+            conn.execute(Study.__table__.update().where(Study.id == study_id).values(**values))
+
+        self._write(write)
 
     # -- trials ------------------------------------------------------------------------------------
     def start_trial(
@@ -172,7 +183,12 @@ class Writes(StoreBase):
         }
         if parameters is not None:
             row["parameters"] = dict(parameters)
-        self._write(lambda conn: self._upsert(conn, Trial, [row], ("study_id", "number"), keep=("started_at",)))
+
+        def write(conn) -> None:
+            check_lease(conn, row["study_id"], study, self.lease_of(study))
+            self._upsert(conn, Trial, [row], ("study_id", "number"), keep=("started_at",))
+
+        self._write(write)
 
     def interrupt_running_trials(self, study: str) -> int:
         """The search was stopped on purpose: its ``running`` trials become ``interrupted`` (resumable)."""
@@ -181,7 +197,12 @@ class Writes(StoreBase):
         statement = (
             update(Trial).where(Trial.study_id == study_id, Trial.status == "running").values(**values)
         )
-        return self._write(lambda conn: conn.execute(statement).rowcount)
+
+        def write(conn) -> int:
+            check_lease(conn, study_id, study, self.lease_of(study))
+            return conn.execute(statement).rowcount
+
+        return self._write(write)
 
     def record_verified(self, study: str, number: int, values: Mapping[str, Any]) -> None:
         """Add one verification of a trial's throughput and latency (``archsearch verify``); the
@@ -207,6 +228,7 @@ class Writes(StoreBase):
         study_id = self._study_id(study)
 
         def write(conn) -> None:
+            check_lease(conn, study_id, study, self.lease_of(study))
             trial_id = conn.execute(select(Trial.id).where(Trial.study_id == study_id, Trial.number == number)).scalar()
             if trial_id is None:
                 raise StoreError(f"trial {number} of study {study!r} has not been started")
@@ -259,6 +281,7 @@ class Writes(StoreBase):
         row.update({key: value for key, value in optional.items() if value is not None})
 
         def write(conn) -> None:
+            check_lease(conn, study_id, study, self.lease_of(study))
             trial_id = self._upsert(conn, Trial, [row], ("study_id", "number"), returning=Trial.id).scalar_one()
             if measurement:
                 values = {k: measurement.get(k) for k in MEASUREMENT_FIELDS}

@@ -175,7 +175,8 @@ class ArchsearchSearch(SessionBound, Searcher):
     @property
     def store(self):
         if self._store is None:
-            self._store = Store.open(self.store_url)
+            store = Store.open(self.store_url)
+            self._store = self.session.hold(store) if self.session is not None else store  # the driver's lease
         return self._store
 
     def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -439,6 +440,8 @@ class ArchsearchSearch(SessionBound, Searcher):
             return
         try:
             outcome = TrialOutcome.of_result(result, error, list(self.metric))
+            if self.session is not None and self.session.lease is not None:
+                self.store.verify_lease(self.session.study)  # a study taken over gets nothing more from here
             stored = (result or {}).get(STATUS_KEY)  # diverged is FAIL to Optuna: the attribute says which
             known = stored in {status.value for status in TrialStatus}
             ot_trial.set_user_attr(STATUS_ATTR, str(stored) if known and not error else str(outcome.status))

@@ -52,7 +52,7 @@ class StoreCallback(SessionBound, Callback):
     @property
     def store(self):
         if self._store is None:
-            self._store = Store.open(self.store_url)
+            self._store = self._session().hold(Store.open(self.store_url))  # writes under the driver's lease
         return self._store
 
     def _trial_config(self, trial) -> DispatchedTrial:
