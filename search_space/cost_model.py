@@ -19,6 +19,12 @@ The counts mirror the models in ``trials/models`` layer by layer and follow the 
   queries x keys.
 
 Each block type has its own function below; they all add into a :class:`_Tally`.
+
+Beside the exact counts, the tally estimates the **activations** a training step keeps for the
+backward pass: the output elements of every counted layer (a layer's input is its predecessor's
+output, which autograd saves), the attention scores and their softmax, the MLP's GELU. It is an
+estimate (element-wise gains, dropout masks and allocator slack are left out), used for the memory
+pre-flight (:mod:`search_space.memory`), never as a measurement.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class Cost:
     params: int
     flops: int
     flops_by_component: dict[str, int] = field(default_factory=dict, hash=False)
+    activations: int = 0  # elements per image kept for the backward pass (an estimate: see the module docstring)
 
 
 class _Tally:
@@ -59,6 +66,7 @@ class _Tally:
     def __init__(self) -> None:
         self.params = 0
         self.flops: Counter[str] = Counter()
+        self.activations = 0
 
     def parameter(self, numel: int) -> None:
         """A bare ``nn.Parameter`` (embeddings, class token, gains, bias tables): no FLOPs."""
@@ -67,6 +75,7 @@ class _Tally:
     def linear(self, tokens: int, in_features: int, out_features: int, bias: bool = True) -> None:
         self.params += in_features * out_features + (out_features if bias else 0)
         self.flops["linear"] += tokens * in_features * out_features
+        self.activations += tokens * out_features
 
     def conv(
         self,
@@ -81,23 +90,28 @@ class _Tally:
         weights = out_channels * (in_channels // groups) * kernel * kernel
         self.params += weights + (out_channels if bias else 0)
         self.flops["conv"] += weights * out_side * out_side
+        self.activations += out_channels * out_side * out_side
 
     def layer_norm(self, tokens: int, dim: int) -> None:
         self.params += 2 * dim
         self.flops["layer_norm"] += _LAYER_NORM_FLOPS_PER_ELEMENT * tokens * dim
+        self.activations += tokens * dim
 
     def batch_norm(self, channels: int, side: int) -> None:
         self.params += 2 * channels  # running mean/var are buffers, not parameters
         self.flops["batch_norm"] += _BATCH_NORM_FLOPS_PER_ELEMENT * channels * side * side
+        self.activations += channels * side * side
 
     def attention(self, heads: int, queries: int, keys: int, head_dim: int) -> None:
         """Scores (QK^T) plus the weighted sum of values, for every head."""
         self.flops["attention"] += heads * queries * keys * 2 * head_dim
+        self.activations += heads * queries * (2 * keys + head_dim)  # scores, their softmax, the output
 
     def head_mix(self, heads: int, queries: int, keys: int) -> None:
         """Talking heads: a (heads x heads) map plus bias over the head axis of the scores."""
         self.params += heads * heads + heads
         self.flops["attention"] += heads * heads * queries * keys
+        self.activations += heads * queries * keys
 
     def repeat(self, times: int, block: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Count ``block(*args, **kwargs)`` (one call adding one block) ``times`` times: identical blocks cost the
@@ -105,16 +119,22 @@ class _Tally:
         blocks is priced (and rejected by its budget) at once instead of looping forever."""
         if times <= 0:
             return None
-        params, flops = self.params, Counter(self.flops)
+        params, flops, activations = self.params, Counter(self.flops), self.activations
         result = block(*args, **kwargs)
         self.params += (self.params - params) * (times - 1)
+        self.activations += (self.activations - activations) * (times - 1)
         for name in COMPONENTS:
             self.flops[name] += (self.flops[name] - flops[name]) * (times - 1)
         return result
 
     def cost(self) -> Cost:
         by_component = {name: int(self.flops[name]) for name in COMPONENTS}
-        return Cost(params=self.params, flops=sum(by_component.values()), flops_by_component=by_component)
+        return Cost(
+            params=self.params,
+            flops=sum(by_component.values()),
+            flops_by_component=by_component,
+            activations=self.activations,
+        )
 
 
 def _conv_out(side: int, kernel: int, stride: int, padding: int) -> int:
@@ -128,6 +148,7 @@ def _conv_out(side: int, kernel: int, stride: int, padding: int) -> int:
 def _mlp(t: _Tally, tokens: int, dim: int, hidden: int) -> None:
     """``Mlp``: Linear(dim, hidden) -> GELU -> Linear(hidden, dim)."""
     t.linear(tokens, dim, hidden)
+    t.activations += tokens * hidden  # the GELU's output (its input is the first linear's)
     t.linear(tokens, hidden, dim)
 
 
@@ -216,6 +237,7 @@ def _coatnet_conv_stem(t: _Tally, in_chans: int, dim: int, depth: int, image_siz
     t.conv(in_chans, dim, 3, side, bias=False)
     for _ in range(depth - 1):
         t.batch_norm(dim, side)
+        t.activations += dim * side * side  # the GELU's output
         t.conv(dim, dim, 3, side, bias=False)
     return side
 
@@ -240,10 +262,13 @@ def _coatnet_mbconv_block(t: _Tally, config: CoAtNetConfig, in_dim: int, dim: in
     t.batch_norm(in_dim, side)
     t.conv(in_dim, hidden, 1, expand_side, bias=False)
     t.batch_norm(hidden, expand_side)
+    t.activations += hidden * expand_side * expand_side  # the GELU's output
     t.conv(hidden, hidden, 3, out_side, groups=hidden, bias=False)
     t.batch_norm(hidden, out_side)
+    t.activations += hidden * out_side * out_side  # the GELU's output
     if config.se_ratio > 0:
         _squeeze_excite(t, hidden, max(1, round(dim * config.se_ratio)))
+        t.activations += 2 * hidden * out_side * out_side  # the gate's sigmoid, broadcast, and the gated map
     t.conv(hidden, dim, 1, out_side)
     return out_side
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials.configio import ConfigError
-from trials.data_config import DATA_CHANNELS, MIRROR_SYMMETRIC, NATIVE_IMAGE_SIZE, NUM_CLASSES
+from trials.data_config import DATA_CHANNELS, MIRROR_SYMMETRIC, NATIVE_IMAGE_SIZE, NUM_CLASSES, DataConfig
 from trials.models.build import resolve_config
 from trials.models.config import CONFIG_CLASSES, ModelConfig, ModelConfigError, normalize_layout
 from trials.models.presets import PRESETS
 
 from .cost_model import estimate_cost
+from .memory import host_memory, model_values, refuse_if_over, trial_memory
 from .spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec, param_target, parse_constraint
 
 
@@ -278,7 +279,9 @@ def build_error(spec: SearchSpec, params: dict[str, Any]) -> ConfigError | None:
     """Why ``params``' config does not build, or None: the check :class:`SpaceFunction` makes of every
     proposal before pricing it (the trial config, and its model at the dataset's image size and classes)."""
     try:
-        priced_model(build_trial_config(spec, params))
+        config = build_trial_config(spec, params)
+        priced_model(config)
+        check_memory(spec, config)
     except ConfigError as error:
         return error
     return None
@@ -288,6 +291,19 @@ def priced_model(trial_config: dict[str, Any]) -> ModelConfig:
     """The model a trial config builds, at its dataset's image size and classes (as the runner sets them)."""
     model = resolve_config(trial_config["model"])
     return model.replace(**data_shape(trial_config.get("data", {}), model.num_classes))
+
+
+def check_memory(spec: SearchSpec, trial_config: dict[str, Any]) -> None:
+    """:class:`ConfigError` where a CPU trial of this config cannot fit in this machine's memory
+    (:mod:`search_space.memory`): made infeasible before anything is built or dispatched. A GPU
+    trial's limit is its device's, known where it runs: the worker checks it before building."""
+    resources = spec.search.resources
+    if resources.gpus > 0:
+        return
+    model = priced_model(trial_config)
+    batch = int(trial_config.get("data", {}).get("batch_size", DataConfig.batch_size))
+    need = trial_memory(model, batch, resources.workers, "cpu", half_precision=False)
+    refuse_if_over(need, host_memory(), model_values(model))
 
 
 def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dict[str, int], list[float]]:
@@ -357,6 +373,7 @@ class SpaceFunction:
         try:
             config = build_trial_config(self.spec, params)
             cost, violations = cost_violations(self.spec, config)
+            check_memory(self.spec, config)
         except ConfigError as error:
             return Feasibility(None, [1.0], str(error)), {"buildable": 1.0}
         return Feasibility(cost, violations), dict(zip(self.spec.constraints, violations, strict=True))

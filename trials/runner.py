@@ -46,6 +46,8 @@ from .gpu import (
 )
 from .measure import CostMeasurement, measure_cost
 from .models import build_model
+from .models.build import resolve_config
+from .models.config import ModelConfig
 from .predictions import TestPredictions
 from .sync_batchnorm import synchronise_batchnorm
 from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
@@ -159,6 +161,8 @@ def _error_text(error: BaseException) -> str:
 
 
 ResumeState = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+# (the model config as it will be built, the device, the trial's runtime facts): raises ConfigError to refuse.
+Preflight = Callable[[TrialConfig, ModelConfig, torch.device, dict[str, Any]], None]
 
 
 def run_trial(
@@ -169,6 +173,7 @@ def run_trial(
     *,
     launcher: PeerLauncher | None = None,
     group_rank: tuple[int, Rendezvous] | None = None,
+    preflight: Preflight | None = None,
 ) -> TrialResult:
     """Run one trial end to end. ``callback(metrics, trainer)`` runs after each epoch (True: stop).
 
@@ -179,6 +184,9 @@ def run_trial(
     A trial with ``distributed.workers`` > 1 runs as that many processes (:mod:`trials.distributed`):
     this one is rank 0 and starts the others with ``launcher`` (local processes by default; a
     search passes Ray actors). ``group_rank`` is how a peer process enters (see :func:`run_peer`).
+    ``preflight(trial, model_config, device, runtime)`` runs once the data and the device are known, just
+    before the model is built: a :class:`ConfigError` there fails the trial as a refused config (the
+    harness's memory pre-flight, which needs the cost model this package may not import).
     """
     started = time.perf_counter()
     raw = config.to_dict() if isinstance(config, TrialConfig) else dict(config)
@@ -188,7 +196,7 @@ def run_trial(
     except Exception as error:  # a config that cannot be read is a result, not a crash
         return _failed_to_build(result, error, started)
     if trial.distributed.workers == 1:
-        return _run(trial, result, callback, progress, resume_state, None, started)
+        return _run(trial, result, callback, progress, resume_state, None, started, preflight)
     if group_rank is not None:  # a peer: join rank 0's group, train, report nothing
         rank, rendezvous = group_rank
         try:
@@ -196,10 +204,10 @@ def run_trial(
         except Exception as error:
             return _failed_to_build(result, error, started)
         try:
-            return _run(trial, result, None, False, resume_state, group, started)
+            return _run(trial, result, None, False, resume_state, group, started, preflight)
         finally:
             close_group()
-    return _run_lead(trial, result, callback, progress, resume_state, launcher, started)
+    return _run_lead(trial, result, callback, progress, resume_state, launcher, started, preflight)
 
 
 def run_peer(
@@ -214,7 +222,7 @@ def run_peer(
     return {"status": result.status, "error": result.error}
 
 
-def _run_lead(trial, result, callback, progress, resume_state, launcher, started) -> TrialResult:
+def _run_lead(trial, result, callback, progress, resume_state, launcher, started, preflight) -> TrialResult:
     """Rank 0 of a data-parallel trial: open the rendezvous, start the peers, run as usual."""
     launcher = launcher if launcher is not None else LocalPeers(run_peer)
     state = resume_state() if callable(resume_state) else resume_state  # one copy, for every rank
@@ -230,7 +238,7 @@ def _run_lead(trial, result, callback, progress, resume_state, launcher, started
         launcher.stop()
         return _failed_to_build(result, error, started)
     try:
-        result = _run(trial, result, callback, progress, state, group, started)
+        result = _run(trial, result, callback, progress, state, group, started, preflight)
     finally:
         state = None
         close_group()
@@ -260,12 +268,13 @@ def _run(
     resume_state: ResumeState | None,
     group: Group | None,
     started: float,
+    preflight: Preflight | None = None,
 ) -> TrialResult:
     """Build, measure (rank 0), train and evaluate (rank 0) one trial in this process."""
     lead = group is None or group.lead
     try:
         result.config = trial.to_dict()
-        trainer = _build(trial, result.runtime, group)
+        trainer = _build(trial, result.runtime, group, preflight)
         result.built_model = trainer.model.config.to_dict()
         result.config["model"] = dict(result.built_model)
     except Exception as error:  # a config that cannot be built is a result, not a crash
@@ -344,7 +353,7 @@ def _limit_gpu_memory(trial: TrialConfig, device, runtime: dict[str, Any]) -> No
         runtime["mps_pinned_limit_mib"] = int(limit.split("=")[1].removesuffix("M"))
 
 
-def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = None):
+def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = None, preflight: Preflight | None = None):
     runtime.update(prepare_allocator(trial.device))  # before anything initialises CUDA
     device = resolve_device(trial.device)
     runtime["device"] = str(device)
@@ -369,7 +378,10 @@ def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = No
     if trial.cpus is not None:
         runtime["cpus"] = trial.cpus
     # The head, the input size and the input channels follow the dataset: the model config recorded is this one.
-    model = build_model(trial.model, num_classes=data.num_classes, image_size=data.image_size, in_chans=data.channels)
+    shape = {"num_classes": data.num_classes, "image_size": data.image_size, "in_chans": data.channels}
+    if preflight is not None:  # before anything the size of the model is allocated
+        preflight(trial, resolve_config(trial.model, **shape), device, runtime)
+    model = build_model(trial.model, **shape)
     if trial.init_from is not None:  # a fine-tune: the weights replaced, the same model (its cost unchanged)
         load_initial_weights(model, trial.init_from)
     runtime["world_size"] = 1 if group is None else group.world_size

@@ -10,6 +10,7 @@ import click
 
 from harness.cli.common import UsageError, config_error, one_line
 from harness.output import FORMATS, render
+from harness.preflight import bench_preflight, memory_preflight
 from search_space.validation import check_data_dir
 from trials.configio import ConfigError
 from trials.cpus import usable_cpus
@@ -124,7 +125,7 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
         raise config_error(error) from None
     except gpu.DeviceError as error:
         raise UsageError(f"device: {error}") from None
-    result = runner.run_trial(config, progress=progress)
+    result = runner.run_trial(config, progress=progress, preflight=memory_preflight)
     refused = result.status == TrialStatus.FAILED and result.config_key is not None  # the input, not the run
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
@@ -215,6 +216,11 @@ def bench_command(
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise UsageError("--batch-size and --repeats must be >= 1, --warmup >= 0")
     dev = train.resolve_device(device)
+    for name, config in configs:  # before any is built: one that cannot fit is refused naming its values
+        try:
+            bench_preflight(config, dev)
+        except ConfigError as error:
+            raise config_error(ConfigError(f"{name}: {error.field}", error.message)) from None
     rows = []
     for name, config in configs:
         cost = measure.measure_cost(

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.preflight import memory_preflight
 from harness.search.result_keys import BUILT_MODEL_KEY, NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY, split_tune_config
 from harness.search.worker.data_parallel import RayPeers
 from search_space.sampling import build_trial_config, cost_violations
@@ -198,6 +199,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
         resume_state=pending.pop if pending else None,
         progress=False,
         launcher=RayPeers(wanted) if wanted.workers > 1 else None,
+        preflight=memory_preflight,
     )
     runtime = {f"final_{k}": float(v) for k, v in result.runtime.items() if isinstance(v, (int, float, bool))}
     if result.worker_unusable:
