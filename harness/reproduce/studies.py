@@ -140,6 +140,7 @@ SCALES: dict[str, dict[str, Any]] = {
         "lr": 1e-3,
         "level": 0.05,
         "batch_size": 256,
+        "gpus": 1.0,  # one GPU per trial (without it the trials would train on the CPU, even on a GPU cluster)
     },
 }
 
@@ -152,7 +153,8 @@ CAIT_SCALES: dict[str, dict[str, Any]] = {
               "val_size": 1000, "epochs": 150, "lr": 5e-4, "gpus": 0.25, "scheme_depths": (12, 24),
               "scheme_epochs": 150},
     "paper": {"width": 192, "heads": 4, "depths": (12, 18, 24, 36), "split_depth": 24, "train_size": None,
-              "val_size": None, "epochs": 400, "lr": 5e-4, "scheme_depths": (12, 18, 24, 36), "scheme_epochs": 400},
+              "val_size": None, "epochs": 400, "lr": 5e-4, "gpus": 1.0, "scheme_depths": (12, 18, 24, 36),
+              "scheme_epochs": 400},
 }  # fmt: skip
 
 # CaiT Table 1's drop-path rate "adjusted per depth" for the DeiT baseline (a spec line, not a scheme).
