@@ -100,3 +100,59 @@ def test_a_postgresql_search_leaves_no_password_in_the_results_or_rays_session_d
             assert mode & 0o077 == 0, (path, oct(mode))
     finally:
         drop()
+
+
+SECRET_FORMS = [  # every place a URL may carry a secret: what a message masks is what is split off
+    "postgresql://u:{s}@h:5432/db",
+    "postgresql://u@h:5432/db?password={s}",
+    "postgresql://u@h:5432/db?sslpassword={s}",
+    "postgresql://u@h:5432/db?passfile=/home/{s}",
+    "postgresql://u@h:5432/db?token={s}&sslmode=require",
+    "postgresql://u@h:5432/db?some_new_option={s}",
+    "sqlite:////tmp/x.db?password={s}",
+    "sqlite:////tmp/x.db?sslpassword={s}",
+    "sqlite:////tmp/x.db?passfile={s}",
+    "sqlite:////tmp/x.db?api_key={s}",
+]
+
+
+@pytest.mark.parametrize("form", SECRET_FORMS)
+def test_whatever_a_message_masks_is_split_off_or_the_url_refused(form):
+    """One secrets list: a URL that passes the store's check hands on (split_secret) no part that
+    mask_url hides; every other URL is refused, naming the parameter, without its value."""
+    from harness.store.errors import StoreError
+    from harness.store.urls import normalize_url
+
+    url = form.format(s=SECRET)
+    assert SECRET not in mask_url(url)
+    public, password = split_secret(url)
+    assert SECRET not in public, public
+    try:
+        normalize_url(url)
+    except StoreError as refused:
+        said = str(refused)
+        assert SECRET not in said and ("?" in said or "parameter" in said), said
+        return
+    assert password == SECRET, "a secret the store took is neither split off nor refused"
+
+
+def test_a_sqlite_store_url_with_a_secret_parameter_is_refused_before_anything_is_written(tmp_path):
+    spec = {
+        "name": "s",
+        "family": "cait",
+        "base_model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},
+        "data": {"name": "synthetic", "num_classes": 4, "train_size": 64, "val_size": 32, "batch_size": 32},
+        "params": {"depth": {"choice": [1, 2]}},
+        "objectives": {"top1": "max"},
+        "search": {"sampler": "random", "n_trials": 1},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    url = f"sqlite:///{tmp_path / 'store.db'}?sslpassword={SECRET}"
+    done = subprocess.run(
+        [EXE, "search", str(tmp_path / "spec.yaml"), "--store", url, "--results-dir", str(tmp_path / "results")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "?sslpassword" in done.stderr and SECRET not in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no store, no results dir

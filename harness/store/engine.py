@@ -24,7 +24,6 @@ from sqlalchemy.exc import DBAPIError
 from .base import StoreBase
 from .errors import NoStore, StoreError
 from .schema import VERSION_TABLE, Base
-from .urls import SECRET_QUERY_KEYS
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 _PG_MIGRATION_LOCK = 0x41524348  # "ARCH": one advisory lock id for schema migrations
@@ -76,10 +75,8 @@ def _read_only_sqlite_url(url):
     """
     path = Path(url.database).resolve()
     flags = "mode=ro" if os.access(path.parent, os.W_OK) else "mode=ro&immutable=1"
-    # SQLite has no password: a secret in the query would only be appended to the file URI (and echoed
-    # back in SQLite's error message); the other keys are the user's.
-    query = {k: v for k, v in url.query.items() if k.lower() not in SECRET_QUERY_KEYS}
-    return url.set(database=f"file:{quote(str(path))}?{flags}", query={**query, "uri": "true"})
+    # A SQLite store URL has no query (refused by normalize_url): only SQLite's own flags go here.
+    return url.set(database=f"file:{quote(str(path))}?{flags}", query={"uri": "true"})
 
 
 def _enter_wal(cursor) -> None:

@@ -40,9 +40,6 @@ def as_store_url(location: str) -> str:
     return "sqlite:///" + quote(str(Path(location).expanduser().absolute()))  # escaped: decoded back exactly
 
 
-SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")  # what libpq reads a password from
-
-
 def _parse(url: str):
     """``make_url``, reading ``user:pass@word@host`` as browsers and libpq's URI parser do: the host
     follows the *last* ``@`` of the authority, so a password with an unencoded ``@`` stays whole
@@ -76,11 +73,14 @@ def mask_url(url: str) -> str:
 
 
 def split_secret(url: str) -> tuple[str, str | None]:
-    """(the URL without its password, the password or None).
+    """(the URL without any secret, the password or None).
 
     The URL handed to Ray, Optuna's storage and anything pickled onto the results dir carries no
-    password; the driver passes the password to libpq through ``PGPASSWORD`` instead (as
-    ``psql`` users do), so it never reaches a disk.
+    secret: the user-info password and **every query parameter** :func:`mask_url` **would mask**
+    (:func:`search_space.url_secrets.secret_query_keys`, the one list) are taken out. The password
+    (from the user info or ``?password=``) goes to libpq through ``PGPASSWORD`` instead (as ``psql``
+    users do); a store URL that reaches here holds no other secret (:func:`normalize_url` refuses
+    them), and whatever else would be masked is dropped, never written anywhere.
     """
     try:
         parsed = _parse(url)
@@ -91,12 +91,11 @@ def split_secret(url: str) -> tuple[str, str | None]:
         password = next((v for k, v in parsed.query.items() if k.lower() == "password"), None)
         if isinstance(password, tuple):
             password = password[0] if password else None
-    if password is None:
+    hidden = set(secret_query_keys(url))
+    if password is None and not hidden:
         return url, None
-    public = parsed._replace(password=None).difference_update_query(
-        [k for k in parsed.query if k.lower() == "password"]
-    )
-    return public.render_as_string(hide_password=False), str(password)
+    public = parsed._replace(password=None).difference_update_query([k for k in parsed.query if k in hidden])
+    return public.render_as_string(hide_password=False), None if password is None else str(password)
 
 
 def normalize_url(url: str):
@@ -115,13 +114,14 @@ def normalize_url(url: str):
             "use sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
         )
     if backend == "sqlite":
-        # SQLite takes no connection options here (the store sets its own timeout and journal):
-        # a stray ?option was ignored on a write and garbled a read-only open ("no such access mode").
-        # SQLAlchemy drops a query item without '=' (``sqlite:////dir/my?store.db`` opened /dir/my):
-        # the query is read from the text itself, every item, so none is dropped silently.
+        # SQLite takes no connection options here (the store sets its own timeout and journal) and
+        # has no password: a stray ?option was ignored on a write and garbled a read-only open ("no
+        # such access mode"), and ?sslpassword=... reached Ray's pickles with the URL. Every item is
+        # refused, named. SQLAlchemy drops a query item without '=' (``sqlite:////dir/my?store.db``
+        # opened /dir/my): the query is read from the text itself, so none is dropped silently.
         query = url.partition("://")[2].partition("?")[2] if "?" in url.partition("://")[2] else None
         items = [] if query is None else [item.partition("=")[0] for item in query.split("&")]
-        unknown = sorted({unquote(k) for k in items if unquote(k).lower() not in SECRET_QUERY_KEYS})
+        unknown = sorted({unquote(k) for k in items})
         if unknown or (query is not None and not items):
             raise StoreError(
                 f"a SQLite store URL takes no options, got ?{'&'.join(unknown)} in {mask_url(url)}: "
