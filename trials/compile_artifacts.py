@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .compile_cache import private_directory
+from .ownership import private_directory
 
 SUFFIX = ".artifacts"
 
@@ -40,13 +40,8 @@ class SharedArtifacts:
 
     def usable(self) -> str | None:
         """None when the directory may be used; else why not (it is created when absent)."""
-        try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as error:
-            return f"cannot create {self.directory}: {error.strerror or error}"
-        if not private_directory(self.directory):
-            return f"{self.directory} belongs to another user or is writable by others (artifacts are loaded as code)"
-        return None
+        problem = private_directory(self.directory)
+        return None if problem is None else f"{problem} (compile artifacts are loaded as code)"
 
     def load(self, key: str) -> dict[str, float]:
         """Load the architecture's artifacts into this process's compile caches, if a trial saved

@@ -29,7 +29,6 @@ import hashlib
 import json
 import math
 import os
-import stat
 import tempfile
 import time
 import warnings
@@ -40,7 +39,10 @@ from typing import Any
 
 import torch
 
+from trials import ownership
+from trials.configio import ConfigError
 from trials.cpus import usable_cpus
+from trials.ownership import CACHE_ENV, TORCH_CACHE_ENV, chosen_compile_cache, compile_cache_problem
 from trials.torch_internals import (
     async_compile,
     dynamo_callback,
@@ -50,8 +52,6 @@ from trials.torch_internals import (
     inductor_utils,
 )
 
-CACHE_ENV = "ARCHSEARCH_COMPILE_CACHE"  # where a user puts the node-local compile cache
-TORCH_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # what Inductor reads, every time it needs the directory
 LEDGER_DIR = "archsearch-compile-ledger"  # measured compile and step seconds per architecture, in the cache
 AUTO_DEVICE_TYPES = ("cuda",)  # where ``compile: auto`` compiles at all (CPU: eager; tests may widen it)
 MAX_COMPILE_THREADS = 32  # Inductor's own ceiling
@@ -86,15 +86,17 @@ def default_cache_dir() -> Path:
 
 def cache_dir() -> Path:
     """Where this node's trials keep compiled kernels: ``$ARCHSEARCH_COMPILE_CACHE``, the user's own
-    ``$TORCHINDUCTOR_CACHE_DIR``, or :func:`default_cache_dir` (checked: ours alone, see :func:`private_directory`)."""
-    chosen = os.environ.get(CACHE_ENV) or os.environ.get(TORCH_CACHE_ENV)
-    if chosen:
-        path = Path(chosen).expanduser().absolute()
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    ``$TORCHINDUCTOR_CACHE_DIR``, or :func:`default_cache_dir`; each checked to be ours alone
+    (:func:`trials.ownership.not_private`, the one rule). A directory the environment chose that is not
+    is refused (:class:`ConfigError` naming the variable); the default one falls back to a fresh one."""
+    problem = compile_cache_problem()
+    if problem is not None:
+        raise ConfigError(problem.partition(":")[0], problem.partition(": ")[2])
+    chosen = chosen_compile_cache()
+    if chosen is not None:
+        return chosen[1]
     path = default_cache_dir()
-    path.mkdir(mode=0o700, exist_ok=True)
-    if private_directory(path):
+    if ownership.private_directory(path) is None:
         return path
     fallback = Path(tempfile.mkdtemp(prefix="archsearch-inductor-"))
     warnings.warn(
@@ -104,15 +106,6 @@ def cache_dir() -> Path:
         stacklevel=2,
     )
     return fallback
-
-
-def private_directory(path: Path) -> bool:
-    """Owned by this user and writable by no one else: Inductor loads what it finds there as code,
-    and a shared temporary directory lets anyone create the default path first."""
-    info = path.lstat()
-    return (
-        stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    )
 
 
 def configure_compiler(cpus: float | None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from dashboards.pareto import study_front
 from harness.search import adapter, experiment_guard, verify
 from harness.search.checkpoints import prune_checkpoints
 from harness.search.cluster.ray_setup import (
+    SearchError,
     check_resources,
     check_storage,
     check_study_name,
@@ -57,6 +58,7 @@ from harness.store import Store, StoreError, mask_url
 from harness.store.urls import optuna_storage_url, split_secret
 from search_space.spec import SearchSpec
 from trials.errors import ArchsearchError
+from trials.ownership import compile_cache_problem
 from trials.status import StudyStatus, TrialStatus
 
 
@@ -240,6 +242,11 @@ def _check_before_writing(
                 f"study {name!r} already has trials in {store.url}: use --resume {name} to continue it, "
                 "or --name to start a new study"
             )
+        # The compile cache the environment chose (its kernels are loaded as code): ours alone, or refused
+        # now, before Ray starts, not in every trial (a local Ray's workers inherit this environment).
+        if spec.training.get("compile", "auto") is not False and (problem := compile_cache_problem()):
+            variable, _, why = problem.partition(": ")
+            raise SearchError(variable, why)
         # The warm start's source, the results dir, the experiment dir (a planted link would be
         # followed by Ray): looked at, nothing created.
         if not resume:

@@ -24,21 +24,14 @@ from pathlib import Path
 
 from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, is_uri
 from trials.errors import capped
+from trials.ownership import not_private
 
 MAX_EXPERIMENT_CANDIDATES = 100  # <name>, <name>.2, ... <name>.100: then the plain name's refusal stands
 
 
 def _owned_and_private(path: Path, info: os.stat_result) -> str | None:
-    """Why ``path`` is not ours alone (None: it is)."""
-    if stat.S_ISLNK(info.st_mode):
-        return f"{path} is a symbolic link"
-    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-        return f"{path} is not a regular file or directory"
-    if info.st_uid != os.getuid():
-        return f"{path} belongs to another user (uid {info.st_uid})"
-    if info.st_mode & 0o022:
-        return f"{path} is writable by other users (mode {stat.S_IMODE(info.st_mode):o})"
-    return None
+    """Why ``path`` is not ours alone (None: it is): the one rule of :mod:`trials.ownership`."""
+    return not_private(path, info)
 
 
 def check_new_experiment(experiment: str) -> None:
