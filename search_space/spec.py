@@ -65,6 +65,25 @@ _INDEXED = re.compile(r"^(?P<field>depths|dims)\[(?P<index>\d)\]$")
 MAX_TRIALS = 10**6  # search.n_trials (and what counts trials: initial_spread, warm_start.top, a plateau's window)
 MAX_CONCURRENCY = 10_000  # search.concurrency: trials at a time
 MAX_RETRIES = 100  # search.retries: of one failed trial
+# The range rule for every resource number a trial asks Ray for (search.resources.cpus, .gpus; workers
+# and concurrency are bounded integers): finite, and what Ray's fixed-point resources (1/10,000 units,
+# int64) represent: a nonzero quantity of at least RAY_RESOURCE_UNIT (a smaller one would be scheduled
+# as 0, or refused inside Ray after it started), at most MAX_CPUS_PER_PROCESS CPUs, and a GPU share
+# packing at most MAX_TRIALS_PER_GPU trials. Checked when the spec is read, before Ray starts.
+RAY_RESOURCE_UNIT = 1e-4
+MAX_CPUS_PER_PROCESS = 1024
+MAX_TRIALS_PER_GPU = 100
+
+
+def ray_quantity(value: float, name: str, *, high: float) -> float:
+    """``value`` if Ray can schedule it as ``name`` (see the range rule above), else ValueError saying why."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value} is not a number Ray can schedule; give a finite {name}")
+    if value != 0 and value < RAY_RESOURCE_UNIT:
+        raise ValueError(f"{value:g} is below the smallest {name} Ray schedules ({RAY_RESOURCE_UNIT:g}): it would be 0")
+    if value > high:
+        raise ValueError(f"{value:g} {name} for one trial process is more than any node has; at most {high:g}")
+    return value
 _CONSTRAINT = re.compile(r"^\s*(?P<metric>[a-z_0-9]+)\s*(?P<op><=|>=|<|>)\s*(?P<bound>[-+0-9.eE_]+)\s*$")
 
 
@@ -212,9 +231,20 @@ class Resources(_Strict):
     # time-slicing (trials.mps); checked on every GPU node before the search starts.
     mps: bool = False
 
+    @field_validator("cpus")
+    @classmethod
+    def _schedulable_cpus(cls, cpus: float) -> float:
+        return ray_quantity(cpus, "cpus", high=MAX_CPUS_PER_PROCESS)
+
     @field_validator("gpus")
     @classmethod
     def _one_gpu_or_a_share(cls, gpus: float) -> float:
+        ray_quantity(gpus, "gpus", high=math.inf)
+        if 0 < gpus < 1 / MAX_TRIALS_PER_GPU:
+            raise ValueError(
+                f"{gpus:g} of a GPU packs more than {MAX_TRIALS_PER_GPU} trials on one; the smallest share is "
+                f"{1 / MAX_TRIALS_PER_GPU:g}"
+            )
         if gpus > 1:
             raise ValueError(
                 f"{gpus:g} GPUs for one process, which uses one: ask for workers: {math.ceil(gpus)} "
