@@ -224,9 +224,10 @@ class Resources(_Strict):
     would sit idle (ask for workers instead), and a share that is not 1/k would strand the rest.
     """
 
-    cpus: float = Field(1.0, gt=0)
-    gpus: float = Field(0.0, ge=0)
-    workers: int = Field(1, ge=1, le=MAX_WORKERS)
+    # strict: a number, never a boolean or a string (``cpus: true`` was one CPU, ``workers: "2"`` two).
+    cpus: float = Field(1.0, gt=0, strict=True)
+    gpus: float = Field(0.0, ge=0, strict=True)
+    workers: int = Field(1, ge=1, le=MAX_WORKERS, strict=True)
     # Packed trials as clients of each GPU node's CUDA MPS daemon, so their kernels overlap instead of
     # time-slicing (trials.mps); checked on every GPU node before the search starts.
     mps: bool = False
@@ -319,7 +320,7 @@ class Track(_Strict):
 class SearchSettings(_Strict):
     sampler: Literal["tpe", "nsga2", "random", "grid"] = "tpe"
     n_trials: int = Field(8, ge=1, le=MAX_TRIALS)
-    concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY)
+    concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY, strict=True)
     seed: int = Field(0, ge=0, le=MAX_SEED)  # Optuna's samplers seed numpy's RandomState: 0..2**32 - 1
     resources: Resources = Resources()
     early_stopping: EarlyStopping | None = None

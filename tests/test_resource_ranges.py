@@ -36,6 +36,12 @@ REFUSED = [
     ("resources.workers", 10**9),
     ("concurrency", 0),
     ("concurrency", 10**12),
+    ("concurrency", True),
+    ("resources.cpus", True),
+    ("resources.cpus", "1"),
+    ("resources.gpus", True),
+    ("resources.workers", "2"),
+    ("resources.workers", 2.5),
 ]
 ACCEPTED = [("resources.cpus", 0.5), ("resources.cpus", 0.0001), ("resources.cpus", 64), ("resources.gpus", 0.25),
             ("resources.gpus", 0.01), ("resources.gpus", 1), ("resources.workers", 2)]  # fmt: skip
