@@ -15,10 +15,10 @@ from typing import Any
 from search_space.memory import (
     MemoryBudget,
     host_memory,
+    inference_memory,
     model_values,
     refuse_if_over,
     trial_memory,
-    weights_memory,
 )
 from trials.lazy import lazy_import
 from trials.trial_config import TrialConfig
@@ -27,12 +27,12 @@ torch = lazy_import("torch")
 optimiser = lazy_import("trials.optimiser")
 
 
-def bench_preflight(model, device) -> None:
-    """``archsearch bench``: :class:`ConfigError` where the model's weights alone cannot fit on
-    ``device`` (a forward pass without gradients keeps few activations at once: only the weights are
-    certain to be needed whole)."""
+def bench_preflight(model, device, batch_size: int = 1) -> None:
+    """``archsearch bench``: :class:`ConfigError` where the model's weights and one input batch cannot
+    fit on ``device`` (a forward pass without gradients keeps few activations at once: only the weights
+    and the batch are certain to be needed whole)."""
     budget = device_budget(None, device, {})
-    refuse_if_over(weights_memory(model), budget, model_values(model))
+    refuse_if_over(inference_memory(model, batch_size), budget, f"{model_values(model)} at batch {batch_size:,}")
 
 
 def device_budget(trial: TrialConfig | None, device, runtime: dict[str, Any]) -> MemoryBudget | None:

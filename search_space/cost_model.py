@@ -58,6 +58,7 @@ class Cost:
     flops: int
     flops_by_component: dict[str, int] = field(default_factory=dict, hash=False)
     activations: int = 0  # elements per image kept for the backward pass (an estimate: see the module docstring)
+    peak_activation: int = 0  # elements per image of the largest single layer output (live at once in any forward)
 
 
 class _Tally:
@@ -67,6 +68,12 @@ class _Tally:
         self.params = 0
         self.flops: Counter[str] = Counter()
         self.activations = 0
+        self.peak = 0
+
+    def _output(self, elements: int) -> None:
+        """One layer's output: saved for backward, and a lower bound of any forward's live memory."""
+        self.activations += elements
+        self.peak = max(self.peak, elements)
 
     def parameter(self, numel: int) -> None:
         """A bare ``nn.Parameter`` (embeddings, class token, gains, bias tables): no FLOPs."""
@@ -75,7 +82,7 @@ class _Tally:
     def linear(self, tokens: int, in_features: int, out_features: int, bias: bool = True) -> None:
         self.params += in_features * out_features + (out_features if bias else 0)
         self.flops["linear"] += tokens * in_features * out_features
-        self.activations += tokens * out_features
+        self._output(tokens * out_features)
 
     def conv(
         self,
@@ -90,28 +97,29 @@ class _Tally:
         weights = out_channels * (in_channels // groups) * kernel * kernel
         self.params += weights + (out_channels if bias else 0)
         self.flops["conv"] += weights * out_side * out_side
-        self.activations += out_channels * out_side * out_side
+        self._output(out_channels * out_side * out_side)
 
     def layer_norm(self, tokens: int, dim: int) -> None:
         self.params += 2 * dim
         self.flops["layer_norm"] += _LAYER_NORM_FLOPS_PER_ELEMENT * tokens * dim
-        self.activations += tokens * dim
+        self._output(tokens * dim)
 
     def batch_norm(self, channels: int, side: int) -> None:
         self.params += 2 * channels  # running mean/var are buffers, not parameters
         self.flops["batch_norm"] += _BATCH_NORM_FLOPS_PER_ELEMENT * channels * side * side
-        self.activations += channels * side * side
+        self._output(channels * side * side)
 
     def attention(self, heads: int, queries: int, keys: int, head_dim: int) -> None:
         """Scores (QK^T) plus the weighted sum of values, for every head."""
         self.flops["attention"] += heads * queries * keys * 2 * head_dim
-        self.activations += heads * queries * (2 * keys + head_dim)  # scores, their softmax, the output
+        self._output(heads * queries * keys)  # the scores
+        self.activations += heads * queries * (keys + head_dim)  # their softmax, the output
 
     def head_mix(self, heads: int, queries: int, keys: int) -> None:
         """Talking heads: a (heads x heads) map plus bias over the head axis of the scores."""
         self.params += heads * heads + heads
         self.flops["attention"] += heads * heads * queries * keys
-        self.activations += heads * queries * keys
+        self._output(heads * queries * keys)
 
     def repeat(self, times: int, block: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Count ``block(*args, **kwargs)`` (one call adding one block) ``times`` times: identical blocks cost the
@@ -134,6 +142,7 @@ class _Tally:
             flops=sum(by_component.values()),
             flops_by_component=by_component,
             activations=self.activations,
+            peak_activation=self.peak,
         )
 
 

@@ -40,19 +40,23 @@ class MemoryNeed:
 
     params: int
     state_bytes: int  # weights (and, training, gradients and optimiser state)
-    activation_bytes: int
+    activation_bytes: int  # activations kept for backward (training), the input batch (inference)
     batch_size: int
+    inference: bool = False
 
     @property
     def total(self) -> int:
         return self.state_bytes + self.activation_bytes
 
     def describe(self) -> str:
+        if self.inference:
+            return (
+                f"about {_gb(self.total)} ({_gb(self.state_bytes)} for the weights of {self.params:,} parameters, "
+                f"{_gb(self.activation_bytes)} for a batch of {self.batch_size:,} images and its largest layer output)"
+            )
         return (
             f"about {_gb(self.total)} ({_gb(self.state_bytes)} for {self.params:,} parameters with their gradients "
             f"and AdamW state, {_gb(self.activation_bytes)} of activations at batch {self.batch_size})"
-            if self.activation_bytes
-            else f"about {_gb(self.total)} for the weights of {self.params:,} parameters"
         )
 
 
@@ -64,10 +68,14 @@ def training_memory(model: CaiTConfig | CoAtNetConfig, batch_size: int, *, half_
     return MemoryNeed(cost.params, cost.params * BYTES_PER_PARAMETER_TRAINING, activation_bytes, batch_size)
 
 
-def weights_memory(model: CaiTConfig | CoAtNetConfig) -> MemoryNeed:
-    """Memory for the model's weights alone (what ``bench`` needs before its first forward)."""
-    params = estimate_cost(model).params
-    return MemoryNeed(params, params * BYTES_PER_PARAMETER_INFERENCE, 0, 0)
+def inference_memory(model: CaiTConfig | CoAtNetConfig, batch_size: int) -> MemoryNeed:
+    """Memory certainly needed to run ``model`` on a batch (what ``bench`` needs before its first
+    forward): the fp32 weights, the input images and the largest single layer output at that batch
+    (every other transient output comes on top, so this is a lower bound: it never refuses what fits)."""
+    cost = estimate_cost(model)
+    per_image = model.in_chans * model.image_size * model.image_size + cost.peak_activation
+    return MemoryNeed(cost.params, cost.params * BYTES_PER_PARAMETER_INFERENCE, batch_size * per_image * 4, batch_size,
+                      inference=True)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,12 @@ def test_a_gpu_trials_budget_is_its_device_or_its_share_of_it():
     with pytest.raises(ConfigError, match=r"its 0.25 share of cuda:0's 80.0 GB"):
         memory_preflight(trial, big, torch.device("cuda:0"), {"gpu_total_bytes": 80_000_000_000})
     memory_preflight(whole, big.replace(depth=1), torch.device("cuda:0"), {"gpu_total_bytes": 80_000_000_000})
+
+
+@pytest.mark.parametrize("batch", ["1000000", "100000000000000000000"])
+def test_bench_refuses_a_batch_that_cannot_fit_before_allocating_it(batch):
+    """Both were an internal error (a 12 TB allocation, an int64 overflow), and 10^6 a kill by the OOM killer."""
+    run = subprocess.run([EXE, "bench", "cait_tiny32", "--batch-size", batch, "--repeats", "1"], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 2 and "internal error" not in run.stderr, run.stderr
+    assert "batch" in run.stderr, run.stderr

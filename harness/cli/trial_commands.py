@@ -14,6 +14,7 @@ from harness.preflight import bench_preflight, memory_preflight
 from search_space.validation import check_data_dir
 from trials.configio import ConfigError
 from trials.cpus import usable_cpus
+from trials.data_config import MAX_BATCH_SIZE
 from trials.lazy import lazy_import
 from trials.status import TrialStatus
 from trials.trial_config import anchor_paths, load_trial_config, read_yaml
@@ -215,10 +216,12 @@ def bench_command(
         raise config_error(error) from None
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise UsageError("--batch-size and --repeats must be >= 1, --warmup >= 0")
+    if batch_size > MAX_BATCH_SIZE:  # the bound every batch size of a trial config has
+        raise UsageError(f"--batch-size {batch_size} is more than {MAX_BATCH_SIZE:,} images")
     dev = train.resolve_device(device)
     for name, config in configs:  # before any is built: one that cannot fit is refused naming its values
         try:
-            bench_preflight(config, dev)
+            bench_preflight(config, dev, batch_size)
         except ConfigError as error:
             raise config_error(ConfigError(f"{name}: {error.field}", error.message)) from None
     rows = []
