@@ -33,7 +33,7 @@ def test_a_directory_others_can_write_is_refused(tmp_path: Path):
     shared = tmp_path / "shared"
     assert SharedArtifacts(shared).usable() is None and shared.is_dir()
     shared.chmod(0o777)
-    assert "writable by others" in SharedArtifacts(shared).usable()
+    assert "writable by other users" in SharedArtifacts(shared).usable()
 
 
 def test_a_trial_given_a_directory_others_can_write_says_so_and_shares_nothing(tmp_path: Path):
@@ -43,7 +43,7 @@ def test_a_trial_given_a_directory_others_can_write_says_so_and_shares_nothing(t
     with pytest.warns(RuntimeWarning, match="compile_artifacts_dir not used"):
         result = run_trial(tiny({"compile": True, "compile_backend": "eager", "compile_artifacts_dir": str(shared)}))
     assert result.status == "completed", result.error
-    assert any("writable by others" in note for note in result.notes)
+    assert any("writable by other users" in note for note in result.notes)
     assert list(shared.iterdir()) == []
 
 
