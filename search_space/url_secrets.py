@@ -11,6 +11,8 @@ Standard library only: the spec layer checks URLs before anything runs.
 
 from __future__ import annotations
 
+import re
+import contextlib
 from urllib.parse import parse_qsl, urlsplit
 
 # Query parameters that configure a connection and carry nothing secret (libpq's names).
@@ -28,18 +30,43 @@ def _authority(url: str) -> tuple[str, str]:
     return (userinfo, authority.rpartition("@")[2]) if at else ("", authority)
 
 
+# SQLAlchemy's reading of the user info: a user without ':' or '/', then ':' and a password up to the
+# first '@' (which may hold '/', '?' and '#').
+_SQLALCHEMY_USERINFO = re.compile(r"[^:/]*:[^@]*@")
+
+
 def has_userinfo_password(url: str) -> bool:
+    """Whether any reader of ``url`` finds a password in its user info: a browser's or libpq's
+    (``user:pw@`` before the host) or SQLAlchemy's, which takes everything from the first ':' to
+    the next '@' for the password, '/', '?' and '#' included (``u:p/x@h`` is user ``u``, password ``p/x``)."""
     userinfo, _ = _authority(url)
-    return ":" in userinfo
+    return ":" in userinfo or bool(_SQLALCHEMY_USERINFO.match(url.partition("://")[2]))
+
+
+def _query_readings(url: str) -> list[str]:
+    """Every text some reader of ``url`` takes for its query. The standard library stops at '#' (a
+    fragment); SQLAlchemy does not (``?application_name=a#&password=pw`` is a password to it, and so
+    to libpq) and starts after the user info, which may itself hold a '?'. A key in any reading counts."""
+    rest = url.partition("://")[2] if "://" in url else url
+    starts = {rest.find("?")}
+    for at in (rest.find("@"), rest.rfind("@")):
+        if at >= 0:
+            starts.add(rest.find("?", at))
+    readings = [rest[start + 1 :] for start in sorted(starts) if start >= 0]
+    with contextlib.suppress(ValueError):
+        readings.append(urlsplit(url).query)
+    return readings
 
 
 def secret_query_keys(url: str) -> list[str]:
-    """The query parameters of ``url`` that may carry a secret: every one not known to be harmless."""
-    try:
-        query = urlsplit(url).query
-    except ValueError:
-        query = url.partition("?")[2]
-    return [key for key, _ in parse_qsl(query, keep_blank_values=True) if key.lower() not in HARMLESS_QUERY_KEYS]
+    """The query parameters of ``url`` that may carry a secret: every one not known to be harmless,
+    in any reading of its query (:func:`_query_readings`), each named once."""
+    keys: dict[str, None] = {}
+    for query in _query_readings(url):
+        for key, _ in parse_qsl(query, keep_blank_values=True):
+            if key.lower() not in HARMLESS_QUERY_KEYS:
+                keys[key] = None
+    return list(keys)
 
 
 def secret_parts(url: str) -> list[str]:

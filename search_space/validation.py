@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -43,7 +43,7 @@ from .spec import (
     param_target,
     parse_constraint,
 )
-from .url_secrets import secret_parts, secret_query_keys
+from .url_secrets import has_userinfo_password, secret_parts, secret_query_keys
 
 # Metrics a trial reports after every epoch, which a scheduler (ASHA) can compare across trials.
 PER_EPOCH_METRICS = ("top1", "top5", "eval_loss", "train_loss")
@@ -253,7 +253,9 @@ def tracking_secret_route(uri: str) -> str | None:
             "search.track.mlflow.tracking_uri",
             f"carries query parameter {others[0]!r}, which may hold a secret and would be stored with the spec",
         )
-    queried = any(key.lower() == "password" for key, _ in parse_qsl(parts.query))
+    queried = any(key.lower() == "password" for key in secret_query_keys(uri))  # a reading past '#' too
+    if password is None and has_userinfo_password(uri):
+        password = ""  # a password only SQLAlchemy sees (``u:p/x@h``): refused or routed, never left in
     if scheme.split("+")[0] == "postgresql" and (password is not None or queried):
         return "libpq"
     if scheme in ("http", "https") and password is not None and not queried:

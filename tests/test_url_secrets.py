@@ -31,6 +31,12 @@ FORMS = [
     (f"postgresql://alice@db.example/runs?sslmode=require&token={SECRET}", "?token after a harmless one"),
     (f"postgresql://alice@db.example/runs?options=-c%20secret%3D{SECRET}", "?options"),
     (f"postgresql://alice@[::1]:5432/runs?api_key={SECRET}", "IPv6 host, ?api_key"),
+    # SQLAlchemy (and so libpq) reads past a '#', where the standard library sees a fragment
+    (f"postgresql://alice@db.example/runs?application_name=a#&password={SECRET}", "?password after a #"),
+    (f"postgresql://alice@db.example/runs?application_name=a#&sslpassword={SECRET}", "?sslpassword after a #"),
+    (f"postgresql://alice@db.example/runs#?password={SECRET}", "a query after a # in the database"),
+    (f"postgresql://alice:p#{SECRET}@db.example/runs", "user info with a #"),
+    (f"postgresql://alice:{SECRET}/x@db.example/runs", "user info with a / (SQLAlchemy's reading)"),
 ]
 
 
@@ -69,7 +75,9 @@ def test_a_warm_start_store_url_with_any_secret_is_refused(url, where):
     assert refused.value.field == "search.warm_start.store" and SECRET not in str(refused.value)
 
 
-@pytest.mark.parametrize("query", [f"token={SECRET}", f"api_key={SECRET}", f"sslpassword={SECRET}"])
+@pytest.mark.parametrize(
+    "query", [f"token={SECRET}", f"api_key={SECRET}", f"sslpassword={SECRET}", f"x=1#&password={SECRET}"]
+)
 def test_a_tracking_uri_with_a_secret_query_parameter_is_refused(query):
     spec = _spec_with("search.track", {"mlflow": {"tracking_uri": f"https://mlflow.example/?{query}"}})
     with pytest.raises(ConfigError) as refused:
@@ -82,3 +90,30 @@ def test_harmless_connection_settings_pass_and_are_shown():
     normalize_url(url)
     shown = mask_url(url)
     assert "sslmode=require" in shown and "connect_timeout=5" in shown and "***" not in shown
+
+
+TRACKING_FORMS = [
+    f"https://alice:{SECRET}@mlflow.example/",
+    f"https://alice:{SECRET}/x@mlflow.example/",
+    f"https://mlflow.example/?a=1#&password={SECRET}",
+    f"postgresql://alice:{SECRET}@127.0.0.1:5432/test",
+    f"postgresql://alice@127.0.0.1:5432/test?application_name=a#&password={SECRET}",
+    f"postgresql://alice@127.0.0.1:5432/test#?password={SECRET}",
+]
+
+
+@pytest.mark.parametrize("uri", TRACKING_FORMS)
+def test_a_tracking_uri_keeps_no_secret_in_the_stored_spec_or_is_refused(uri, monkeypatch):
+    """Whatever reading of the URI finds the secret, the spec that is stored (and pickled to Ray)
+    holds none of it: the password is routed to the environment or the URI refused, named."""
+    from harness.search.record.trackers import without_secrets
+
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    spec_dict = _spec_with("search.track", {"mlflow": {"tracking_uri": uri}})
+    try:
+        spec = load_spec(spec_dict)
+        public, _ = without_secrets(spec, f"postgresql://alice:{SECRET}@127.0.0.1:5432/test")
+    except ConfigError as refused:
+        assert refused.field == "search.track.mlflow.tracking_uri" and SECRET not in str(refused)
+        return
+    assert SECRET not in public.model_dump_json()

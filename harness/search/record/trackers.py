@@ -31,6 +31,7 @@ from sqlalchemy.engine import make_url
 from harness.search.result_keys import NUMBER_KEY
 from harness.store.urls import mask_url, split_secret
 from search_space.spec import SearchSpec
+from search_space.url_secrets import secret_parts
 from search_space.validation import TRACK_EXTRA, tracking_secret_route
 from trials.configio import ConfigError
 from trials.lazy import lazy_import
@@ -85,6 +86,12 @@ def without_secrets(spec: SearchSpec, store_url: str) -> tuple[SearchSpec, Track
             raise ConfigError("search.track.mlflow.tracking_uri", "is not a PostgreSQL URL: postgresql://USER@HOST/DB")
         _check_one_libpq_password(password, store_url)
         env = {"PGPASSWORD": password}
+    left = secret_parts(public)
+    if left:  # a reading of the URL the split did not share (a '#', a '/' in the password): refused, not kept
+        raise ConfigError(
+            "search.track.mlflow.tracking_uri",
+            f"still carries {left[0]} once its password is taken out; percent-encode '#', '/', '?' and '@' in it",
+        )
     track = spec.search.track.model_copy(update={"mlflow": tracking.model_copy(update={"tracking_uri": public})})
     search = spec.search.model_copy(update={"track": track})
     return spec.model_copy(update={"search": search}), TrackerSecrets(env)
