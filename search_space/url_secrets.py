@@ -11,8 +11,8 @@ Standard library only: the spec layer checks URLs before anything runs.
 
 from __future__ import annotations
 
-import re
 import contextlib
+import re
 from urllib.parse import parse_qsl, urlsplit
 
 # Query parameters that configure a connection and carry nothing secret (libpq's names).

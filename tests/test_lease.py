@@ -336,3 +336,65 @@ def _take_over(store: Store, name: str) -> tuple[int, int, list]:
     with store.engine.connect().execution_options(archsearch_write=True) as conn, conn.begin():
         conn.execute(update(Study).where(Study.name == name).values(lease="another driver's", driver="elsewhere 1 0 -"))
         return _rows_of(store, name, conn)
+
+
+SILENT_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from harness.store import Store
+    with Store.open(sys.argv[1]) as store:
+        store.create_study("held", {"name": "held"}, {"top1": "max"})
+        store.claim_study("held")
+    print("claimed", flush=True)  # its store closed: the lease and its lock are the process's
+    time.sleep(120)
+    """
+)
+
+
+def test_a_sqlite_reader_whose_clock_runs_ahead_still_sees_a_live_driver(tmp_path):
+    """SQLite has no server clock: its CURRENT_TIMESTAMP is the reader's. A reader 15 minutes ahead of
+    a live driver (in another PID namespace, so its PID says nothing) judged it silent and marked its
+    study interrupted, and a rename went through. The driver's kernel lock on the file says it is alive."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    holder = subprocess.Popen([sys.executable, "-c", SILENT_HOLDER, url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "claimed"
+        with Store.open(url, create=False) as store:
+            lease = _row(store, "held")["lease"]
+            # As the reader 15 minutes ahead sees it: another namespace's driver, its beat long past.
+            _foreign_driver(store, "held", beat_age_s=liveness.HEARTBEAT_STALE_S + 900)
+            _set(store, "held", lease=lease)
+            assert store.live_driver("held") is not None
+            assert store.gone_drivers() == {} and store.mark_interrupted() == []
+            with pytest.raises(StoreError, match="cannot rename study 'held'"):
+                store.rename_study("held", "other")
+            with pytest.raises(StoreError, match="being run by another driver"):
+                store.claim_study("held")
+            holder.kill()
+            holder.wait()
+            # Its lock went with it: now the silent beat decides, and the study is taken over.
+            assert "no heartbeat from its driver" in store.gone_drivers()["held"]
+            assert store.mark_interrupted() == ["held"]
+            store.claim_study("held")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("how", ["replaced", "removed"])
+def test_a_driver_whose_sqlite_file_is_replaced_or_removed_stops_writing(tmp_path, how):
+    """A driver kept writing into the unlinked file after a restore replaced the store: every write
+    after that was lost to every reader. Its lock's open file tells it, at the next write or beat."""
+    path = tmp_path / "store.db"
+    with Store.open(f"sqlite:///{path}") as driver:
+        driver.create_study("s", {"name": "s"}, {"top1": "max"})
+        driver.claim_study("s")
+        driver.heartbeat("s")
+        if how == "replaced":
+            shutil.copy(path, tmp_path / "copy.db")
+            os.replace(tmp_path / "copy.db", path)
+        else:
+            path.unlink()
+        for write in _writes(driver, "s").values():
+            with pytest.raises(LeaseLost, match="removed or replaced"):
+                write()

@@ -37,12 +37,13 @@ OPTUNA_STUDIES = "studies"  # Optuna's study table (name column ``study_name``, 
 OPTUNA_TRIALS = "trials"  # Optuna's trial table (key ``trial_id``, ``study_id`` refers to its study)
 
 
-def _refuse_live_driver(conn, name: str, study_id: int, action: str) -> dict[str, Any]:
-    """The study row, locked for the transaction; a live driver (not this process) is refused."""
+def _refuse_live_driver(conn, name: str, study_id: int, action: str, lock_held: bool | None) -> dict[str, Any]:
+    """The study row, locked for the transaction; a live driver (not this process) is refused.
+    ``lock_held``: what the store knows of the study's driver lock (:meth:`StoreBase.driver_lock_held`)."""
     table = Study.__table__
     query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
     row = conn.execute(query.with_for_update()).one()
-    record = driver_record(row)
+    record = driver_record(row, lock_held)
     foreign = row.status == "running" and record.driver and record.driver != driver_identity()
     if foreign and driver_gone(record, HEARTBEAT_STALE_S) is None:
         raise StoreError(
@@ -150,9 +151,10 @@ class StudyAdmin(Liveness):
         or nothing. Returns the rows deleted per kind. Refused while its driver is alive."""
         study_id = self._study_id(name)
         trial_ids = select(Trial.id).where(Trial.study_id == study_id)
+        held = self.driver_lock_held(study_id)
 
         def write(conn) -> dict[str, int]:
-            _refuse_live_driver(conn, name, study_id, "delete")
+            _refuse_live_driver(conn, name, study_id, "delete", held)
             deleted = {}
             for label, model in (("verified", VerifiedMeasurement), ("epochs", EpochRecord),
                                  ("measurements", Measurement), ("test_predictions", TestPrediction)):  # fmt: skip
@@ -172,9 +174,10 @@ class StudyAdmin(Liveness):
         study_id = self._study_id(old)
         if old == new:
             raise StoreError(f"study {old!r} already has that name")
+        held = self.driver_lock_held(study_id)
 
         def write(conn) -> None:
-            _refuse_live_driver(conn, old, study_id, "rename")
+            _refuse_live_driver(conn, old, study_id, "rename", held)
             if conn.execute(select(Study.id).where(Study.name == new)).scalar() is not None:
                 raise StoreError(f"cannot rename {old!r} to {new!r}: a study of that name exists in {self.url}")
             conn.execute(update(Study).where(Study.id == study_id).values(name=new, updated_at=_now()))

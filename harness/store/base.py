@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, inspect, select
@@ -19,6 +20,7 @@ from sqlalchemy.exc import DBAPIError
 
 from trials.errors import capped
 
+from . import driver_lock
 from .errors import LeaseLost, StoreError
 from .schema import Study
 from .urls import mask_url
@@ -50,8 +52,32 @@ class StoreBase:
 
     def lease_of(self, study: str) -> str | None:
         """The lease this store holds on ``study`` (see :mod:`harness.store.liveness`): its writes to
-        that study are conditional on it. None: a store that is not the study's driver checks nothing."""
-        return self._leases.get(study)
+        that study are conditional on it. None: a store that is not the study's driver checks nothing.
+
+        :class:`LeaseLost` where this process drives the study in a SQLite file that was removed or
+        replaced under it (:mod:`harness.store.driver_lock`): its writes would reach nobody."""
+        lease = self._leases.get(study)
+        path = self.sqlite_file() if lease is not None else None
+        lock = driver_lock.held_here(path, self._study_ids[study]) if path and study in self._study_ids else None
+        if lock is not None and lock.file_replaced():
+            raise LeaseLost(
+                f"the store file {path} was removed or replaced while this driver ran study {study!r}: "
+                "what it would write now is lost to every reader; the search stops"
+            )
+        return lease
+
+    def driver_lock_held(self, study_id: int) -> bool | None:
+        """Whether a driver holds the study's lock in this SQLite store (:mod:`harness.store.driver_lock`;
+        None: another backend, or not knowable here): every judgement of a driver's liveness asks."""
+        path = self.sqlite_file()
+        return None if path is None else driver_lock.lock_held(path, study_id)
+
+    def sqlite_file(self) -> Path | None:
+        """The database file of a SQLite store (None: another backend, or SQLite in memory)."""
+        url = self.engine.url
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return None
+        return Path(url.database)
 
     def present_columns(self, table) -> set[str]:
         """The columns ``table`` has in this database: a store of an older schema opened read-only is

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sqlalchemy import DateTime, func, select
 
+from . import driver_lock
 from .base import StoreBase, _now
 from .errors import LeaseLost, StoreError
 from .schema import Study
@@ -105,10 +106,12 @@ class DriverRecord:
     lease_beat: datetime | None = None
     db_now: datetime | None = None
     updated_at: datetime | None = None
+    lock_held: bool | None = None  # a SQLite store's driver lock (harness.store.driver_lock); None: unknown
 
 
-def driver_record(row) -> DriverRecord:
-    """A :class:`DriverRecord` from a row selected with :func:`driver_columns`."""
+def driver_record(row, lock_held: bool | None = None) -> DriverRecord:
+    """A :class:`DriverRecord` from a row selected with :func:`driver_columns`, with what the store
+    knows of the study's driver lock (:meth:`StoreBase.driver_lock_held`; None: nothing)."""
     mapping = row._mapping
     return DriverRecord(
         mapping["driver"],
@@ -116,6 +119,7 @@ def driver_record(row) -> DriverRecord:
         _aware(mapping.get("lease_beat")),
         _aware(mapping.get("db_now")),
         _aware(mapping.get("updated_at")),
+        lock_held,
     )
 
 
@@ -132,6 +136,8 @@ def driver_gone(record: DriverRecord, stale_after_s: float = HEARTBEAT_STALE_S) 
     if pid.isdigit() and host == socket.gethostname() and kernel and kernel == kernel_namespace():
         alive = _pid_alive(int(pid)) and str(_process_start(int(pid)) or 0) == start
         return None if alive else f"interrupted: its driver (pid {pid} on {host}) stopped before the search ended"
+    if record.lock_held:  # a SQLite store's driver lock, held: alive, whatever the clocks of reader and driver
+        return None
     if record.lease is not None:  # judged by the lease's beat on the database's clock alone
         if record.lease_beat is None or record.db_now is None:
             return None
@@ -186,11 +192,15 @@ class Liveness(StoreBase):
         study_id = self._study_id(name)
         me, token = driver_identity(), new_lease()
         table = Study.__table__
+        path = self.sqlite_file()
+        had_lock = path is not None and driver_lock.held_here(path, study_id) is not None
+        lock = driver_lock.hold(path, study_id) if path is not None else None  # before the lease: seen alive
+        held_elsewhere = path is not None and lock is None and driver_lock.lock_held(path, study_id)
 
         def claim(conn) -> str:
             query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
             row = conn.execute(query.with_for_update()).one()
-            record = driver_record(row)
+            record = driver_record(row, True if held_elsewhere else None)
             held = row.status == "running" and record.driver and record.driver != me
             if held and driver_gone(record, stale_after_s) is None:
                 raise StoreError(
@@ -205,7 +215,12 @@ class Liveness(StoreBase):
             )
             return token
 
-        token = self._write(claim)
+        try:
+            token = self._write(claim)
+        except BaseException:
+            if lock is not None and not had_lock:
+                driver_lock.release(path, study_id)
+            raise
         self._leases[name] = token
         return token
 
@@ -214,6 +229,9 @@ class Liveness(StoreBase):
         other connections to the store): every write to the study checks the lease is still held."""
         if lease is None:
             self._leases.pop(name, None)
+            path = self.sqlite_file()
+            if path is not None and name in self._study_ids:
+                driver_lock.release(path, self._study_ids[name])
         else:
             self._leases[name] = lease
 
@@ -225,7 +243,7 @@ class Liveness(StoreBase):
             row = conn.execute(
                 select(table.c.status, *driver_columns(table, present)).where(table.c.id == self._study_id(name))
             ).one()
-        record = driver_record(row)
+        record = driver_record(row, self.driver_lock_held(self._study_id(name)))
         if row.status != "running" or not record.driver or record.driver == driver_identity():
             return None
         if driver_gone(record, stale_after_s) is not None:
@@ -262,9 +280,12 @@ class Liveness(StoreBase):
         present = self.present_columns(table)
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(table.c.name, *driver_columns(table, present)).where(table.c.status == "running")
+                select(table.c.name, table.c.id, *driver_columns(table, present)).where(table.c.status == "running")
             ).all()
-        reasons = {row.name: driver_gone(driver_record(row), stale_after_s) for row in rows}
+        reasons = {
+            row.name: driver_gone(driver_record(row, self.driver_lock_held(row.id)), stale_after_s)
+            for row in rows
+        }
         return {name: reason for name, reason in reasons.items() if reason is not None}
 
     def mark_interrupted(self, stale_after_s: float = HEARTBEAT_STALE_S) -> list[str]:
@@ -279,7 +300,8 @@ class Liveness(StoreBase):
             def write(conn, study_id=study_id) -> bool:
                 query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
                 row = conn.execute(query.with_for_update()).one_or_none()
-                reason = driver_gone(driver_record(row), stale_after_s) if row and row.status == "running" else None
+                record = driver_record(row, self.driver_lock_held(study_id)) if row else None
+                reason = driver_gone(record, stale_after_s) if row and row.status == "running" else None
                 if reason is None:
                     return False
                 conn.execute(

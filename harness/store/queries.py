@@ -157,7 +157,8 @@ class Queries(StoreBase):
             status_counts = {status: by_study.get(s["id"], {}).get(status, 0) for status in TRIAL_STATUSES}
             shown_status, message = s["status"], s["status_message"]
             running = shown_status == "running"
-            gone = driver_gone(driver_record(row), HEARTBEAT_STALE_S) if running else None
+            record = driver_record(row, self.driver_lock_held(s["id"])) if running else None
+            gone = driver_gone(record, HEARTBEAT_STALE_S) if record is not None else None
             if gone:  # shown as it is, without recording it
                 shown_status, message = "interrupted", gone
             try:

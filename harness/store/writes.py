@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 from harness import __version__
 from trials.predictions import TestPredictions
 
+from . import driver_lock
 from .base import StoreBase, _now
 from .errors import StoreError
 from .liveness import check_lease, driver_identity
@@ -153,6 +154,9 @@ class Writes(StoreBase):
             conn.execute(Study.__table__.update().where(Study.id == study_id).values(**values))
 
         self._write(write)
+        path = self.sqlite_file()
+        if status != "running" and path is not None:  # its search has ended here: its driver lock goes
+            driver_lock.release(path, study_id)
 
     # -- trials ------------------------------------------------------------------------------------
     def start_trial(
@@ -194,9 +198,7 @@ class Writes(StoreBase):
         """The search was stopped on purpose: its ``running`` trials become ``interrupted`` (resumable)."""
         study_id = self._study_id(study)
         values = {"status": "interrupted", "ended_at": _now()}
-        statement = (
-            update(Trial).where(Trial.study_id == study_id, Trial.status == "running").values(**values)
-        )
+        statement = update(Trial).where(Trial.study_id == study_id, Trial.status == "running").values(**values)
 
         def write(conn) -> int:
             check_lease(conn, study_id, study, self.lease_of(study))
