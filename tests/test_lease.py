@@ -310,9 +310,10 @@ def test_a_search_whose_study_is_taken_over_stops_in_one_line_and_writes_nothing
     assert len(trials) < 6  # it stopped: the rest of its budget was not spent on someone else's study
 
 
-def _rows_of(store: Store, name: str, conn=None) -> tuple[int, int, list]:
-    """(trial rows, epoch rows, each trial's number and status) of a study: what a write would change."""
-    from sqlalchemy import func
+def _rows_of(store: Store, name: str, conn=None) -> tuple[int, int, list, list]:
+    """(trial rows, epoch rows, each trial's number and status, Optuna's trials with their state and
+    number of intermediate values) of a study: what a write would change."""
+    from sqlalchemy import func, text
 
     from harness.store.schema import EpochRecord, Trial
 
@@ -322,7 +323,15 @@ def _rows_of(store: Store, name: str, conn=None) -> tuple[int, int, list]:
         epochs = conn.execute(
             select(func.count()).select_from(EpochRecord).join(Trial).where(Trial.study_id == study_id)
         ).scalar_one()
-        return len(trials), epochs, sorted(map(tuple, trials))
+        # Optuna's record of the study (asked trials, their states, intermediate values): the driver's too
+        optuna = conn.execute(
+            text(
+                "SELECT t.number, t.state, (SELECT count(*) FROM trial_intermediate_values v WHERE v.trial_id ="
+                " t.trial_id) FROM trials t JOIN studies s ON s.study_id = t.study_id WHERE s.study_name = :name"
+            ),
+            {"name": name},
+        ).all()
+        return len(trials), epochs, sorted(map(tuple, trials)), sorted(map(tuple, optuna))
 
     if conn is not None:
         return read(conn)
@@ -330,7 +339,7 @@ def _rows_of(store: Store, name: str, conn=None) -> tuple[int, int, list]:
         return read(fresh)
 
 
-def _take_over(store: Store, name: str) -> tuple[int, int, list]:
+def _take_over(store: Store, name: str) -> tuple[int, int, list, list]:
     """Another driver takes the study's lease (as its claim would) and, in the same transaction (so no
     write slips between), what the study holds is read."""
     with store.engine.connect().execution_options(archsearch_write=True) as conn, conn.begin():

@@ -61,7 +61,7 @@ from harness.search.propose.samplers import TuneGridSampler
 from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, RETRY_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.search.stop.early_stopping import promotion_order
-from harness.store import Store
+from harness.store import LeaseLost, Store
 from harness.store.urls import optuna_storage_url
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import COST_METRICS, SearchSpec
@@ -440,8 +440,7 @@ class ArchsearchSearch(SessionBound, Searcher):
             return
         try:
             outcome = TrialOutcome.of_result(result, error, list(self.metric))
-            if self.session is not None and self.session.lease is not None:
-                self.store.verify_lease(self.session.study)  # a study taken over gets nothing more from here
+            self._verify_lease()  # a study taken over gets nothing more from here
             stored = (result or {}).get(STATUS_KEY)  # diverged is FAIL to Optuna: the attribute says which
             known = stored in {status.value for status in TrialStatus}
             ot_trial.set_user_attr(STATUS_ATTR, str(stored) if known and not error else str(outcome.status))
@@ -480,14 +479,27 @@ class ArchsearchSearch(SessionBound, Searcher):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             return
         try:
+            self._verify_lease()  # an intermediate value is Optuna's record of the study too
             fields.report_intermediate(self.study, ot_trial.number, epoch, float(value))
         except optuna.exceptions.UpdateFinishedTrialError:  # told already (reconciled on resume): its curve is kept
             return
         except store_failures() as failure:
             self._session().stop_on_store_failure(f"recording trial {ot_trial.number}'s epoch {epoch}", failure)
 
+    def _verify_lease(self) -> None:
+        """:class:`LeaseLost` where this driver's lease on its study is gone (found by any hook, or
+        now): every write this searcher makes to Optuna's study (an asked trial, an intermediate
+        value, an outcome) is the driver's to make only while it holds the study."""
+        session = self.session
+        if session is None or session.lease is None:
+            return
+        if session.lease_lost:
+            raise LeaseLost(f"this driver lost its lease on study {session.study!r}")
+        self.store.verify_lease(session.study)
+
     def suggest(self, trial_id: str) -> dict | None:
         try:
+            self._verify_lease()  # asking Optuna writes a trial to its study
             return self._suggest(trial_id)
         except store_failures() as failure:
             self._session().stop_on_store_failure("asking Optuna for a configuration", failure)
