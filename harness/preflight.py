@@ -20,6 +20,7 @@ from search_space.memory import (
     refuse_if_over,
     trial_memory,
 )
+from trials.data_config import step_batch
 from trials.lazy import lazy_import
 from trials.trial_config import TrialConfig
 
@@ -57,7 +58,7 @@ def memory_preflight(trial: TrialConfig, model, device, runtime: dict[str, Any])
     dtype = optimiser.resolve_dtype(trial.precision, device)
     need = trial_memory(
         model,
-        trial.data.batch_size,
+        step_batch(trial.data.name, trial.data.batch_size, trial.data.train_size),
         trial.distributed.workers,
         device.type,
         half_precision=dtype in (torch.bfloat16, torch.float16),

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from trials.configio import ConfigError
-from trials.data_config import DATA_CHANNELS, MIRROR_SYMMETRIC, NATIVE_IMAGE_SIZE, NUM_CLASSES, DataConfig
+from trials.data_config import (
+    DATA_CHANNELS,
+    MIRROR_SYMMETRIC,
+    NATIVE_IMAGE_SIZE,
+    NUM_CLASSES,
+    DataConfig,
+    step_batch,
+)
 from trials.models.build import resolve_config
 from trials.models.config import CONFIG_CLASSES, ModelConfig, ModelConfigError, normalize_layout
 from trials.models.presets import PRESETS
@@ -301,7 +308,12 @@ def check_memory(spec: SearchSpec, trial_config: dict[str, Any]) -> None:
     if resources.gpus > 0:
         return
     model = priced_model(trial_config)
-    batch = int(trial_config.get("data", {}).get("batch_size", DataConfig.batch_size))
+    data = trial_config.get("data", {})
+    batch = step_batch(
+        data.get("name", DataConfig.name),
+        int(data.get("batch_size", DataConfig.batch_size)),
+        int(data.get("train_size", DataConfig.train_size)),
+    )
     need = trial_memory(model, batch, resources.workers, "cpu", half_precision=False)
     refuse_if_over(need, host_memory(), model_values(model))
 

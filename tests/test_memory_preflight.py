@@ -181,3 +181,21 @@ def test_bench_refuses_a_batch_that_cannot_fit_before_allocating_it(batch):
                          text=True, timeout=300)  # fmt: skip
     assert run.returncode == 2 and "internal error" not in run.stderr, run.stderr
     assert "batch" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize(("name", "capped"), [("synthetic", True), ("mnist5k", True), ("digits", False)])
+def test_the_batch_priced_is_what_a_step_holds_the_training_split_where_it_is_smaller(monkeypatch, name, capped):
+    """A 64-image synthetic set with batch_size 4096 trains in steps of 64: pricing the 4096 refused
+    trials that fit (found by the adversarial pass). train_size sets only synthetic and mnist5k."""
+    spec = _spec(embed_dim={"choice": [64]})
+    spec["data"] = {"name": name, "train_size": 64, "batch_size": 4096}
+    loaded = load_spec(spec, check_paths=False)
+    config = build_trial_config(loaded, {"embed_dim": 64})
+    model = sampling.priced_model(config)
+    at_64 = training_memory(model, 64, half_precision=False).total
+    monkeypatch.setattr(sampling, "host_memory", lambda: MemoryBudget(at_64, "a test machine's memory"))
+    if capped:
+        check_memory(loaded, config)
+    else:  # digits' training split is its own (about 1,400 images): the batch is what a step holds
+        with pytest.raises(ConfigError, match="cannot fit"):
+            check_memory(loaded, config)

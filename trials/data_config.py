@@ -58,6 +58,16 @@ MAX_IMAGE_SIZE = 8192
 MAX_LOADER_PROCESSES = 1024
 
 
+TRAIN_SIZE_CAPPED = ("synthetic", "mnist5k")  # the datasets whose training split ``train_size`` sets or caps
+
+
+def step_batch(name: str, batch_size: int, train_size: int) -> int:
+    """The most images one training step holds: the batch, or the whole training split where
+    ``train_size`` makes that smaller (a 64-image synthetic set trains in steps of 64, whatever the
+    batch). What the memory pre-flight prices: the batch alone refused trials that fit."""
+    return min(batch_size, train_size) if name in TRAIN_SIZE_CAPPED else batch_size
+
+
 def is_data_starved(data_wait_fraction: float | None) -> bool:
     """Whether an epoch with this share of its time spent waiting for data counts as starved."""
     return data_wait_fraction is not None and data_wait_fraction > DATA_STARVED_FRACTION
