@@ -143,9 +143,12 @@ def test_run_search_and_load_study_take_the_same_kinds_of_store_and_refuse_other
     for arguments, named in (
         ({"store": 123}, "store"), ({"store": b"sqlite:///x.db"}, "store"), ({"store": url, "name": 123}, "name"),
         ({"store": url, "results_dir": 123}, "results_dir"),
+        ({"spec": 5, "store": url}, "spec"), ({"spec": b"spec.yaml", "store": url}, "spec"),
+        ({"spec": ["spec.yaml"], "store": url}, "spec"), ({"store": url, "address": 5}, "address"),
+        ({"store": url, "resume": "no"}, "resume"), ({"store": url, "verbose": 1}, "verbose"),
     ):  # fmt: skip
         with pytest.raises(TypeError, match=f"run_search: {named} must be"):
-            run_search(spec, **arguments)
+            run_search(**{"spec": spec, **arguments})
     with pytest.raises(TypeError, match="load_study: store must be"):
         load_study("quickstart", store=123)
     with pytest.raises(TypeError, match="load_study: name must be"):

@@ -57,6 +57,7 @@ def run_search(
     Arguments of another type are a ``TypeError`` naming the argument.
     Bad input raises the same errors, naming the same keys, as the command line reports.
     """
+    _check_arguments(spec, address, resume, verbose)
     url = resolve_store_url(_store_url(store))
     if name is not None:
         if not isinstance(name, str):
@@ -82,3 +83,22 @@ def run_search(
         verbose=verbose,
     )
     return load_study(summary.study, url)
+
+
+def _check_arguments(spec: Any, address: Any, resume: Any, verbose: Any) -> None:
+    """A ``TypeError`` naming the argument, before anything runs: ``spec=5`` reached ``Path(5)`` and
+    ``address=5`` Ray, each failing without naming it, and ``resume="no"`` resumed (a non-empty
+    string is true). Flags are ``bool`` only, as Optuna's and Tune's keyword flags are used."""
+    if spec is not None and (isinstance(spec, (bytes, bytearray)) or not isinstance(spec, SPEC_TYPES)):
+        kind = type(spec).__name__
+        raise TypeError(f"run_search: spec must be a YAML path (str, os.PathLike), a mapping or SearchSpec, not {kind}")
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"run_search: address must be a Ray address (str, e.g. 'auto'), not {type(address).__name__}")
+    if isinstance(address, str) and not address.strip():
+        raise ValueError("run_search: address is empty: give a Ray address ('auto'), or leave it out for a local Ray")
+    for flag, value in (("resume", resume), ("verbose", verbose)):
+        if not isinstance(value, bool):
+            raise TypeError(f"run_search: {flag} must be True or False, not {type(value).__name__} {value!r}")
+
+
+SPEC_TYPES = (str, os.PathLike, Mapping, SearchSpec)
