@@ -34,7 +34,6 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from difflib import get_close_matches
 from importlib.metadata import distributions
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -42,6 +41,7 @@ import pandas as pd
 from dashboards.pareto import hypervolume_progress, parse_objectives, query_front
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
+from search_space.url_secrets import sqlite_url_of_path
 from trials.configio import ConfigError
 from trials.errors import ArchsearchError, DataError, capped
 from trials.lazy import lazy_import
@@ -149,7 +149,7 @@ def store_url_of(store: Any, caller: str) -> str | None:
     if store is None or isinstance(store, str):
         return store
     if isinstance(store, os.PathLike):
-        return f"sqlite:///{Path(store).expanduser().absolute()}"
+        return sqlite_url_of_path(store)
     raise TypeError(
         f"{caller}: store must be a store URL (str), a path to a SQLite file or an open store, "
         f"not {type(store).__name__}"

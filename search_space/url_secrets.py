@@ -12,8 +12,10 @@ Standard library only: the spec layer checks URLs before anything runs.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
-from urllib.parse import parse_qsl, urlsplit
+from pathlib import Path
+from urllib.parse import parse_qsl, quote, urlsplit
 
 # Query parameters that configure a connection and carry nothing secret (libpq's names).
 HARMLESS_QUERY_KEYS = frozenset(
@@ -73,3 +75,10 @@ def secret_parts(url: str) -> list[str]:
     """Where ``url`` may carry a secret, in words: ``password in the user info``, ``query parameter X``."""
     parts = ["a password in the user info"] if has_userinfo_password(url) else []
     return parts + [f"query parameter {key!r}" for key in secret_query_keys(url)]
+
+
+def sqlite_url_of_path(path: str | os.PathLike) -> str:
+    """The URL of exactly the SQLite file at ``path``, taken literally (``q%41.db`` and ``runs?1.db``
+    are those names): the path is absolute and percent-escaped, which SQLAlchemy decodes back. One
+    rule for every place a path stands for a store (the command line's ``--store``, the Python API)."""
+    return "sqlite:///" + quote(str(Path(path).expanduser().absolute()))

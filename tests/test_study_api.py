@@ -208,3 +208,16 @@ def test_the_readme_example_runs_on_a_real_study(tmp_path, monkeypatch, capsys):
         k: v for k, v in stored.items() if k != "num_classes"
     }
     assert "completed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("file_name", ["q%41.db", "runs?1.db", "a#b.db", "a b.db"])
+def test_a_path_reaches_exactly_that_file_from_the_api_as_from_the_command_line(tmp_path, file_name):
+    """A path is a file name taken literally, by one rule (search_space.url_secrets.sqlite_url_of_path):
+    load_study(store=Path('q%41.db')) opened qA.db, and a '?' or '#' in a Path was refused."""
+    from harness.store.urls import as_store_url
+
+    path = tmp_path / file_name
+    _fill(as_store_url(str(path)))
+    with load_study("quickstart", store=path) as study:
+        assert len(study.trials()) > 0
+    assert {p.name for p in tmp_path.iterdir()} <= {file_name + end for end in ("", "-wal", "-shm")}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from search_space.url_secrets import secret_query_keys
+from search_space.url_secrets import secret_query_keys, sqlite_url_of_path
 
 from .errors import StoreError
 
@@ -37,7 +37,7 @@ def as_store_url(location: str) -> str:
     (``runs?1.db`` and ``a%20b.db`` are those file names), as the URL of exactly that file."""
     if "://" in location:
         return location
-    return "sqlite:///" + quote(str(Path(location).expanduser().absolute()))  # escaped: decoded back exactly
+    return sqlite_url_of_path(location)
 
 
 def _parse(url: str):
