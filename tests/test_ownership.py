@@ -83,3 +83,52 @@ def test_a_search_with_an_unsafe_cache_directory_is_refused_before_ray_starts(tm
     assert done.returncode == 2, done.stderr
     assert f"${ownership.CACHE_ENV}" in done.stderr and "writable by other users" in done.stderr, done.stderr
     assert not (tmp_path / "store.db").exists() and not (tmp_path / "results").exists()
+
+
+def _under_unsafe_parent(tmp_path: Path, kind: str) -> Path:
+    """A directory of ours, mode 0700, below something others could swap it through."""
+    if kind == "world-writable-parent":
+        parent = tmp_path / "shared"
+        parent.mkdir()
+        parent.chmod(0o777)
+    elif kind == "another-users-parent":
+        if os.getuid() != 0:
+            pytest.skip("making a directory of another user needs root")
+        parent = tmp_path / "theirs"
+        parent.mkdir(mode=0o755)
+        os.chown(parent, 12345, 12345)
+    else:  # a link, above it, that another user owns (and so may point elsewhere)
+        if os.getuid() != 0:
+            pytest.skip("making a link of another user needs root")
+        (tmp_path / "real").mkdir(mode=0o700)
+        parent = tmp_path / "link"
+        parent.symlink_to(tmp_path / "real")
+        os.lchown(parent, 12345, 12345)
+    path = parent / "cache"
+    path.mkdir(mode=0o700)
+    return path
+
+
+PARENT_KINDS = ["world-writable-parent", "another-users-parent", "another-users-link-above"]
+
+
+@pytest.mark.parametrize("kind", PARENT_KINDS)
+def test_a_private_directory_below_what_others_may_swap_is_refused(tmp_path, monkeypatch, kind):
+    """Only the last component was checked (found by the adversarial pass): a 0700 cache below a
+    world-writable directory, another user's, or another user's link was accepted."""
+    path = _under_unsafe_parent(tmp_path, kind)
+    assert ownership.not_private(path) is None  # the directory itself is ours alone
+    assert ownership.unsafe_ancestor(path) is not None
+    assert SharedArtifacts(path).usable() is not None
+    assert experiment_guard._owned_and_private(path, path.lstat()) is not None
+    monkeypatch.setenv(ownership.CACHE_ENV, str(path))
+    with pytest.raises(ConfigError, match="above cache"):
+        compile_cache.cache_dir()
+
+
+def test_a_sticky_world_writable_parent_like_tmp_is_fine(tmp_path):
+    parent = tmp_path / "sticky"
+    parent.mkdir()
+    parent.chmod(0o1777)
+    path = parent / "cache"
+    assert ownership.private_directory(path) is None

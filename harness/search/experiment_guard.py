@@ -24,14 +24,15 @@ from pathlib import Path
 
 from harness.search.cluster.ray_setup import SearchError, check_study_name, experiment_path, is_uri
 from trials.errors import capped
-from trials.ownership import not_private
+from trials.ownership import not_private, unsafe_ancestor
 
 MAX_EXPERIMENT_CANDIDATES = 100  # <name>, <name>.2, ... <name>.100: then the plain name's refusal stands
 
 
 def _owned_and_private(path: Path, info: os.stat_result) -> str | None:
-    """Why ``path`` is not ours alone (None: it is): the one rule of :mod:`trials.ownership`."""
-    return not_private(path, info)
+    """Why ``path`` is not ours alone (None: it is): the one rule of :mod:`trials.ownership`, the
+    directories above it included."""
+    return not_private(path, info) or unsafe_ancestor(path)
 
 
 def check_new_experiment(experiment: str) -> None:
