@@ -285,6 +285,44 @@ def test_two_searches_run_one_after_the_other_in_one_process_each_with_its_own_c
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("local_ray_ends_with_the_test")
+def test_a_search_leaves_its_process_as_it_found_it(tmp_path, monkeypatch):
+    """Issue 58 (4): the store's password went to PGPASSWORD and stayed there, and Optuna's verbosity,
+    Ray's output settings and the umask with it: a second run_search in the process inherited the
+    first one's secret. After a search on a PostgreSQL store with a password (trust auth here: it is
+    accepted and ignored), the environment, umask and log levels are what they were."""
+    import logging
+    import os
+
+    import optuna
+    from sqlalchemy.engine import make_url
+
+    from harness import run_search
+    from harness.search.session import QUIETED_LOGGERS
+    from tests.conftest import fresh_postgres_database
+
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    url, drop = fresh_postgres_database()
+    secret = "Archsearch-Env-Secret-31"
+    with_password = make_url(url).set(password=secret).render_as_string(hide_password=False)
+    environment = dict(os.environ)
+    levels = {name: logging.getLogger(name).level for name in QUIETED_LOGGERS}
+    verbosity = optuna.logging.get_verbosity()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    try:
+        study = run_search(_tiny_spec("scoped", 1), store=with_password, results_dir=tmp_path / "ray")
+        study.close()
+        assert dict(os.environ) == environment
+        assert secret not in repr(dict(os.environ))
+        assert {name: logging.getLogger(name).level for name in QUIETED_LOGGERS} == levels
+        assert optuna.logging.get_verbosity() == verbosity
+        assert os.umask(umask) == umask
+    finally:
+        drop()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("local_ray_ends_with_the_test")
 def test_the_documented_python_example_runs(tmp_path, monkeypatch):
     """docs/searching.md, "From Python: launch a search": the example as written, on a tiny spec laid
     where the example names its spec (the quickstart preset's path; tests/test_readme_tour.py runs it

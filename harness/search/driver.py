@@ -43,7 +43,7 @@ from harness.search.propose import warm_start
 from harness.search.record import trackers
 from harness.search.record.outcome import final_status
 from harness.search.record.reconcile import reconcile, replay_finished
-from harness.search.session import SearchSession
+from harness.search.session import SearchSession, process_state_restored
 from harness.search.stop.hopeless import hopeless_after, hopeless_reason
 from harness.search.watch import (
     Heartbeat,
@@ -156,6 +156,19 @@ def run_search(
     are kept, unfinished ones resume from their last checkpoint, and Optuna trials the driver
     lost are reconciled (told FAIL, stored ``failed`` as interrupted) so none stays RUNNING.
     """
+    with process_state_restored():  # the environment, umask and log levels it sets are this search's
+        return _search(spec, store_url, study_name, address, results_dir, resume, verbose)
+
+
+def _search(
+    spec: SearchSpec,
+    store_url: str,
+    study_name: str | None,
+    address: str | None,
+    results_dir: str | Path | None,
+    resume: bool,
+    verbose: bool,
+) -> SearchSummary:
     started = time.perf_counter()
     name = check_study_name(study_name or spec.name)
     # First: nothing below (the store, Ray's pickles) sees a tracking URI's password, and a missing
@@ -173,7 +186,6 @@ def run_search(
     # What this search's hooks share; they write to this store and study, whatever Ray pickled.
     session = SearchSession(name, on_stop=watchdog.arm, store_url=split_secret(store_url)[0])
     watchdog.session = session  # its writes go under the lease the session will hold
-    previous_umask = os.umask(0o077)  # checkpoints, tuner and searcher state on a shared results dir: ours only
     try:
         with session.active(), session.handling_signals():
             return _run_search(
@@ -191,7 +203,6 @@ def run_search(
             )
     finally:
         watchdog.cancel()
-        os.umask(previous_umask)
 
 
 def recorded_results_root(store_url: str, name: str) -> str | None:

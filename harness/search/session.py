@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
+import os
 import signal
 import threading
 import time
@@ -274,3 +276,30 @@ class SessionBound:
         if self.session is None:
             raise RuntimeError(f"{type(self).__name__} used before the driver bound it to a search session")
         return self.session
+
+
+# Loggers a search quiets (harness.search.cluster.ray_setup.quiet_ray); put back as they were after it.
+QUIETED_LOGGERS = ("ray", "ray.tune", "ray.train", "ray._private.authentication.authentication_token_setup", "optuna")
+
+
+@contextlib.contextmanager
+def process_state_restored() -> Iterator[None]:
+    """What a search sets on its process is its own: the environment (the store's ``PGPASSWORD``, a
+    tracker's MLflow credentials, Ray's output and auth settings), the umask its files are created
+    under (0077: checkpoints and searcher state are the user's alone), Optuna's verbosity and the
+    level of the loggers it quiets all come back as they were when the search ends, however it ends.
+    A second ``run_search`` in one process inherited the first one's secrets and settings."""
+    environment = dict(os.environ)
+    levels = {name: logging.getLogger(name).level for name in QUIETED_LOGGERS}
+    umask = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(umask)
+        for key in set(os.environ) - set(environment):
+            os.environ.pop(key, None)
+        for key, value in environment.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+        for name, level in levels.items():  # Optuna's verbosity is its logger's level
+            logging.getLogger(name).setLevel(level)
