@@ -94,4 +94,3 @@ def build_engine(
     if rules:
         stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules, session))
     return Engine(session, searcher, make_scheduler(spec), callbacks, stoppers)
-

@@ -35,6 +35,7 @@ import copy
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -125,6 +126,11 @@ class SearchSession:
         this driver's lease; returned for chaining."""
         store.hold_lease(self.study, self.lease)
         return store
+
+    def say(self, line: str) -> None:
+        """Every line a hook of this search says to the person watching (why it stops, what it found),
+        on standard error beside the progress line, which it does not interrupt."""
+        print(line, file=sys.stderr, flush=True)
 
     def stop_on_lost_lease(self, error: BaseException) -> None:
         """The study is no longer this driver's (taken over, judged gone, deleted): stop the search in
@@ -271,6 +277,14 @@ class SessionBound:
         clone.__dict__.update(copy.deepcopy({k: v for k, v in state.items() if k != "session"}, memo))
         clone.session = self.session
         return clone
+
+    def _say(self, line: str) -> None:
+        """A line for the person watching, through the session (:meth:`SearchSession.say`): hooks
+        never print themselves. Unbound (a replay, a test), it goes to standard error as it is."""
+        if self.session is not None:
+            self.session.say(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def _session(self) -> SearchSession:
         if self.session is None:

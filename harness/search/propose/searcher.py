@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
-import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,9 @@ class ArchsearchSearch(SessionBound, Searcher):
         self._params_of: dict[int, dict[str, Any]] = {}  # Optuna number -> its sampled params (a retry's)
         self._pruned: dict[int, tuple[int, list[float]]] = {}  # pruned, not yet retried: (epochs, last values)
         self._nothing_new = False  # the sampler proposed only duplicates MAX_INFEASIBLE_IN_A_ROW times in a row
+        self._retries: set[int] = set()  # Optuna numbers of pruned configurations run again (never twice)
+        self._counted_on_resume: set[int] = set()  # trials the store had beyond Ray's snapshot (see _sync_with_store)
+        self._exhausted_said = False  # "every configuration has been tried" was said
         self.space: Any = SpaceFunction(spec)  # the define-by-run function that fills an asked trial
         self.study = optuna.create_study(
             storage=storage,  # None: in memory (a replay)
@@ -186,36 +189,32 @@ class ArchsearchSearch(SessionBound, Searcher):
 
     def _budget_spent(self) -> bool:
         """Trained trials count towards ``n_trials``; duplicates and infeasible ones take no budget."""
-        return getattr(self, "dispatched", 0) >= self.spec.search.n_trials
+        return self.dispatched >= self.spec.search.n_trials
 
     def _space_exhausted(self) -> bool:
         """Whether every configuration of a discrete space has been dispatched or found infeasible:
         the sampler can only propose duplicates from here, so the search ends instead of asking on."""
-        size = getattr(self, "_space_size", None)
-        tried = len(self._seen) + len(getattr(self, "_infeasible_keys", ()))
+        size = self._space_size
+        tried = len(self._seen) + len(self._infeasible_keys)
         if size is None or tried < size:
             return False
-        if getattr(self, "_exhausted_said", False):
+        if self._exhausted_said:
             return True
         self._exhausted_said = True
-        print(
+        self._say(
             f"[{self.archsearch_study}] stopping: every configuration of the space has been tried "
             f"({len(self._seen)} trained, {tried - len(self._seen)} infeasible, of {size}): nothing new is left",
-            file=sys.stderr,
-            flush=True,
         )
         return True
 
     def _suggest(self, trial_id: str) -> dict | None:
-        if not hasattr(self, "_seen"):  # a searcher pickled by an older archsearch
-            self.duplicates, self.dispatched, self._seen, self._outcomes, self._waiting = 0, 0, {}, {}, {}
-        if not getattr(self, "_synced", False):
+        if not self._synced:
             self._sync_with_store()
         rejected = TrialStatus.INFEASIBLE
         for _ in range(MAX_INFEASIBLE_IN_A_ROW):
             if self._grid_done() or self._budget_spent():
                 return Searcher.FINISHED
-            if getattr(self, "_nothing_new", False) or self._space_exhausted():
+            if self._nothing_new or self._space_exhausted():
                 return self._retry_pruned(trial_id)
             params = self._ask(trial_id)
             ot_trial = self._asked[trial_id]
@@ -223,7 +222,7 @@ class ArchsearchSearch(SessionBound, Searcher):
             if feasibility.feasible:
                 config = self.trial_config(params)
                 key = config_key(config)
-                reused = getattr(self, "_reusable", {}).pop(key, None)
+                reused = self._reusable.pop(key, None)
                 if reused is not None and self._record_reused(ot_trial, config, params, reused):
                     self._seen[key] = ot_trial.number
                     self.dispatched += 1  # a completed trial of this study, trained by an earlier one
@@ -237,22 +236,20 @@ class ArchsearchSearch(SessionBound, Searcher):
                     # params holds the sampled and the fixed values (SpaceFunction returns the fixed
                     # ones); the priced cost travels with them, and the worker checks its model against it.
                     priced = {metric: (feasibility.cost or {}).get(metric) for metric in ("flops", "params")}
-                    self.__dict__.setdefault("_params_of", {})[ot_trial.number] = dict(ot_trial.params)
+                    self._params_of[ot_trial.number] = dict(ot_trial.params)
                     return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced}
                 self._record_duplicate(ot_trial, config, params, original)
                 rejected = TrialStatus.DUPLICATE
             else:
                 self._record_infeasible(ot_trial, params, feasibility)
-                self.__dict__.setdefault("_infeasible_keys", set()).add(config_key(params))
+                self._infeasible_keys.add(config_key(params))
                 rejected = TrialStatus.INFEASIBLE
             self._forget(trial_id)
         # The sampler keeps proposing what the constraints exclude (or what was trained already): end
         # the search cleanly (the driver records the outcome) instead of raising inside Tune; after
         # duplicates only, pruned configurations are retried first (item 4 of the module docstring).
-        print(
+        self._say(
             f"[{self.archsearch_study}] stopping: {MAX_INFEASIBLE_IN_A_ROW} {rejected} configurations in a row",
-            file=sys.stderr,
-            flush=True,
         )
         if rejected == TrialStatus.DUPLICATE:
             self._nothing_new = True
@@ -263,7 +260,7 @@ class ArchsearchSearch(SessionBound, Searcher):
         """Nothing new is left: dispatch a configuration early stopping pruned again, to the end of its
         budget (the furthest it got first, then MO-ASHA's order of its last values); None (ask again
         later) while a running trial may yet be pruned; else the search is finished."""
-        pruned = getattr(self, "_pruned", {})
+        pruned = self._pruned
         if not READMIT_PRUNED or not pruned:
             running = [t for t in self._asked if t not in self._told and t != trial_id]
             waiting = READMIT_PRUNED and self.spec.search.early_stopping is not None and running
@@ -279,7 +276,7 @@ class ArchsearchSearch(SessionBound, Searcher):
         feasibility = self._feasibility(ot_trial)
         self._seen[config_key(self.trial_config(params))] = ot_trial.number
         self._params_of[ot_trial.number] = dict(ot_trial.params)
-        self.__dict__.setdefault("_retries", set()).add(ot_trial.number)  # never retried twice
+        self._retries.add(ot_trial.number)  # never retried twice
         self.dispatched += 1
         priced = {metric: (feasibility.cost or {}).get(metric) for metric in ("flops", "params")}
         return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced, RETRY_KEY: original}
@@ -297,7 +294,7 @@ class ArchsearchSearch(SessionBound, Searcher):
         """Count in what the store holds of this study beyond this searcher's state (see item 5 of
         the module docstring); a no-op for a new study. Runs once per process, at the first suggest."""
         self._synced = True
-        self._counted_on_resume: set[int] = set()
+        self._counted_on_resume = set()
         if self.archsearch_study not in self.store.study_names():  # not recorded yet: nothing to count
             return
         trials = self.store.trials(self.archsearch_study, flatten_config=False)
@@ -331,11 +328,9 @@ class ArchsearchSearch(SessionBound, Searcher):
         self.duplicates = int((statuses.eq(TrialStatus.DUPLICATE) & ~replayed).sum())
         self.infeasible = max(self.infeasible, int(statuses.eq(TrialStatus.INFEASIBLE).sum()))
         if lost:
-            print(
+            self._say(
                 f"[{self.archsearch_study}] {lost} trial(s) lost with the earlier driver: "
                 "recorded interrupted, run again",
-                file=sys.stderr,
-                flush=True,
             )
 
     def set_reusable(self, records: dict[str, dict[str, Any]]) -> None:
@@ -369,7 +364,7 @@ class ArchsearchSearch(SessionBound, Searcher):
     def _record_duplicate(self, ot_trial, config: dict, params: dict, original: int) -> None:
         # A sampler restored from Ray's snapshot proposes again what it proposed after the snapshot:
         # the first re-proposal of a trial counted on resume is that trial, not a new duplicate.
-        counted_on_resume = getattr(self, "_counted_on_resume", set())
+        counted_on_resume = self._counted_on_resume
         replayed = original in counted_on_resume
         counted_on_resume.discard(original)
         if not replayed:
@@ -400,10 +395,7 @@ class ArchsearchSearch(SessionBound, Searcher):
 
     def _grid_done(self) -> bool:
         """A grid search ends when every grid point has been dispatched (see harness.search.propose.samplers)."""
-        return (
-            isinstance(self.sampler, TuneGridSampler)
-            and self.sampler.all_started(self.study)
-        )
+        return isinstance(self.sampler, TuneGridSampler) and self.sampler.all_started(self.study)
 
     def _record_infeasible(self, ot_trial, params: dict, feasibility: Feasibility) -> None:
         self.infeasible += 1
@@ -446,13 +438,12 @@ class ArchsearchSearch(SessionBound, Searcher):
             ot_trial.set_user_attr(STATUS_ATTR, str(stored) if known and not error else str(outcome.status))
             outcome.tell(self.study, ot_trial.number)
             number = ot_trial.number
-            retriable = number in getattr(self, "_params_of", {}) and number not in getattr(self, "_retries", ())
+            retriable = number in self._params_of and number not in self._retries
             if outcome.status is TrialStatus.PRUNED and retriable:
-                self.__dict__.setdefault("_pruned", {})[ot_trial.number] = (_epochs_of(result), self._minimised(result))
-            if hasattr(self, "_outcomes"):
-                self._outcomes[ot_trial.number] = outcome
-                for duplicate in self._waiting.pop(ot_trial.number, []):
-                    self._tell_copy(duplicate, outcome)
+                self._pruned[ot_trial.number] = (_epochs_of(result), self._minimised(result))
+            self._outcomes[ot_trial.number] = outcome
+            for duplicate in self._waiting.pop(ot_trial.number, []):
+                self._tell_copy(duplicate, outcome)
         except store_failures() as failure:  # the database is down: stop, resumable (see harness.search.interrupts)
             self._session().stop_on_store_failure(f"telling Optuna trial {ot_trial.number}'s outcome", failure)
         finally:
@@ -522,15 +513,27 @@ def config_key(config: dict) -> str:
 _FORMER_FIELDS = {"_ot_study": "study", "_ot_trials": "_asked", "_completed_trials": "_told", "_space": "space"}
 
 
+# Each field a searcher pickled by an older archsearch may lack, and its value for such a searcher.
+_FIELD_DEFAULTS: dict[str, Callable[[], Any]] = {
+    "_asked": dict, "_told": set, "_seen": dict, "_outcomes": dict, "_waiting": dict, "_reusable": dict,
+    "_infeasible_keys": set, "_params_of": dict, "_pruned": dict, "_retries": set, "_counted_on_resume": set,
+    "_synced": bool, "_nothing_new": bool, "_exhausted_said": bool, "infeasible": int, "duplicates": int,
+    "dispatched": int,
+}  # fmt: skip
+
+
 def _upgraded(state: dict[str, Any]) -> dict[str, Any]:
-    """A pickled searcher's state in today's fields (older pickles: OptunaSearch's fields, outcome tuples)."""
+    """A pickled searcher's state in today's fields: the one place an older pickle is read (OptunaSearch's
+    field names, outcome tuples, fields added since); every other method reads today's fields alone."""
     state = dict(state)
     for old, new in _FORMER_FIELDS.items():
         if old in state and new not in state:
             state[new] = state.pop(old)
     if state.get("_outcomes"):
         state["_outcomes"] = {number: TrialOutcome.coerce(o) for number, o in state["_outcomes"].items()}
-    state.setdefault("_asked", {})
-    state.setdefault("_told", set())
+    for field, default in _FIELD_DEFAULTS.items():
+        if field not in state:
+            state[field] = default()
+    if "_space_size" not in state and "spec" in state:
+        state["_space_size"] = discrete_space_size(state["spec"])
     return state
-

@@ -49,6 +49,10 @@ class StoreCallback(SessionBound, Callback):
     def __getstate__(self) -> dict[str, Any]:
         return self._unbound_state({**self.__dict__, "_store": None})
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """An older pickle's missing fields, filled here once: no method checks for them."""
+        super().__setstate__({"build": build_trial_config, "_last": {}, **state})
+
     @property
     def store(self):
         if self._store is None:
@@ -56,7 +60,7 @@ class StoreCallback(SessionBound, Callback):
         return self._store
 
     def _trial_config(self, trial) -> DispatchedTrial:
-        return dispatched_trial(self.spec, dict(trial.config), getattr(self, "build", build_trial_config))
+        return dispatched_trial(self.spec, dict(trial.config), self.build)
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
         try:
@@ -91,8 +95,7 @@ class StoreCallback(SessionBound, Callback):
         if ruled and not result.get(STATUS_KEY):  # cut short by a stop rule: cancelled, not pruned
             result = {**result, STATUS_KEY: TrialStatus.INTERRUPTED, "error": f"stopped with the search: {ruled}"}
         try:
-            build = getattr(self, "build", build_trial_config)  # an older pickle has none
-            record_outcome(self.store, self.study, self.spec, dict(trial.config), result, build)
+            record_outcome(self.store, self.study, self.spec, dict(trial.config), result, self.build)
         except store_failures() as error:
             self._session().stop_on_store_failure("recording a finished trial", error)
         self._session().trial_ended()

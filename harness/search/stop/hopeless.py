@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from ray.tune.stopper import Stopper
@@ -89,9 +88,5 @@ class HopelessSearchStopper(SessionBound, Stopper):
         if reason is None:
             return False
         self.reason = reason
-        print(
-            f"[{self.study}] stopping: the first {failed} trials all failed with: {reason}",
-            file=sys.stderr,
-            flush=True,
-        )
+        self._say(f"[{self.study}] stopping: the first {failed} trials all failed with: {reason}")
         return True

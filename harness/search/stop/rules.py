@@ -19,7 +19,6 @@ ends the search at that step's look.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
@@ -96,7 +95,7 @@ class StopRulesStopper(SessionBound, Stopper):
         if reason is None:
             return False
         session.rule_reason = reason
-        print(f"[{self.study}] stopping: {reason}", file=sys.stderr, flush=True)
+        self._say(f"[{self.study}] stopping: {reason}")
         return True
 
     def _over_time(self) -> str | None:
