@@ -393,3 +393,28 @@ def test_no_bare_status_strings_outside_the_enums_and_the_store():
                 continue
             found += bare_status_strings(path.read_text(), str(path.relative_to(ROOT)))
     assert found == []
+
+
+def test_constraints_bound_ray_and_optuna_to_the_releases_the_adapter_is_tested_on(monkeypatch):
+    """Issue 58 (3): constraints.txt pinned torch alone while the adapter told users to "install the
+    version in constraints.txt" for Ray and Optuna. Now it bounds both to TESTED_RELEASES (the same
+    numbers), the installed ones are inside (CI installs with it), and another release is warned of."""
+    import importlib.metadata
+    import re
+    import warnings
+
+    from harness.search import adapter
+
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    for package, (first, past) in adapter.TESTED_RELEASES.items():
+        bound = f"{package}>={first[0]}.{first[1]},<{past[0]}.{past[1]}"
+        assert bound in lines, (bound, lines)
+    assert adapter.untested_releases() == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adapter.check_releases()
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.1.0" if name == "ray" else real(name))
+    assert [re.sub(r" \(.*", "", u) for u in adapter.untested_releases()] == ["ray 9.1.0"]
+    with pytest.warns(RuntimeWarning, match=r"not tested on ray 9\.1\.0"):
+        adapter.check_releases()

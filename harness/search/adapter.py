@@ -40,8 +40,46 @@ class UnsupportedVersion(EnvironmentProblem, RuntimeError):
     """Ray Tune or Optuna changed a field archsearch reads: pin the versions the constraints name."""
 
 
+# The releases this module's private names are tested on, [first, past-last) as (major, minor):
+# constraints.txt pins the same (a test keeps them equal); pyproject allows wider, untested ranges.
+TESTED_RELEASES = {"ray": ((2, 60), (2, 61)), "optuna": ((5, 0), (5, 1))}
+
+
+def untested_releases() -> list[str]:
+    """Each installed Ray or Optuna outside :data:`TESTED_RELEASES`, as one phrase (empty: all tested)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for package, (first, past) in TESTED_RELEASES.items():
+        try:
+            installed = version(package)
+        except PackageNotFoundError:
+            continue
+        release = tuple(int(part) for part in [*installed.split("."), "0"][:2] if part.isdigit())
+        if not first <= release < past:
+            found.append(f"{package} {installed} (tested: {first[0]}.{first[1]}.x)")
+    return found
+
+
+def check_releases() -> None:
+    """Warn, once per process, where Ray or Optuna is a release this module was not tested on: a
+    private name it reads may have moved (a missing one raises :class:`UnsupportedVersion` where used)."""
+    untested = untested_releases()
+    if untested:
+        import warnings
+
+        warnings.warn(
+            f"archsearch reads private fields of Ray and Optuna and was not tested on {', '.join(untested)}: "
+            "install with -c constraints.txt (pip install -c constraints.txt -e .)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
 def check_study(study: Any) -> None:
-    """Raise UnsupportedVersion naming the field if the installed Optuna's Study lacks one this module reads."""
+    """Raise UnsupportedVersion naming the field if the installed Optuna's Study lacks one this module
+    reads; warn where Ray or Optuna is a release outside the tested ones (:func:`check_releases`)."""
+    check_releases()
     for name, meaning in STUDY_FIELDS.items():
         if not hasattr(study, name):
             raise UnsupportedVersion(f"optuna.Study has no {name} ({meaning}): unsupported Optuna version")
