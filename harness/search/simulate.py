@@ -8,11 +8,17 @@ Tune's loop calls them, with ``workers`` trials running asynchronously: each epo
 ``evaluate`` with the seconds it took, and the session's clock advances to the moment it ends. Nothing
 trains and no Ray process starts. ``benchmarks.search_quality`` measures search methods with it.
 
-Order per event, as Tune's controller does it: a result goes to the callbacks, then the scheduler
-(CONTINUE or STOP) and the stoppers (``stopper(trial_id, result)``); a trial that ends (its last epoch
-or a STOP) goes to the scheduler, the searcher and the callbacks; then ``stop_all()`` of every
-stopper, then free slots are filled by asking the searcher (a ``None`` suggestion, as in Tune: nothing
-now, asked again after the next event; ``FINISHED``: never again).
+Order per event, as Tune's controller does it (``TuneController._process_trial_result``): a result goes
+to the stoppers first (``stopper(trial_id, result)``, the first that says stop wins); only if none
+stopped it, to the scheduler (CONTINUE or STOP); only if the trial goes on, to the searcher
+(``on_trial_result``); then to the callbacks. A trial that ends (its last epoch or a STOP) goes to the
+scheduler, the searcher and the callbacks (``on_trial_complete``, as ``stop_trial``), a trial that ran
+to its end after the stoppers see its last result once more (a returning function trainable's
+``done`` flush); then
+``stop_all()`` of every stopper, then free slots are filled by asking the searcher (a ``None``
+suggestion, as in Tune: nothing now, asked again after the next event; ``FINISHED``: never again).
+``tests/test_simulate_order.py`` records a real Tune run's hook calls and this loop's on the same
+trials and requires the same sequence.
 """
 
 from __future__ import annotations
@@ -144,13 +150,24 @@ def simulate(
         result, last = pending.pop(trial_id)
         run.epochs += 1
         trial.last_result = result
+        if any(stopper(trial_id, result) for stopper in stoppers):
+            decision = TrialScheduler.STOP
+        elif scheduler is not None:
+            decision = scheduler.on_trial_result(None, trial, result)
+        else:
+            decision = TrialScheduler.CONTINUE
+        if decision != TrialScheduler.STOP:
+            searcher.on_trial_result(trial_id, result)
         for callback in callbacks:
             callback.on_trial_result(iteration=counter, trials=trials, trial=trial, result=result)
-        decision = scheduler.on_trial_result(None, trial, result) if scheduler is not None else TrialScheduler.CONTINUE
-        stop_trial = any(stopper(trial_id, result) for stopper in stoppers)
-        if last:
+        if last and decision != TrialScheduler.STOP:
+            # A function trainable that returns sends Tune its last result again, marked done: the
+            # stoppers see it (the trial ends whatever they say); nothing else does.
+            any(stopper(trial_id, {**result, "done": True}) for stopper in stoppers)
             end(trial, result, stopped=False)
-        elif decision == TrialScheduler.STOP or stop_trial:
+        elif last:
+            end(trial, result, stopped=False)
+        elif decision == TrialScheduler.STOP:
             end(trial, result, stopped=True)
         else:
             start_epoch(trial, epoch + 1)
