@@ -144,9 +144,9 @@ def _simulated_calls() -> list:
 
 @pytest.mark.slow
 def test_the_replay_calls_the_hooks_in_the_order_a_real_tune_run_does(tmp_path):
-    import ray
-
     import os
+
+    import ray
 
     here = os.path.dirname(__file__)  # Ray's workers import this module's trainable by name
     path = os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")])
