@@ -16,7 +16,7 @@ Methods (:func:`parse_method`) say exactly what runs: ``SAMPLER[+spread][+moasha
 SAMPLER ``random``, ``tpe`` or ``nsga2``; no initial spread unless ``+spread`` (then the default's,
 :func:`harness.search.propose.initial_design.default_spread`: 8 on any table of 8 configurations or more),
 no early stopping unless ``+moasha`` (MO-ASHA, ``early_stopping.mode: pareto``) or ``+asha-top1``
-(Ray's ASHA on top-1 alone, ``mode: single``); ``syne-*``: Syne Tune's own methods on the same table
+(ASHA's cutoff on top-1 alone, ``mode: single``); ``syne-*``: Syne Tune's own methods on the same table
 (:mod:`benchmarks.search_quality_syne`, an optional extra). The result names the method a spec that
 names neither sampler nor spread runs on this table (``default_method``).
 
@@ -99,7 +99,7 @@ def parse_method(method: str) -> tuple[str, str | None, int]:
     """``SAMPLER[+spread][+moasha|+asha-top1]`` -> (sampler, early stopping: None | "pareto" | "single",
     initial spread: 0, or :data:`SPREAD` trials with ``+spread``). The name says all that runs: no
     spread without ``+spread``, no early stopping without ``+moasha`` (MO-ASHA, the default early
-    stopping of a multi-objective search) or ``+asha-top1`` (Ray's ASHA on top-1 alone)."""
+    stopping of a multi-objective search) or ``+asha-top1`` (ASHA's cutoff on top-1 alone)."""
     sampler, *flags = method.split("+")
     canonical = [f for f in (SPREAD_FLAG, *STOPPING_FLAGS) if f in flags]
     stops = [f for f in flags if f in STOPPING_FLAGS]

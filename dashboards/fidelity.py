@@ -205,12 +205,6 @@ class PercentileDecider:
         return True
 
 
-def asha_milestones(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
-    """Ray's ASHA milestones for one bracket: grace x rf^k, k < int(log(max_t/grace)/log(rf) + 1)."""
-    count = int(np.log(max_t / grace_period) / np.log(reduction_factor) + 1)
-    return sorted({int(grace_period * reduction_factor**k) for k in range(count)})
-
-
 @dataclass(frozen=True)
 class RungRule:
     """A study's early-stopping rule, fit to replay: ``decider(rungs)`` makes a fresh one judging at

@@ -207,12 +207,28 @@ Domain = Annotated[
 class EarlyStopping(_Strict):
     """Asynchronous successive halving. ``mode: pareto`` (MO-ASHA, the default with several
     objectives) ranks each rung on ``metric`` together with the objectives known before training;
-    ``single`` is Ray Tune's ASHA on ``metric`` alone, which prunes the cheap end of a front."""
+    ``single`` is ASHA (Ray Tune's cutoff rule) on ``metric`` alone, which prunes the cheap end of a front;
+    both judge at :meth:`rungs`."""
 
     metric: str = "top1"
     grace_period: int = Field(1, ge=1, le=MAX_EPOCHS)
     reduction_factor: float = Field(3.0, gt=1)
     mode: Literal["pareto", "single"] | None = None
+
+    def rungs(self, epochs: int) -> list[int]:
+        """The epochs at which a trial of ``epochs`` epochs is judged: grace, grace x rf, grace x rf^2,
+        ... (rounded) below the last epoch, where every trial ends anyway. The one rung schedule: both
+        modes' schedulers (harness.search.stop.early_stopping), the replay and dashboards.fidelity."""
+        return rung_epochs(self.grace_period, self.reduction_factor, epochs)
+
+
+def rung_epochs(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
+    """:meth:`EarlyStopping.rungs` for given numbers."""
+    rungs, epoch = [], float(grace_period)
+    while epoch < max_t:
+        rungs.append(round(epoch))
+        epoch *= reduction_factor
+    return sorted({rung for rung in rungs if rung < max_t})
 
 
 class Resources(_Strict):

@@ -6,12 +6,11 @@ import random
 
 import numpy as np
 import pytest
-from ray.tune.schedulers import ASHAScheduler
 
 from harness.search.result_keys import RETRY_KEY
 from harness.search.simulate import SimulatedTrial
-from harness.search.stop.early_stopping import ParetoASHA, RungDecider, make_scheduler, promotion_order, rung_epochs
-from search_space.spec import SearchSpec
+from harness.search.stop.early_stopping import ParetoASHA, RungDecider, SingleASHA, make_scheduler, promotion_order
+from search_space.spec import SearchSpec, rung_epochs
 
 
 def test_rungs_are_grace_times_powers_of_the_reduction_factor_below_the_budget():
@@ -80,11 +79,11 @@ def test_a_multi_objective_spec_gets_mo_asha_and_single_mode_warns_in_one_line(c
     assert isinstance(scheduler, ParetoASHA) and scheduler.decider.rungs == [1, 2, 4]
     assert list(scheduler.decider.objectives) == ["top1", "flops"]
     assert capsys.readouterr().err == ""
-    assert isinstance(make_scheduler(_spec(mode="single")), ASHAScheduler)
+    assert isinstance(make_scheduler(_spec(mode="single")), SingleASHA)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "prunes the cheap end of the front" in lines[0]
     one = SearchSpec.model_validate({**_spec().model_dump(mode="json"), "objectives": {"top1": "max"}})
-    assert isinstance(make_scheduler(one), ASHAScheduler) and capsys.readouterr().err == ""
+    assert isinstance(make_scheduler(one), SingleASHA) and capsys.readouterr().err == ""
 
 
 def test_a_pruned_configuration_run_again_is_never_judged_at_a_rung():
@@ -95,3 +94,24 @@ def test_a_pruned_configuration_run_again_is_never_judged_at_a_rung():
     assert scheduler.on_trial_result(None, retry, result) == "CONTINUE"
     assert scheduler.on_trial_result(None, SimulatedTrial("c", {}), result) == "STOP"
     assert set(scheduler.decider.recorded[1]) == {"a", "c"}
+
+
+@pytest.mark.parametrize(
+    ("grace", "factor", "epochs"), [(1, 3.0, 10), (1, 2.0, 8), (2, 2.5, 30), (3, 3.0, 3), (1, 1.5, 12)]
+)
+def test_one_rung_schedule_for_both_schedulers_the_replay_and_fidelity(grace, factor, epochs):
+    """Issue 58 (2): Ray's ASHA (single mode), fidelity's asha_milestones and rung_epochs were three
+    schedules (int vs round, the last epoch in or out). Now EarlyStopping.rungs is the one."""
+    from harness.search.stop.replay import rung_rule
+
+    for mode in ("pareto", "single"):
+        spec = _spec(mode=mode)
+        es = spec.search.early_stopping.model_copy(update={"grace_period": grace, "reduction_factor": factor})
+        spec = spec.model_copy(update={"search": spec.search.model_copy(update={"early_stopping": es})})
+        spec = spec.model_copy(update={"training": {**spec.training, "epochs": epochs}})
+        expected = es.rungs(epochs)
+        assert expected == rung_epochs(grace, factor, epochs) and all(rung < epochs for rung in expected)
+        scheduler = make_scheduler(spec)
+        assert sorted(scheduler.decider.recorded) == expected, mode
+        rule = rung_rule(spec.model_dump(mode="json"))
+        assert list(rule.rungs) == expected and sorted(rule.decider(rule.rungs).recorded) == expected

@@ -31,8 +31,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
+from dashboards.fidelity import PercentileDecider
 from harness.search.result_keys import RETRY_KEY
 from search_space.spec import SearchSpec
 from trials.lazy import lazy_import
@@ -40,15 +41,6 @@ from trials.lazy import lazy_import
 moocore = lazy_import("moocore")
 
 TIME_ATTR = "training_iteration"  # a trial's epochs so far: the rungs are counted in epochs
-
-
-def rung_epochs(grace_period: int, reduction_factor: float, max_t: int) -> list[int]:
-    """The epochs at which a trial is judged: grace, grace x rf, grace x rf^2, ... below ``max_t``."""
-    rungs, epoch = [], float(grace_period)
-    while epoch < max_t:
-        rungs.append(round(epoch))
-        epoch *= reduction_factor
-    return sorted(set(rungs))
 
 
 def promotion_order(points: np.ndarray) -> np.ndarray:
@@ -116,12 +108,11 @@ class RungDecider:
         return -number if self.objectives[name] == "max" and math.isfinite(number) else number
 
 
-class ParetoASHA(FIFOScheduler):
-    """Ray Tune scheduler: MO-ASHA's :class:`RungDecider` on each reported epoch (module docstring)."""
+class RungScheduler(FIFOScheduler):
+    """A Ray Tune scheduler that asks a rung rule (``decider.observe``) at each reported epoch: a
+    pruned configuration run again (its config carries :data:`RETRY_KEY`) is never judged."""
 
-    def __init__(self, objectives: Mapping[str, str], rungs: list[int], reduction_factor: float):
-        super().__init__()
-        self.decider = RungDecider(objectives, rungs, reduction_factor)
+    decider: Any
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         epoch = result.get(TIME_ATTR)
@@ -132,8 +123,26 @@ class ParetoASHA(FIFOScheduler):
         return TrialScheduler.STOP
 
     def debug_string(self) -> str:
-        counts = ", ".join(f"{rung}: {len(v)}" for rung, v in self.decider.recorded.items())
-        return f"ParetoASHA (MO-ASHA) trials recorded per rung epoch: {counts}"
+        counts = ", ".join(f"{rung}: {len(v)}" for rung, v in sorted(self.decider.recorded.items()))
+        return f"{type(self).__name__} trials recorded per rung epoch: {counts}"
+
+
+class ParetoASHA(RungScheduler):
+    """MO-ASHA: :class:`RungDecider` at the rungs (the module docstring)."""
+
+    def __init__(self, objectives: Mapping[str, str], rungs: list[int], reduction_factor: float):
+        super().__init__()
+        self.decider = RungDecider(objectives, rungs, reduction_factor)
+
+
+class SingleASHA(RungScheduler):
+    """ASHA on one metric (``mode: single``): Ray Tune's ASHA cutoff (the ``1 - 1/rf`` percentile of the
+    values recorded at a rung, :class:`dashboards.fidelity.PercentileDecider`) at the same rungs as
+    MO-ASHA's, so that both modes, the replay and ``fidelity`` share one rung schedule."""
+
+    def __init__(self, metric: str, direction: str, rungs: list[int], reduction_factor: float):
+        super().__init__()
+        self.decider = PercentileDecider(metric, direction, rungs, reduction_factor)
 
 
 def rung_objectives(spec: SearchSpec) -> dict[str, str]:
@@ -145,7 +154,7 @@ def rung_objectives(spec: SearchSpec) -> dict[str, str]:
 
 
 def early_stopping_mode(spec: SearchSpec) -> str | None:
-    """``pareto`` (MO-ASHA) or ``single`` (Ray's ASHA on one metric); None without early stopping.
+    """``pareto`` (MO-ASHA) or ``single`` (ASHA's cutoff on one metric); None without early stopping.
     A spec that does not say gets ``pareto`` when it has several objectives."""
     es = spec.search.early_stopping
     if es is None:
@@ -158,9 +167,8 @@ def make_scheduler(spec: SearchSpec) -> TrialScheduler | None:
     es, mode = spec.search.early_stopping, early_stopping_mode(spec)
     if es is None:
         return None
-    max_t = int(spec.training.get("epochs", 10))
+    rungs = es.rungs(int(spec.training.get("epochs", 10)))
     if mode == "pareto":
-        rungs = rung_epochs(es.grace_period, es.reduction_factor, max_t)
         return ParetoASHA(rung_objectives(spec), rungs, es.reduction_factor)
     if len(spec.objectives) > 1:
         print(
@@ -169,11 +177,4 @@ def make_scheduler(spec: SearchSpec) -> TrialScheduler | None:
             file=sys.stderr,
             flush=True,
         )
-    return ASHAScheduler(
-        metric=es.metric,
-        mode=rung_objectives(spec)[es.metric],
-        time_attr=TIME_ATTR,
-        max_t=max_t,
-        grace_period=es.grace_period,
-        reduction_factor=es.reduction_factor,
-    )
+    return SingleASHA(es.metric, rung_objectives(spec)[es.metric], rungs, es.reduction_factor)

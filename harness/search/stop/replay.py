@@ -1,14 +1,13 @@
 """A study's early-stopping rule as :mod:`dashboards.fidelity` replays it on completed curves.
 
 ``dashboards`` sits below ``harness`` and cannot import the rule, so it is built here, from the stored
-spec, by the code the search runs (:mod:`.early_stopping`: the mode, and MO-ASHA's scheduler as
-``make_scheduler`` builds it, whose rungs, rung objectives and :class:`~.early_stopping.RungDecider` are
-replayed), and handed down as a
+spec, by the code the search runs (:mod:`.early_stopping`: the mode, the rung objectives, the deciders
+its schedulers wrap, at the one rung schedule ``EarlyStopping.rungs``), and handed down as a
 :class:`dashboards.fidelity.RungRule`. The entry point ``archsearch.rung_rules`` (``pyproject.toml``)
 registers :func:`rung_rule`, so ``Study.fidelity()`` finds it without naming ``harness``.
 
-Mode ``single`` is Ray Tune's ASHA on the metric alone (:class:`dashboards.fidelity.PercentileDecider`
-replays its cutoff without Ray). A study without early stopping is replayed under the rule its spec
+Mode ``single`` is ASHA's percentile cutoff on the metric alone (:class:`dashboards.fidelity.PercentileDecider`,
+which its scheduler runs too). A study without early stopping is replayed under the rule its spec
 would get with ``search.early_stopping`` on at its defaults, said so in the rule's description.
 """
 
@@ -17,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dashboards.fidelity import FidelityError, PercentileDecider, RungRule, asha_milestones
-from harness.search.stop.early_stopping import RungDecider, early_stopping_mode, make_scheduler
+from dashboards.fidelity import FidelityError, PercentileDecider, RungRule
+from harness.search.stop.early_stopping import RungDecider, early_stopping_mode, rung_objectives
 from search_space.spec import EarlyStopping, SearchSpec
 
 
@@ -35,22 +34,13 @@ def rung_rule(spec: Mapping[str, Any]) -> RungRule:
         search_spec = search_spec.model_copy(update={"search": search})
     es = search_spec.search.early_stopping
     mode = early_stopping_mode(search_spec)
-    max_t = int(search_spec.training.get("epochs", 10))
-    # The rungs as the search sets them: MO-ASHA's scheduler built by make_scheduler (its first rung and
-    # spacing, whatever rule places them), whose first rung is also where single-metric ASHA starts.
-    as_pareto = search_spec.search.model_copy(update={"early_stopping": es.model_copy(update={"mode": "pareto"})})
-    scheduler = make_scheduler(search_spec.model_copy(update={"search": as_pareto}))
-    rungs, objectives = list(scheduler.decider.rungs), dict(scheduler.decider.objectives)
-    if mode == "pareto":
+    # The one rung schedule (EarlyStopping.rungs) both modes' schedulers judge at, and what they rank on.
+    rungs = es.rungs(int(search_spec.training.get("epochs", 10)))
+    objectives = rung_objectives(search_spec)
 
-        def pareto(at: Sequence[int]) -> RungDecider:
+    def decider(at: Sequence[int]) -> RungDecider | PercentileDecider:
+        if mode == "pareto":
             return RungDecider(objectives, list(at), es.reduction_factor)
+        return PercentileDecider(es.metric, objectives[es.metric], list(at), es.reduction_factor)
 
-        return RungRule(mode, es.metric, objectives, tuple(rungs), es.reduction_factor, pareto, default)
-    grace = rungs[0] if rungs else max_t
-    milestones = [m for m in asha_milestones(grace, es.reduction_factor, max_t) if m < max_t]
-
-    def single(at: Sequence[int]) -> PercentileDecider:
-        return PercentileDecider(es.metric, objectives[es.metric], at, es.reduction_factor)
-
-    return RungRule(mode, es.metric, objectives, tuple(milestones), es.reduction_factor, single, default)
+    return RungRule(mode, es.metric, objectives, tuple(rungs), es.reduction_factor, decider, default)
