@@ -53,6 +53,7 @@ import torch
 
 from benchmarks.steps import train_step
 from search_space.cost_model import estimate_cost
+from trials.atomic import atomic_write
 from trials.gpu import configure_backends, datasheet_peak, mfu
 from trials.measure import inference_fn, inference_layout, random_images
 from trials.models import build_model, resolve_config
@@ -579,9 +580,7 @@ class RowSink:
         self.path, self.results = path, results
 
     def save(self) -> None:
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        temporary.write_text(json.dumps(self.results, indent=2, default=str))
-        os.replace(temporary, self.path)
+        atomic_write(self.path, json.dumps(self.results, indent=2, default=str))
 
     def emitter(self, key: str):
         def emit(row: dict[str, Any], rows: list[dict[str, Any]]) -> None:

@@ -23,10 +23,10 @@ import contextlib
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from trials.atomic import write_beside
 from trials.errors import ArchsearchError, printable
 
 STANDARD_OUTPUT = "-"
@@ -91,13 +91,6 @@ def database_in_the_way(path: str | Path) -> str | None:
         if name.endswith(side) and _is_sqlite_database(name[: -len(side)]):
             return f"is the {side} file of the SQLite database {_shown(name[: -len(side)])}"
     return None
-
-
-def _default_mode() -> int:
-    """The mode a plain ``open(path, "w")`` would give (0666 less the umask): mkstemp's is 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _is_standard_output(path: str | Path) -> bool:
@@ -213,28 +206,9 @@ def atomic_write(path: str | Path, data: bytes | str, encoding: str = "utf-8") -
 
 
 def _write_temporary(path: Path, data: bytes | str, encoding: str) -> str:
-    """``data`` in a temporary file beside ``path`` (fsynced, with the mode ``path`` has or would get),
-    its name returned; removed again if writing fails. Refused where ``path`` is a store's database."""
+    """``data`` in a temporary file beside ``path`` (:func:`trials.atomic.write_beside`), its name
+    returned. Refused where ``path`` is a store's database."""
     in_the_way = database_in_the_way(path)
     if in_the_way is not None:
         raise OutputRefused(f"{_shown(path)}: {in_the_way}; not overwritten, write elsewhere")
-    payload = data.encode(encoding) if isinstance(data, str) else data
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode) if os.path.isfile(path) else _default_mode()
-    except OSError:
-        mode = _default_mode()
-    # The temporary name must fit where the target's does (255 bytes a name): a long target name
-    # is cut, not lengthened (a legal 250-character name once failed "File name too long").
-    prefix = "." + path.name.encode()[:200].decode(errors="ignore") + "."
-    fd, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    return temporary
+    return write_beside(path, data, encoding=encoding)

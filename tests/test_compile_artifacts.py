@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from test_gpu_training import tiny
 
-from trials import compile_artifacts
+from trials import atomic, compile_artifacts
 from trials.compile_artifacts import SharedArtifacts
 from trials.configio import ConfigError
 from trials.runner import run_trial
@@ -63,7 +63,7 @@ def test_an_existing_file_is_kept_unless_replacing_and_nothing_half_written_rema
     assert artifacts.path("k").read_bytes() == b"old"
     assert artifacts.save("k", replace=True) == {"compile_artifacts_saved": 1.0, "compile_artifacts_bytes": 3.0}
     assert artifacts.path("k").read_bytes() == b"new"
-    monkeypatch.setattr(compile_artifacts.os, "replace", lambda a, b: (_ for _ in ()).throw(OSError(28, "full")))
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (_ for _ in ()).throw(OSError(28, "full")))
     with pytest.warns(RuntimeWarning, match="not saved"):
         assert artifacts.save("j", replace=False) == {"compile_artifacts_saved": 0.0}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.artifacts"]  # no temporary left behind

@@ -418,3 +418,20 @@ def test_constraints_bound_ray_and_optuna_to_the_releases_the_adapter_is_tested_
     assert [re.sub(r" \(.*", "", u) for u in adapter.untested_releases()] == ["ray 9.1.0"]
     with pytest.warns(RuntimeWarning, match=r"not tested on ray 9\.1\.0"):
         adapter.check_releases()
+
+
+def test_one_atomic_write():
+    """Issue 58 (5): five modules replaced files each their own way (one without fsync, one without
+    removing its temporary file on failure). trials.atomic is the one; dashboards.files stages an
+    output set's files through it and renames them together."""
+    import ast
+
+    allowed = {ROOT / "trials" / "atomic.py", ROOT / "dashboards" / "files.py"}
+    found = []
+    for package in ("harness", "dashboards", "search_space", "trials", "benchmarks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                is_os = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os"
+                if is_os and node.attr in ("replace", "rename") and path not in allowed:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} os.{node.attr}")
+    assert found == []

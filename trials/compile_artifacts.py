@@ -16,14 +16,13 @@ code: a directory that is not this user's alone is refused, as the node cache is
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import torch
 
+from .atomic import atomic_write
 from .ownership import private_directory
 
 SUFFIX = ".artifacts"
@@ -79,14 +78,7 @@ class SharedArtifacts:
             return {"compile_artifacts_saved": 0.0}
         data = saved[0]
         try:
-            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{key}.", suffix=".tmp")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    out.write(data)
-                os.replace(temporary, path)
-            except BaseException:
-                Path(temporary).unlink(missing_ok=True)
-                raise
+            atomic_write(path, data)
         except OSError as error:
             warnings.warn(f"compile artifacts not saved to {path}: {error}", RuntimeWarning, stacklevel=2)
             return {"compile_artifacts_saved": 0.0}

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from trials import ownership
+from trials.atomic import atomic_write
 from trials.configio import ConfigError
 from trials.cpus import usable_cpus
 from trials.ownership import CACHE_ENV, TORCH_CACHE_ENV, chosen_compile_cache, compile_cache_problem
@@ -229,10 +230,7 @@ class CompileLedger:
         entries["cold" if record.cold else "warm"] = record.to_dict()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            with os.fdopen(handle, "w") as out:
-                json.dump(entries, out)
-            os.replace(temporary, self._path(key))
+            atomic_write(self._path(key), json.dumps(entries))
         except OSError as error:
             warnings.warn(f"could not record compile time in {self.directory}: {error}", RuntimeWarning, stacklevel=2)
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
+from trials.atomic import atomic_write
 from trials.errors import EnvironmentProblem
 from trials.lazy import lazy_import
 
@@ -194,9 +194,7 @@ def relocate_saved_search_state(experiment_dir: str, storage_path: str, experime
     moved.storage_fs_path, moved.experiment_dir_name = storage_path, experiment_name
     experiment.storage = moved
     experiment.spec["storage"] = moved
-    temporary = newest.with_name(f".{newest.name}.relocating")
-    temporary.write_bytes(ray_cloudpickle.dumps(state))
-    os.replace(temporary, newest)
+    atomic_write(newest, ray_cloudpickle.dumps(state))
     return True
 
 
