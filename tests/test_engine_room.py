@@ -323,6 +323,34 @@ def test_a_search_leaves_its_process_as_it_found_it(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("local_ray_ends_with_the_test")
+def test_ray_failing_under_the_driver_is_an_interruption_in_one_line_with_the_resume_command(tmp_path, monkeypatch):
+    """Issue 58 (7): the README tour's search once exited 1 with Ray's own "Failed to read data from the
+    socket: End of file" (the driver's connection to its local Ray lost). Such a failure out of fit()
+    now records the study interrupted and says, in one line, what failed and how to resume."""
+    from ray import tune
+    from ray.exceptions import RaySystemError
+
+    from harness import run_search
+    from harness.search.interrupts import SearchInterrupted
+    from harness.store import Store
+
+    def lost(self, *args, **kwargs):
+        raise RaySystemError("Failed to read data from the socket: End of file")
+
+    monkeypatch.setattr(tune.Tuner, "fit", lost)  # the fault, where Ray raises it; everything else real
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with pytest.raises(SearchInterrupted) as stopped:
+        run_search(_tiny_spec("lost", 1), store=url, results_dir=tmp_path / "ray")
+    said = str(stopped.value)
+    assert "\n" not in said and stopped.value.exit_code == 1, said
+    assert "Ray failed under the driver: RaySystemError" in said
+    assert "resume with: archsearch search --resume lost" in said
+    with Store.open(url, create=False) as store:
+        assert store.study("lost")["status"] == "interrupted"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("local_ray_ends_with_the_test")
 def test_the_documented_python_example_runs(tmp_path, monkeypatch):
     """docs/searching.md, "From Python: launch a search": the example as written, on a tiny spec laid
     where the example names its spec (the quickstart preset's path; tests/test_readme_tour.py runs it

@@ -362,6 +362,9 @@ def _run_search(
             tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands
             session.request_stop("interrupted by a second signal", session.stop_signal or 2)
+        except ray_failures() as error:  # the local Ray (or the driver's connection to it) failed under the search
+            line = " ".join(str(error).split())[:300]
+            session.request_stop(f"stopped: Ray failed under the driver: {type(error).__name__}: {line}")
         except BaseException as error:  # a crash in Ray: the study did not finish
             set_study_status(
                 store_url,
@@ -402,6 +405,16 @@ def _run_search(
     return SearchSummary(
         name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem, verified
     )
+
+
+def ray_failures() -> tuple[type[BaseException], ...]:
+    """What ``fit()`` raises when Ray itself fails under a search, not the search's code: its system
+    errors (a lost raylet or GCS, the driver's own connection gone: "Failed to read data from the
+    socket") and a connection it lost. The search is then interrupted, resumable, in one line."""
+    from ray import exceptions
+
+    return (exceptions.RaySystemError, exceptions.LocalRayletDiedError, exceptions.NodeDiedError,
+            exceptions.RpcError, ConnectionError)  # fmt: skip
 
 
 def resume_command(name: str, store_url: str, address: str | None, storage_path: str, chosen: bool) -> str:
