@@ -427,7 +427,6 @@ def test_constraints_bound_ray_and_optuna_to_the_releases_the_adapter_is_tested_
     """Issue 58 (3): constraints.txt pinned torch alone while the adapter told users to "install the
     version in constraints.txt" for Ray and Optuna. Now it bounds both to TESTED_RELEASES (the same
     numbers), the installed ones are inside (CI installs with it), and another release is warned of."""
-    import importlib.metadata
     import re
     import warnings
 
@@ -441,8 +440,8 @@ def test_constraints_bound_ray_and_optuna_to_the_releases_the_adapter_is_tested_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         adapter.check_releases()
-    real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.1.0" if name == "ray" else real(name))
+    real = adapter.version
+    monkeypatch.setattr(adapter, "version", lambda name: "9.1.0" if name == "ray" else real(name))
     assert [re.sub(r" \(.*", "", u) for u in adapter.untested_releases()] == ["ray 9.1.0"]
     with pytest.warns(RuntimeWarning, match=r"not tested on ray 9\.1\.0"):
         adapter.check_releases()

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from harness.search.propose.samplers import make_sampler
 from harness.search.propose.searcher import ArchsearchSearch
-from harness.search.record.outcome import record_outcome
+from harness.search.record.trial_end import record_outcome
 from harness.search.result_keys import PRICED_KEY, STATUS_KEY
 from harness.search.worker.trainable import worker_trial_config
 from harness.store import Store

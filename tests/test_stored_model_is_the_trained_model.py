@@ -17,7 +17,7 @@ import pytest
 import torch
 from test_data import write_cifar10, write_cifar100, write_image_folder
 
-from harness.search.record.outcome import record_outcome
+from harness.search.record.trial_end import record_outcome
 from harness.search.result_keys import BUILT_MODEL_KEY, NUMBER_KEY, STATUS_KEY
 from harness.store import Store
 from search_space.sampling import build_trial_config

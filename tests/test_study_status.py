@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from sqlalchemy import update
 
 from harness.cli import main
-from harness.search.record.outcome import final_status
+from harness.search.record.trial_end import final_status
 from harness.search.stop.failures import common_error, error_reason
 from harness.store import Store
 from harness.store.schema import Study

@@ -31,7 +31,7 @@ from harness.reproduce.predictions import (
 from harness.reproduce.records import recompute_test_pairs, write_records
 from harness.reproduce.studies import Protocol
 from harness.reproduce.summary import _test_split_pairs, markdown_summary
-from harness.search.record.outcome import record_outcome
+from harness.search.record.trial_end import record_outcome
 from harness.search.result_keys import NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY
 from harness.store import Store
 from search_space.validation import load_spec

@@ -17,6 +17,12 @@ import os
 import stat
 from pathlib import Path
 
+try:
+    import grp
+    import pwd
+except ImportError:  # not a POSIX system: no user-private groups to recognise
+    grp = pwd = None
+
 CACHE_ENV = "ARCHSEARCH_COMPILE_CACHE"  # where a user puts the node-local compile cache
 TORCH_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # what Inductor reads, every time it needs the directory
 
@@ -77,12 +83,11 @@ def _own_group(gid: int) -> bool:
     """Whether ``gid`` is this user's private group: their primary group with no other members listed."""
     if gid != os.getgid():
         return False
+    if grp is None or pwd is None:
+        return False
     try:
-        import grp
-        import pwd
-
         members = set(grp.getgrgid(gid).gr_mem) - {pwd.getpwuid(os.getuid()).pw_name}
-    except (ImportError, KeyError):
+    except KeyError:
         return False
     return not members
 

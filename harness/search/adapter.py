@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +49,6 @@ TESTED_RELEASES = {"ray": ((2, 60), (2, 61)), "optuna": ((5, 0), (5, 1))}
 
 def untested_releases() -> list[str]:
     """Each installed Ray or Optuna outside :data:`TESTED_RELEASES`, as one phrase (empty: all tested)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     found = []
     for package, (first, past) in TESTED_RELEASES.items():
         try:
@@ -66,8 +66,6 @@ def check_releases() -> None:
     private name it reads may have moved (a missing one raises :class:`UnsupportedVersion` where used)."""
     untested = untested_releases()
     if untested:
-        import warnings
-
         warnings.warn(
             f"archsearch reads private fields of Ray and Optuna and was not tested on {', '.join(untested)}: "
             "install with -c constraints.txt (pip install -c constraints.txt -e .)",

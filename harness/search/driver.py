@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from ray import tune
+from ray import exceptions, tune
 from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
@@ -41,8 +41,8 @@ from harness.search.engine import build_engine
 from harness.search.legacy import alias_legacy_modules
 from harness.search.propose import warm_start
 from harness.search.record import trackers
-from harness.search.record.outcome import final_status
 from harness.search.record.reconcile import reconcile, replay_finished
+from harness.search.record.trial_end import final_status
 from harness.search.session import SearchSession, process_state_restored
 from harness.search.stop.hopeless import hopeless_after, hopeless_reason
 from harness.search.watch import (
@@ -411,8 +411,6 @@ def ray_failures() -> tuple[type[BaseException], ...]:
     """What ``fit()`` raises when Ray itself fails under a search, not the search's code: its system
     errors (a lost raylet or GCS, the driver's own connection gone: "Failed to read data from the
     socket") and a connection it lost. The search is then interrupted, resumable, in one line."""
-    from ray import exceptions
-
     return (exceptions.RaySystemError, exceptions.LocalRayletDiedError, exceptions.NodeDiedError,
             exceptions.RpcError, ConnectionError)  # fmt: skip
 

@@ -20,14 +20,14 @@ from ray.tune.stopper import Stopper
 from harness.search.propose import initial_design, warm_start
 from harness.search.propose.samplers import make_sampler
 from harness.search.propose.searcher import ArchsearchSearch
-from harness.search.record.outcome import ConfigBuilder
 from harness.search.record.progress import ProgressCallback, planned_trials
+from harness.search.record.signals import InterruptCallback
 from harness.search.record.store_writer import StoreCallback
+from harness.search.record.trial_end import ConfigBuilder
 from harness.search.session import SearchSession
 from harness.search.stop.early_stopping import make_scheduler
 from harness.search.stop.hopeless import HopelessSearchStopper, hopeless_after
 from harness.search.stop.rules import StopRulesStopper
-from harness.search.watch import InterruptCallback
 from search_space.sampling import build_trial_config
 from search_space.spec import SearchSpec
 

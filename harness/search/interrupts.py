@@ -12,8 +12,9 @@ exactly ``n_trials``. The request itself is kept by the search's
 (SIGTERM), 129 (SIGHUP), 131 (SIGQUIT) or 1 (a store failure).
 
 Ray Tune installs its graceful-stop handler for SIGINT inside ``fit()``, just before it builds its
-controller; :class:`harness.search.watch.InterruptCallback` (set up by that controller) wraps it, so the first signal is
-recorded here and then handled by Ray, and SIGTERM takes the same path. A second signal stops hard.
+controller; :class:`harness.search.record.signals.InterruptCallback` (set up by that controller)
+wraps it, so the first signal is recorded here and then handled by Ray, and SIGTERM takes the same
+path. A second signal stops hard.
 """
 
 from __future__ import annotations

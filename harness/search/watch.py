@@ -11,13 +11,11 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
-
-from ray.tune import Callback
 
 from harness.search import adapter
 from harness.search.interrupts import EXIT_CODES, SearchInterrupted, StopRequest
-from harness.search.session import SearchSession, SessionBound
+from harness.search.record.signals import InterruptCallback  # noqa: F401  (older experiments pickled it here)
+from harness.search.session import SearchSession
 from harness.store import LeaseLost, Store
 from harness.store.liveness import HEARTBEAT_S
 from trials.status import StudyStatus
@@ -186,17 +184,3 @@ class RayWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
-class InterruptCallback(SessionBound, Callback):
-    """Routes every stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) to Ray Tune's graceful stop while
-    ``fit()`` runs (driver side)."""
-
-    def __init__(self, session: SearchSession | None = None):
-        self.session = session
-
-    def setup(self, **info: Any) -> None:
-        self._session().take_over_signals_from_ray()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"session": None}

@@ -10,7 +10,7 @@ import optuna
 
 from harness.output import nest_keys
 from harness.search.outcome import OPTUNA_STATE, TrialOutcome
-from harness.search.record.outcome import record_outcome
+from harness.search.record.trial_end import record_outcome
 from harness.search.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.store import Store
 from harness.store.urls import optuna_storage_url

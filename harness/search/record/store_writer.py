@@ -13,7 +13,7 @@ from typing import Any
 from ray.tune import Callback
 
 from harness.search.interrupts import store_failures
-from harness.search.record.outcome import ConfigBuilder, DispatchedTrial, dispatched_trial, record_outcome
+from harness.search.record.trial_end import ConfigBuilder, DispatchedTrial, dispatched_trial, record_outcome
 from harness.search.result_keys import NUMBER_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
