@@ -462,3 +462,37 @@ def test_one_atomic_write():
                 if is_os and node.attr in ("replace", "rename") and path not in allowed:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} os.{node.attr}")
     assert found == []
+
+
+def test_no_module_calls_a_private_name_of_another_project_module():
+    """Issue 58 (1): cluster_scale called studies._grid_spec and studies._study_name. A name that other
+    modules use is public: ``module._name`` of a project module imported by name is flagged."""
+    import ast
+
+    found = []
+    for package in ("harness", "dashboards", "search_space", "trials", "benchmarks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            modules = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PROJECT_PACKAGES:
+                    modules |= {alias.asname or alias.name for alias in node.names}
+                elif isinstance(node, ast.Import):
+                    modules |= {
+                        alias.asname
+                        for alias in node.names
+                        if alias.asname and alias.name.split(".")[0] in PROJECT_PACKAGES
+                    }
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in modules
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value.id}.{node.attr}")
+    assert found == []
+
+
+PROJECT_PACKAGES = {"harness", "dashboards", "search_space", "trials", "benchmarks"}

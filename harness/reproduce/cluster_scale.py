@@ -327,7 +327,7 @@ def coatnet_layouts_run(
         layout: {"layout": config.layout, "depths": list(config.depths), "dims": list(config.dims)}
         for layout, config in matched.items()
     }
-    name = studies._study_name(f"coatnet-layouts-{protocol}", SCALE, dataset)
+    name = studies.reproduction_study_name(f"coatnet-layouts-{protocol}", SCALE, dataset)
     settings = COATNET
     data = _imagefolder_data(data_dir, settings, {"random_crop": False, "hflip": False})
     training = {
@@ -338,7 +338,7 @@ def coatnet_layouts_run(
         "label_smoothing": 0.0,
     }
     objectives = {"top1": "max", "train_loss": "min"}
-    spec = studies._grid_spec(name, family="coatnet", base_model=base_model, data=data, training=training,
+    spec = studies.grid_spec(name, family="coatnet", base_model=base_model, data=data, training=training,
                               variants=variants, seeds=seeds, objectives=objectives)  # fmt: skip
     vit = matched["VIT-REL"]
     target_flops = estimate_flops(matched["CCTT"])
@@ -394,14 +394,14 @@ def _cait_run(builder: str, seeds: int, dataset: str, data_dir: str | None, pilo
     claims = small.protocol.claims
     seeds = max(seeds, powered_seeds(len(claims), interaction=interaction))
     prefix = small.spec["name"].removesuffix(f"-{settings['wrapped_scale']}-mnist5k")
-    name = studies._study_name(prefix, SCALE, dataset)
+    name = studies.reproduction_study_name(prefix, SCALE, dataset)
     base_model = {**small.spec["base_model"], "image_size": IMAGE_SIZE, "patch_size": 16}
     augment = {"random_crop": True, "hflip": True, "randaugment": [2, 9], "mixup_alpha": 0.8, "cutmix_alpha": 1.0}
     training = {**small.spec["training"], "epochs": settings["epochs"], "lr": settings["reference_lr"],
                 "warmup_epochs": settings["warmup_epochs"], "weight_decay": 0.05, "label_smoothing": 0.1}  # fmt: skip
     data = _imagefolder_data(data_dir, settings, augment)
     variants, objectives = small.spec["variants"], small.spec["objectives"]
-    spec = studies._grid_spec(name, family="cait", base_model=base_model, data=data, training=training,
+    spec = studies.grid_spec(name, family="cait", base_model=base_model, data=data, training=training,
                               variants=variants, seeds=seeds, objectives=objectives)  # fmt: skip
     depths = sorted({v.get("depth") for v in small.spec["variants"].values() if v.get("depth")})
     protocol = replace(

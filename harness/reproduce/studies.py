@@ -391,7 +391,7 @@ def select_variants(run: Run, only: tuple[str, ...]) -> Run:
     more = {v: n for v, n in protocol.more_seeds.items() if v in chosen}
     name = subset_name(run.spec["name"], chosen)
     search = run.spec["search"]
-    spec = _grid_spec(
+    spec = grid_spec(
         name,
         family=run.spec["family"],
         base_model=run.spec["base_model"],
@@ -427,7 +427,8 @@ def default_seeds(scale: str) -> int:
     return DEFAULT_SEEDS.get(scale, 7)
 
 
-def _study_name(prefix: str, scale: str, dataset: str) -> str:
+def reproduction_study_name(prefix: str, scale: str, dataset: str) -> str:
+    """A reproduction's study name: its prefix, the scale, and the dataset unless synthetic (every scale's rule)."""
     return f"{prefix}-{scale}" + ("" if dataset == "synthetic" else f"-{dataset}")
 
 
@@ -468,7 +469,7 @@ def _parts(
     return tuple(specs)
 
 
-def _grid_spec(
+def grid_spec(
     name: str,
     *,
     family: str,
@@ -580,8 +581,8 @@ def coatnet_layouts_run(
             "final training loss in eval mode (BatchNorm recalibrated) on the whole training split, lower is "
             f"better, with {more} the generalisation protocol's data; held-out accuracy reported beside it"
         )
-    name = _study_name(f"coatnet-layouts-{protocol}", scale, dataset)
-    spec = _grid_spec(
+    name = reproduction_study_name(f"coatnet-layouts-{protocol}", scale, dataset)
+    spec = grid_spec(
         name,
         family="coatnet",
         base_model=base_model,
@@ -721,10 +722,10 @@ def cait_depth_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_
         (f"d{deep}-layerscale", ">=", f"d{deep}-rezero"),
         (f"d{deep}-layerscale", ">=", f"d{shallow}-layerscale"),
     )
-    name = _study_name("cait-depth", scale, dataset)
+    name = reproduction_study_name("cait-depth", scale, dataset)
     data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
     training = {"epochs": settings["epochs"], "lr": settings["lr"], "grad_clip": None}  # instability must show
-    spec = _grid_spec(
+    spec = grid_spec(
         name,
         family="cait",
         base_model=base,
@@ -769,9 +770,9 @@ def cait_class_attention_run(
         f"{d}+2": {"depth": d, "ca_depth": 2, "cls_insert_layer": None},
     }
     claims = ((f"{d}+2", ">", f"{d}+0"), (f"{d}+2", ">=", f"{d}+1"), (f"{d}+0 cls@{late}", ">=", f"{d}+0"))
-    name = _study_name("cait-class-attention", scale, dataset)
+    name = reproduction_study_name("cait-class-attention", scale, dataset)
     data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
-    spec = _grid_spec(
+    spec = grid_spec(
         name,
         family="cait",
         base_model=_cait_base(settings, scale),
@@ -823,11 +824,11 @@ def cait_residual_schemes_run(
         (f"d{deep}-layerscale", ">", f"d{deep}-prenorm"),
         *((f"d{deep}-layerscale", ">=", f"d{deep}-{other}") for other in others),
     )
-    name = _study_name("cait-residual-schemes", scale, dataset)
+    name = reproduction_study_name("cait-residual-schemes", scale, dataset)
     data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
     epochs = settings["scheme_epochs"]
     training = {"epochs": epochs, "lr": settings["lr"], "grad_clip": None}
-    spec = _grid_spec(
+    spec = grid_spec(
         name,
         family="cait",
         base_model={**base, "drop_path_rate": 0.0},
@@ -882,7 +883,7 @@ def _control_spec(
     """The grid spec of one of issue 48's CaiT controls: the controlled study's data, top-1 and FLOPs as
     objectives, on :data:`FRESH_SEEDS` (what the three controls share; their models and budgets differ)."""
     data = _data_section(dataset, data_dir, settings, train_size=settings["train_size"], image_size=None)
-    return _grid_spec(
+    return grid_spec(
         name,
         family="cait",
         base_model=base_model,
@@ -926,7 +927,7 @@ def cait_init_control_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET
         (f"d{d}-layerscale-xavier", ">", f"d{d}-prenorm-xavier"),
         (f"d{d}-layerscale-xavier", ">", f"d{d}-layerscale"),
     )
-    name = _study_name("cait-init-control", scale, dataset)
+    name = reproduction_study_name("cait-init-control", scale, dataset)
     epochs = settings["scheme_epochs"]
     spec = _control_spec(
         name,
@@ -995,7 +996,7 @@ def cait_depth_rezero_ln_run(
         f"d{d}-rezero+ln": {"depth": d, "residual": "rezero", "keep_norm": True},
     }
     claims = ((f"d{d}-layerscale", ">=", f"d{d}-rezero+ln"),)
-    name = _study_name("cait-depth-rezero-ln", scale, dataset)
+    name = reproduction_study_name("cait-depth-rezero-ln", scale, dataset)
     spec = _control_spec(
         name,
         settings,
@@ -1044,7 +1045,7 @@ def cait_class_attention_matched_run(
     }
     base = _cait_base(settings, scale)
     params = {v: estimate_params(resolve_config({**base, **values})) for v, values in variants.items()}  # as --plan
-    name = _study_name("cait-class-attention-matched", scale, dataset)
+    name = reproduction_study_name("cait-class-attention-matched", scale, dataset)
     spec = _control_spec(
         name, settings, dataset, data_dir, base, {"epochs": settings["epochs"], "lr": settings["lr"]}, variants, seeds
     )
