@@ -20,6 +20,8 @@ from typing import Any
 
 from sqlalchemy import MetaData, Table, delete, inspect, select, update
 
+from trials.status import StudyStatus
+
 from .base import _now
 from .errors import StoreError
 from .liveness import (
@@ -44,7 +46,7 @@ def _refuse_live_driver(conn, name: str, study_id: int, action: str, lock_held: 
     query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
     row = conn.execute(query.with_for_update()).one()
     record = driver_record(row, lock_held)
-    foreign = row.status == "running" and record.driver and record.driver != driver_identity()
+    foreign = row.status == StudyStatus.RUNNING and record.driver and record.driver != driver_identity()
     if foreign and driver_gone(record, HEARTBEAT_STALE_S) is None:
         raise StoreError(
             f"cannot {action} study {name!r}: its search is running (driver {describe_driver(record.driver)}); "

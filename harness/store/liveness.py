@@ -26,6 +26,8 @@ from pathlib import Path
 
 from sqlalchemy import DateTime, func, select
 
+from trials.status import StudyStatus
+
 from . import driver_lock
 from .base import StoreBase, _now
 from .errors import LeaseLost, StoreError
@@ -173,7 +175,11 @@ def check_lease(conn, study_id: int, name: str, lease: str | None) -> None:
     if row is None:
         raise LeaseLost.deleted(name)
     if row.lease != lease:
-        by = f" by another driver ({describe_driver(row.driver)})" if row.driver and row.status == "running" else ""
+        by = (
+            f" by another driver ({describe_driver(row.driver)})"
+            if row.driver and row.status == StudyStatus.RUNNING
+            else ""
+        )
         raise LeaseLost(f"this driver lost its lease on study {name!r}: the study was taken over{by}")
 
 
@@ -201,7 +207,7 @@ class Liveness(StoreBase):
             query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
             row = conn.execute(query.with_for_update()).one()
             record = driver_record(row, True if held_elsewhere else None)
-            held = row.status == "running" and record.driver and record.driver != me
+            held = row.status == StudyStatus.RUNNING and record.driver and record.driver != me
             if held and driver_gone(record, stale_after_s) is None:
                 raise StoreError(
                     f"study {name!r} is being run by another driver ({describe_driver(record.driver)}): wait for "
@@ -210,7 +216,7 @@ class Liveness(StoreBase):
             conn.execute(
                 table.update()
                 .where(table.c.id == study_id)
-                .values(status="running", driver=me, status_message=None, updated_at=_now())
+                .values(status=StudyStatus.RUNNING, driver=me, status_message=None, updated_at=_now())
                 .values(lease=token, lease_beat=db_clock())
             )
             return token
@@ -244,7 +250,7 @@ class Liveness(StoreBase):
                 select(table.c.status, *driver_columns(table, present)).where(table.c.id == self._study_id(name))
             ).one()
         record = driver_record(row, self.driver_lock_held(self._study_id(name)))
-        if row.status != "running" or not record.driver or record.driver == driver_identity():
+        if row.status != StudyStatus.RUNNING or not record.driver or record.driver == driver_identity():
             return None
         if driver_gone(record, stale_after_s) is not None:
             return None
@@ -268,7 +274,7 @@ class Liveness(StoreBase):
             check_lease(conn, study_id, name, self.lease_of(name))
             conn.execute(
                 table.update()
-                .where(table.c.id == study_id, table.c.status == "running")
+                .where(table.c.id == study_id, table.c.status == StudyStatus.RUNNING)
                 .values(updated_at=_now(), lease_beat=db_clock())
             )
 
@@ -280,11 +286,12 @@ class Liveness(StoreBase):
         present = self.present_columns(table)
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(table.c.name, table.c.id, *driver_columns(table, present)).where(table.c.status == "running")
+                select(table.c.name, table.c.id, *driver_columns(table, present)).where(
+                    table.c.status == StudyStatus.RUNNING
+                )
             ).all()
         reasons = {
-            row.name: driver_gone(driver_record(row, self.driver_lock_held(row.id)), stale_after_s)
-            for row in rows
+            row.name: driver_gone(driver_record(row, self.driver_lock_held(row.id)), stale_after_s) for row in rows
         }
         return {name: reason for name, reason in reasons.items() if reason is not None}
 
@@ -301,13 +308,13 @@ class Liveness(StoreBase):
                 query = select(table.c.status, *driver_columns(table)).where(table.c.id == study_id)
                 row = conn.execute(query.with_for_update()).one_or_none()
                 record = driver_record(row, self.driver_lock_held(study_id)) if row else None
-                reason = driver_gone(record, stale_after_s) if row and row.status == "running" else None
+                reason = driver_gone(record, stale_after_s) if row and row.status == StudyStatus.RUNNING else None
                 if reason is None:
                     return False
                 conn.execute(
                     table.update()
                     .where(table.c.id == study_id)
-                    .values(status="interrupted", driver=None, status_message=reason, updated_at=_now())
+                    .values(status=StudyStatus.INTERRUPTED, driver=None, status_message=reason, updated_at=_now())
                     .values(lease=None)  # judged gone: a driver still alive has lost its lease
                 )
                 return True

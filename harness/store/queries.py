@@ -27,6 +27,7 @@ from sqlalchemy import func, inspect, select
 
 from dashboards.reader import StudyCounts
 from trials.predictions import TestPredictions
+from trials.status import StudyStatus
 
 from . import rows
 from .base import StoreBase
@@ -156,7 +157,7 @@ class Queries(StoreBase):
             s = row._mapping
             status_counts = {status: by_study.get(s["id"], {}).get(status, 0) for status in TRIAL_STATUSES}
             shown_status, message = s["status"], s["status_message"]
-            running = shown_status == "running"
+            running = shown_status == StudyStatus.RUNNING
             record = driver_record(row, self.driver_lock_held(s["id"])) if running else None
             gone = driver_gone(record, HEARTBEAT_STALE_S) if record is not None else None
             if gone:  # shown as it is, without recording it

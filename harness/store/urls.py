@@ -24,7 +24,7 @@ def resolve_store_url(url: str | None = None) -> str:
     An empty or blank URL given on purpose (``--store ""``, an empty variable in a script) is an
     error, not the default: it would silently read or write another store than the one meant."""
     if url is not None and not url.strip():
-        raise StoreError('--store is empty: give a store URL (sqlite:///PATH or postgresql://...), or leave it out')
+        raise StoreError("--store is empty: give a store URL (sqlite:///PATH or postgresql://...), or leave it out")
     env = os.environ.get(ENV_VAR)
     if url is None and env is not None and not env.strip():
         raise StoreError(f"${ENV_VAR} is set but empty: give a store URL, or unset it for the default")

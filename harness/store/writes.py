@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 
 from harness import __version__
 from trials.predictions import TestPredictions
+from trials.status import StudyStatus, TrialStatus
 
 from . import driver_lock
 from .base import StoreBase, _now
@@ -146,7 +147,7 @@ class Writes(StoreBase):
         if status not in STUDY_STATUSES:
             raise StoreError(f"unknown study status {status!r}; use one of {', '.join(STUDY_STATUSES)}")
         study_id = self._study_id(name)
-        owner = (driver or driver_identity()) if status == "running" else None
+        owner = (driver or driver_identity()) if status == StudyStatus.RUNNING else None
         values = {"status": status, "updated_at": _now(), "driver": owner, "status_message": message}
 
         def write(conn) -> None:
@@ -155,7 +156,7 @@ class Writes(StoreBase):
 
         self._write(write)
         path = self.sqlite_file()
-        if status != "running" and path is not None:  # its search has ended here: its driver lock goes
+        if status != StudyStatus.RUNNING and path is not None:  # its search has ended here: its driver lock goes
             driver_lock.release(path, study_id)
 
     # -- trials ------------------------------------------------------------------------------------
@@ -198,7 +199,9 @@ class Writes(StoreBase):
         """The search was stopped on purpose: its ``running`` trials become ``interrupted`` (resumable)."""
         study_id = self._study_id(study)
         values = {"status": "interrupted", "ended_at": _now()}
-        statement = update(Trial).where(Trial.study_id == study_id, Trial.status == "running").values(**values)
+        statement = (
+            update(Trial).where(Trial.study_id == study_id, Trial.status == TrialStatus.RUNNING).values(**values)
+        )
 
         def write(conn) -> int:
             check_lease(conn, study_id, study, self.lease_of(study))
