@@ -188,19 +188,8 @@ def _search(
     watchdog.session = session  # its writes go under the lease the session will hold
     try:
         with session.active(), session.handling_signals():
-            return _run_search(
-                session,
-                spec,
-                store_url,
-                name,
-                storage_path,
-                chosen,
-                address,
-                resume,
-                verbose,
-                started,
-                (tracking, tracker_secrets),
-            )
+            run = SearchRun(spec, store_url, name, storage_path, chosen, address, resume, verbose, started)
+            return _run_search(session, run, tracking, tracker_secrets)
     finally:
         watchdog.cancel()
 
@@ -286,40 +275,74 @@ def _check_before_writing(
     return experiment_name, experiment
 
 
+@dataclass(frozen=True)
+class SearchRun:
+    """What one search was asked to do, settled before it starts: the spec (tracking password taken
+    out), the store, the study's name, where Ray keeps its results (and whether the user chose it),
+    the Ray cluster, whether it resumes, and when it started."""
+
+    spec: SearchSpec
+    store_url: str
+    name: str
+    storage_path: str
+    chosen: bool  # the results dir was the user's choice (or the study's record), not the default
+    address: str | None
+    resume: bool
+    verbose: bool
+    started: float
+
+    def resume_command(self) -> str:
+        return resume_command(self.name, self.store_url, self.address, self.storage_path, self.chosen)
+
+
 def _run_search(
-    session: SearchSession,
-    spec: SearchSpec,
-    store_url: str,
-    name: str,
-    storage_path: str,
-    chosen: bool,
-    address: str | None,
-    resume: bool,
-    verbose: bool,
-    started: float,
-    tracking: tuple[list, trackers.TrackerSecrets] = ([], trackers.TrackerSecrets()),
+    session: SearchSession, run: SearchRun, callbacks: list, tracker_secrets: trackers.TrackerSecrets
 ) -> SearchSummary:
-    created = experiment_guard.check_storage_root(storage_path)  # removed again if the search is refused
+    """The search's phases in order: everything checked and Ray started (nothing written yet), the
+    study claimed, the tuner built or restored, ``fit()``, and the study's end recorded."""
+    experiment_name, experiment = _check_and_start_ray(session, run)
+    _claim_study(session, run, experiment_name, experiment)
+    public_url, password = split_secret(run.store_url)  # what Ray and Optuna get: no password
+    _hand_password_to_libpq(password)
+    trackers.set_driver_environment(run.spec, tracker_secrets)  # after Ray started, as the store's password
+    tuner, optuna_storage = _tuner(session, run, public_url, callbacks, experiment_name, experiment)
+    _fit(session, run, tuner)
+    stop = session.stop_request
+    if stop is not None:
+        raise record_interruption(run.store_url, run.name, stop, run.resume_command(), session.lease)
+    return _finish(session, run, optuna_storage, experiment)
+
+
+def _check_and_start_ray(session: SearchSession, run: SearchRun) -> tuple[str, str]:
+    """Every check that can refuse the search, and Ray started; (experiment name, its directory).
+    A refused search leaves nothing behind (a results dir it created is removed)."""
+    created = experiment_guard.check_storage_root(run.storage_path)  # removed again if the search is refused
     try:
-        experiment_name, experiment = _check_before_writing(spec, store_url, name, storage_path, resume)
-        quiet_ray(verbose)
+        experiment = _check_before_writing(run.spec, run.store_url, run.name, run.storage_path, run.resume)
+        quiet_ray(run.verbose)
         if sys.stderr.isatty():  # a person watching: a first line now, not after Ray's start-up (5-7 s)
-            where = f"joining the Ray cluster at {address}" if address else "starting a local Ray"
-            print(f"[{name}] checks passed; {where}...", file=sys.stderr, flush=True)
+            where = f"joining the Ray cluster at {run.address}" if run.address else "starting a local Ray"
+            print(f"[{run.name}] checks passed; {where}...", file=sys.stderr, flush=True)
         with session.deferring_signals():  # a Ctrl-C while Ray starts acts once it has started
-            init_ray(address, spec)
-        check_resources(spec)
-        if address:  # before anything is written: a request no node can meet would wait forever
-            check_storage(chosen, storage_path)
+            init_ray(run.address, run.spec)
+        check_resources(run.spec)
+        if run.address:  # before anything is written: a request no node can meet would wait forever
+            check_storage(run.chosen, run.storage_path)
     except BaseException:
         experiment_guard.remove_created(created)
         raise
-    # Everything checked: only now is anything created (the store, the study).
-    with Store.open(store_url) as store:
+    return experiment
+
+
+def _claim_study(session: SearchSession, run: SearchRun, experiment_name: str, experiment: str) -> None:
+    """Everything checked: only now is anything created (the store, the study), and the study's lease
+    taken; every write of this driver to the study from here is conditional on it."""
+    spec, name = run.spec, run.name
+    with Store.open(run.store_url) as store:
         known = name in store.study_names()
         if known:
             session.lease = store.claim_study(name)  # one driver per study: refused while another live one holds it
-        restarting = not resume and known
+        restarting = not run.resume and known
         if not known and experiment_name in store.recorded_experiments():  # taken since it was chosen
             raise StoreError(f"study {name!r}: another study took its results entry {experiment_name} meanwhile")
         spec_record, hardware = spec.model_dump(mode="json"), ray_hardware()
@@ -329,57 +352,57 @@ def _run_search(
         session.lease = store.claim_study(name)
         if restarting or store.study_results(name) == (None, None):  # where its results are, and which dir
             # Its experiment directory, created (or on resuming an older study, found) and marked as its own.
-            store.record_results(name, storage_path, experiment_guard.create_experiment_dir(experiment))
+            store.record_results(name, run.storage_path, experiment_guard.create_experiment_dir(experiment))
         if restarting:  # an earlier attempt that ran no trial: the study is this spec's from now on
             store.restart_study(name, spec.model_dump(mode="json"), dict(spec.objectives), hardware=ray_hardware())
-            _forget_optuna_study(store_url, name)
-    public_url, password = split_secret(store_url)  # what Ray and Optuna get: no password
-    _hand_password_to_libpq(password)
-    callbacks, tracker_secrets = tracking
-    trackers.set_driver_environment(spec, tracker_secrets)  # after Ray started, as the store's password
-    optuna_storage = optuna_storage_url(store_url)  # a restored searcher's storage is Ray's: open another
-    if resume and tune.Tuner.can_restore(experiment):
+            _forget_optuna_study(run.store_url, name)
+
+
+def _tuner(
+    session: SearchSession, run: SearchRun, public_url: str, callbacks: list, experiment_name: str, experiment: str
+):
+    """(the Tuner, Optuna's storage URL): restored from the experiment on ``--resume``, else new."""
+    spec, name = run.spec, run.name
+    optuna_storage = optuna_storage_url(run.store_url)  # a restored searcher's storage is Ray's: open another
+    if run.resume and tune.Tuner.can_restore(experiment):
         alias_legacy_modules()  # an experiment pickled before the searcher's modules were renamed
         # Tune restores the run config it pickled, callbacks included (the trackers the search started
         # with); Tuner.restore takes no others.
-        adapter.relocate_saved_search_state(experiment, storage_path, experiment_name)  # a moved results dir
+        adapter.relocate_saved_search_state(experiment, run.storage_path, experiment_name)  # a moved results dir
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
         replay_finished(tuner, spec, public_url, name)
-    else:
-        if resume:
-            set_study_status(
-                store_url,
-                name,
-                StudyStatus.INTERRUPTED,
-                f"cannot resume: no Ray Tune experiment state under {experiment}",
-                session.lease,
-            )
-            raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
-        tuner, optuna_storage = _new_tuner(spec, public_url, name, storage_path, session, callbacks, experiment_name)
-    command = resume_command(name, store_url, address, storage_path, chosen)
-    with Heartbeat(store_url, name, session), RayWatch(store_url, name, command, session), json_results_only():
+        return tuner, optuna_storage
+    if run.resume:
+        why = f"cannot resume: no Ray Tune experiment state under {experiment}"
+        set_study_status(run.store_url, name, StudyStatus.INTERRUPTED, why, session.lease)
+        raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
+    return _new_tuner(spec, public_url, name, run.storage_path, session, callbacks, experiment_name)
+
+
+def _fit(session: SearchSession, run: SearchRun, tuner) -> None:
+    """``tuner.fit()`` with the lease's heartbeat and the watch on the local Ray; a stop (a signal,
+    Ray failing under it) is left in the session as a stop request, any other crash recorded."""
+    name, store_url = run.name, run.store_url
+    watch = RayWatch(store_url, name, run.resume_command(), session)
+    with Heartbeat(store_url, name, session), watch, json_results_only():
         try:
             tuner.fit()
         except KeyboardInterrupt:  # a second Ctrl-C/SIGTERM: Ray stopped hard, the last saved state stands
             session.request_stop("interrupted by a second signal", session.stop_signal or 2)
-        except ray_failures() as error:  # the local Ray (or the driver's connection to it) failed under the search
+        except ray_failures() as error:  # the local Ray (or the driver's connection to it) failed under it
             line = " ".join(str(error).split())[:300]
             session.request_stop(f"stopped: Ray failed under the driver: {type(error).__name__}: {line}")
         except BaseException as error:  # a crash in Ray: the study did not finish
-            set_study_status(
-                store_url,
-                name,
-                StudyStatus.INTERRUPTED,
-                f"interrupted: {type(error).__name__}: {error}"[:500],
-                session.lease,
-            )
+            why = f"interrupted: {type(error).__name__}: {error}"[:500]
+            set_study_status(store_url, name, StudyStatus.INTERRUPTED, why, session.lease)
             raise
-    stop = session.stop_request
-    if stop is not None:
-        command = resume_command(name, store_url, address, storage_path, chosen)
-        raise record_interruption(store_url, name, stop, command, session.lease)
-    # The search ran to its end: no trial of it may stay running in Optuna or in the store.
-    with Store.open(store_url) as store:
+
+
+def _finish(session: SearchSession, run: SearchRun, optuna_storage: str, experiment: str) -> SearchSummary:
+    """The search ran to its end: no trial of it may stay running in Optuna or in the store; the
+    study's final status, its front, the checkpoints kept and (on a cluster) the front verified."""
+    spec, name = run.spec, run.name
+    with Store.open(run.store_url) as store:
         session.hold(store)  # still this driver's study: LeaseLost (one line) where it was taken over
         stopped = hopeless_reason(store, name, hopeless_after(spec), spec.model_dump(mode="json"))
         ruled = session.rule_reason
@@ -401,9 +424,9 @@ def _run_search(
         prune_checkpoints(experiment, keep={int(n) for n in front["number"]} if keep == "front" else ())
     verified = None
     if spec.search.verifies_front and status == StudyStatus.COMPLETED:  # on a whole GPU of the cluster, trials done
-        verified = verify.verify_front(store_url, name)
+        verified = verify.verify_front(run.store_url, name)
     return SearchSummary(
-        name, store.url, counts, front, time.perf_counter() - started, status, message, spec_problem, verified
+        name, store.url, counts, front, time.perf_counter() - run.started, status, message, spec_problem, verified
     )
 
 
