@@ -33,12 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from search_space.cost_model import estimate_flops
-from search_space.matching import match_layouts
-from trials.models import resolve_config
 from trials.status import TrialStatus
 
-from . import power, studies
-from .studies import Protocol, Run
+from . import power
+from .studies.common import Run, grid_spec, reproduction_study_name, subset_name, variant_config
 
 SCALE = "imagenet"
 CLUSTER_SCALES = (SCALE,)
@@ -214,7 +212,7 @@ def powered_seeds(claims: int, *, interaction: bool = False) -> int:
     return power.seeds_for(DIFFERENCE, sd, power.holm_strictest(claims))
 
 
-def _power_note(claims: int, seeds: int, *, interaction: bool = False) -> str:
+def power_note(claims: int, seeds: int, *, interaction: bool = False) -> str:
     sd = power.paired_sd(RUN_SD)
     lines = (
         f"Seeds (power calculation, {power.POWER:.0%} power at Holm's strictest level, "
@@ -253,7 +251,7 @@ def _pilot_note(settings: dict[str, Any], chosen: dict[str, float] | None) -> st
     return head + ". Chosen: " + ", ".join(f"{v} {lr:g}" for v, lr in chosen.items()) + "."
 
 
-def _finish(
+def cluster_run(
     run: Run,
     *,
     family: str,
@@ -261,10 +259,10 @@ def _finish(
     seeds: int,
     pilot: dict[str, dict[str, float]] | None,
     only: tuple[str, ...],
-    notes: tuple[str, ...],
 ) -> ClusterRun:
-    """The cluster-scale run of ``run``: ``only``'s variants, each variant's lr (the pilot's choice,
-    or the placeholder), the parts, the pilot spec and the protocol's notes."""
+    """The cluster-scale run of a study definition's ``run`` (its protocol's notes the study's own):
+    ``only``'s variants, each variant's lr (the pilot's choice, or the placeholder), the parts, the
+    pilot spec, and the pilot's note before the study's."""
     spec = run.spec
     variants = list(spec["variants"])
     for name in only:
@@ -273,7 +271,7 @@ def _finish(
                 f"--only {name}: {spec['name']} has no variant {name!r}; its variants: {', '.join(variants)}"
             )
     chosen_variants = [v for v in variants if not only or v in only]
-    name = studies.subset_name(spec["name"], chosen_variants) if only else spec["name"]
+    name = subset_name(spec["name"], chosen_variants) if only else spec["name"]
     spec = _resources({**spec, "name": name, "variants": {v: spec["variants"][v] for v in chosen_variants}})
     spec["params"] = {**spec["params"], "variant": {"choice": chosen_variants}}
     pilot_spec = _pilot_spec(spec, chosen_variants, settings)
@@ -287,7 +285,7 @@ def _finish(
         study=name,
         lr=lrs.get("CCTT", settings["reference_lr"]) if family == "coatnet" else settings["reference_lr"],
         seeds=seeds,
-        notes=(_pilot_note(settings, chosen), *notes),
+        notes=(_pilot_note(settings, chosen), *run.protocol.notes),
         gpus=TRIAL_RESOURCES.get("gpus", 0.0),
         more_seeds={},
         only=tuple(chosen_variants) if only else (),
@@ -297,112 +295,39 @@ def _finish(
                       lrs=tuple(settings["lrs"]), chosen=chosen, family=family)  # fmt: skip
 
 
-def _imagefolder_data(data_dir: str, settings: dict[str, Any], augment: dict[str, Any]) -> dict[str, Any]:
+def imagefolder_data(data_dir: str, settings: dict[str, Any], augment: dict[str, Any]) -> dict[str, Any]:
     return {"name": "imagefolder", "data_dir": data_dir, "batch_size": settings["batch_size"],
             "image_size": IMAGE_SIZE, "augment": augment}  # fmt: skip
 
 
-def coatnet_layouts_run(
-    protocol: str,
+def cait_run(
+    small: Run,
     seeds: int,
     dataset: str,
     data_dir: str | None,
-    pilot: dict[str, dict[str, float]] | None = None,
-    only: tuple[str, ...] = (),
+    pilot: dict[str, dict[str, float]] | None,
+    only: tuple[str, ...],
+    *,
+    interaction: bool,
 ) -> ClusterRun:
-    """CoAtNet Fig. 1's generalisation protocol at 160 px on the user's ImageFolder."""
-    require_imagefolder(dataset, data_dir)
-    if protocol != "generalisation":
-        raise ValueError(
-            f"--scale {SCALE} runs the generalisation protocol only: the capacity protocol needs JFT-300M-scale "
-            "data (the paper's); use --protocol generalisation"
-        )
-    claims = tuple(studies.PAPER_CLAIMS[protocol])
-    floor = powered_seeds(len(claims))
-    seeds = max(seeds, floor)
-    base_model = {"preset": "coatnet_0", "image_size": IMAGE_SIZE, "drop_path_rate": 0.0}
-    base = resolve_config(base_model)
-    matched = match_layouts(base.replace(layout="CCTT"), studies.LAYOUTS, MATCH_TOLERANCE, flops=True)
-    variants = {
-        layout: {"layout": config.layout, "depths": list(config.depths), "dims": list(config.dims)}
-        for layout, config in matched.items()
-    }
-    name = studies.reproduction_study_name(f"coatnet-layouts-{protocol}", SCALE, dataset)
-    settings = COATNET
-    data = _imagefolder_data(data_dir, settings, {"random_crop": False, "hflip": False})
-    training = {
-        "epochs": settings["epochs"],
-        "lr": settings["reference_lr"],
-        "warmup_epochs": settings["warmup_epochs"],
-        "weight_decay": 0.0,
-        "label_smoothing": 0.0,
-    }
-    objectives = {"top1": "max", "train_loss": "min"}
-    spec = studies.grid_spec(name, family="coatnet", base_model=base_model, data=data, training=training,
-                              variants=variants, seeds=seeds, objectives=objectives)  # fmt: skip
-    vit = matched["VIT-REL"]
-    target_flops = estimate_flops(matched["CCTT"])
-    frozen = Protocol(
-        study=name,
-        kind=protocol,
-        dataset=dataset,
-        image_size=IMAGE_SIZE,
-        train_size=None,
-        epochs=settings["epochs"],
-        seeds=seeds,
-        lr=settings["reference_lr"],
-        metric="validation top-1 on the folder's val/ split at the comparison level of training loss "
-        "(higher is better)",
-        level=settings["level"],
-        margin=MARGIN,
-        large_margin=LARGE_MARGIN,
-        claims=claims,
-        ranking=studies.PAPER_RANKING[protocol],
-    )
-    notes = (
-        f"Matching: CoAtNet-0 (C-C-T-T, {base.depths} / {base.dims}) at {IMAGE_SIZE} px is the reference; every "
-        f"other layout within {MATCH_TOLERANCE:.0%} of it in parameters and FLOPs ({target_flops / 1e9:.2f} "
-        "GMACs per image; closed-form cost model), moving S2's and S3/S4's block counts and widths (S0/S1 "
-        f"fixed). S3 and S4 attend over {(IMAGE_SIZE // 16) ** 2} and {(IMAGE_SIZE // 32) ** 2} tokens; ViT-REL "
-        f"over {(vit.image_size // vit.vit_patch_size) ** 2} (patch {vit.vit_patch_size}), matched on parameters "
-        "only (its FLOPs per parameter are fixed by its token count) and its FLOPs reported.",
-        f"Comparison level: running (train-mode) training loss {settings['level']:g} nats, as logged each epoch: "
-        "an ImageFolder run records no eval-mode training loss (BatchNorm recalibration over 1.28M images each "
-        "epoch would cost most of another epoch), so the level lags the weights by half an epoch, alike for "
-        "every layout. A run that never reaches it is reported as such; the pilot's curves show beforehand "
-        "whether every layout will.",
-        f"Budget: {settings['epochs']} epochs (the paper's Fig. 1: 300), no augmentation, no regularisation "
-        f"(weight decay, label smoothing, drop-path 0), AdamW with {settings['warmup_epochs']} warm-up epochs, "
-        f"batch {settings['batch_size']}, gradient clipping 1.0.",
-        _power_note(len(claims), seeds),
-        f"Margins: '~' and '>=' +-{MARGIN:g} points (the difference the seeds are powered for), '>>' "
-        f"{LARGE_MARGIN:g} points; all fixed before any run. ImageNet-100 is the stated fallback: the same "
-        "protocol on its 100 classes (about 127k training images), at a tenth of the cost; its verdicts speak "
-        "to ImageNet-100, not to the paper's ImageNet-1k.",
-    )
-    run = Run(spec, frozen, dict(matched))
-    return _finish(run, family="coatnet", settings=settings, seeds=seeds, pilot=pilot, only=only, notes=notes)
-
-
-def _cait_run(builder: str, seeds: int, dataset: str, data_dir: str | None, pilot, only, *, interaction: bool):
-    """A CaiT depth study at 160 px on the user's ImageFolder: the study's variants and claims as at
-    ``--scale small`` (width 192, depths 12 and 24), at patch 16 on 160 px (100 tokens), DeiT's
-    augmentation and the pilot's lr per variant."""
+    """A CaiT study at 160 px on the user's ImageFolder, from the same study at ``--scale small``
+    (``small``: its variants and claims, width 192, depths 12 and 24), at patch 16 on 160 px (100
+    tokens), DeiT's augmentation and the pilot's lr per variant (the ``imagenet`` scale of
+    cait-depth's and cait-residual-schemes' definitions)."""
     require_imagefolder(dataset, data_dir)
     settings = CAIT
-    small = getattr(studies, builder)(settings["wrapped_scale"], seeds, "mnist5k", None)
     claims = small.protocol.claims
     seeds = max(seeds, powered_seeds(len(claims), interaction=interaction))
     prefix = small.spec["name"].removesuffix(f"-{settings['wrapped_scale']}-mnist5k")
-    name = studies.reproduction_study_name(prefix, SCALE, dataset)
+    name = reproduction_study_name(prefix, SCALE, dataset)
     base_model = {**small.spec["base_model"], "image_size": IMAGE_SIZE, "patch_size": 16}
     augment = {"random_crop": True, "hflip": True, "randaugment": [2, 9], "mixup_alpha": 0.8, "cutmix_alpha": 1.0}
     training = {**small.spec["training"], "epochs": settings["epochs"], "lr": settings["reference_lr"],
                 "warmup_epochs": settings["warmup_epochs"], "weight_decay": 0.05, "label_smoothing": 0.1}  # fmt: skip
-    data = _imagefolder_data(data_dir, settings, augment)
+    data = imagefolder_data(data_dir, settings, augment)
     variants, objectives = small.spec["variants"], small.spec["objectives"]
-    spec = studies.grid_spec(name, family="cait", base_model=base_model, data=data, training=training,
-                              variants=variants, seeds=seeds, objectives=objectives)  # fmt: skip
+    spec = grid_spec(name, family="cait", base_model=base_model, data=data, training=training,
+                     variants=variants, seeds=seeds, objectives=objectives)  # fmt: skip
     depths = sorted({v.get("depth") for v in small.spec["variants"].values() if v.get("depth")})
     protocol = replace(
         small.protocol,
@@ -425,25 +350,15 @@ def _cait_run(builder: str, seeds: int, dataset: str, data_dir: str | None, pilo
         f"Budget: {settings['epochs']} epochs (Table 1: 400), DeiT's recipe at batch {settings['batch_size']}: "
         f"RandomResizedCrop, flip, RandAugment (2, 9), MixUp 0.8, CutMix 1.0, label smoothing 0.1, weight decay "
         f"0.05, {settings['warmup_epochs']} warm-up epochs; gradient clipping as the study sets it.",
-        _power_note(len(claims), seeds, interaction=interaction),
+        power_note(len(claims), seeds, interaction=interaction),
         f"Margins: '~' and '>=' +-{MARGIN:g} points, '>>' {LARGE_MARGIN:g}; all fixed before any run.",
         *small.protocol.notes,
         "Failures to learn are not counted apart at this scale: the analysis reads the rule's class count from "
         "the dataset's name, which an ImageFolder does not give (it would take 10, and flag every healthy run "
         "whose MixUp training loss ends above 2.19); a run that fails shows in its variant's accuracy.",
     )
-    run = Run(spec, protocol, dict(small.variant_models))
-    return _finish(run, family="cait", settings=settings, seeds=seeds, pilot=pilot, only=only, notes=notes)
-
-
-def cait_depth_run(seeds, dataset, data_dir, pilot=None, only=()) -> ClusterRun:
-    """CaiT Table 1's question (depth x residual scheme) at 160 px: see :func:`_cait_run`."""
-    return _cait_run("cait_depth_run", seeds, dataset, data_dir, pilot, only, interaction=True)
-
-
-def cait_residual_schemes_run(seeds, dataset, data_dir, pilot=None, only=()) -> ClusterRun:
-    """CaiT Table 1's columns at depths 12 and 24, 160 px: see :func:`_cait_run`."""
-    return _cait_run("cait_residual_schemes_run", seeds, dataset, data_dir, pilot, only, interaction=False)
+    run = Run(spec, replace(protocol, notes=notes), dict(small.variant_models))
+    return cluster_run(run, family="cait", settings=settings, seeds=seeds, pilot=pilot, only=only)
 
 
 # -- the pilot --------------------------------------------------------------------------------
@@ -504,7 +419,7 @@ def gpu_hours(macs: float, family: str, train_images: int, val_images: int, epoc
 def cost(run: ClusterRun, data_dir: str | None) -> dict[str, Any]:
     """GPU-hours of the pilot and the study, at the folder's counted size (where it exists) and at
     ImageNet-1k's and ImageNet-100's; and the lines ``--plan`` prints."""
-    macs = {v: estimate_flops(studies.variant_config(run, v)) for v in run.spec["variants"]}
+    macs = {v: estimate_flops(variant_config(run, v)) for v in run.spec["variants"]}
     pilot_runs = len(run.pilot["params"]["lr"]["choice"]) * len(PILOT_SEEDS)
     sizes = dict(REFERENCE_SIZES)
     counted = folder_counts(data_dir)

@@ -19,13 +19,12 @@ if TYPE_CHECKING:
 
 # Loaded when a study is built: the registry itself is read by the CLI at start-up (torch-free).
 studies = lazy_import("harness.reproduce.studies")
-cluster_scale = lazy_import("harness.reproduce.cluster_scale")
 sampling = lazy_import("search_space.sampling")
 validation = lazy_import("search_space.validation")
 trial_config = lazy_import("trials.trial_config")
 SCALES = ("tiny", "cpu", "small", "paper")  # every study has each (a test builds every one)
 # The user's cluster (issue 48): ImageFolder data at 160 px, a learning-rate pilot, seeds from a power
-# calculation (harness.reproduce.cluster_scale); only the studies with a ``cluster_builder`` have it.
+# calculation (harness.reproduce.cluster_scale); a scale of the studies that list it, as any other.
 CLUSTER_SCALES = ("imagenet",)
 
 
@@ -33,18 +32,17 @@ CLUSTER_SCALES = ("imagenet",)
 class Study:
     """A reproduction: how to build one of its grid studies, at which scales, under which protocols.
 
-    ``builder`` names a function of :mod:`harness.reproduce.studies`, imported when a study is
-    built (the registry itself is read by the CLI at start-up, before torch is loaded).
+    ``builder`` names the study's definition in :mod:`harness.reproduce.studies` (one per study, the
+    scale its first parameter), imported when a study is built (the registry itself is read by the
+    CLI at start-up, before torch is loaded).
     """
 
     name: str
-    builder: str  # (scale, [protocol,] seeds, dataset, data_dir) -> Run
+    # (scale, [protocol,] seeds, dataset, data_dir) -> Run; at the CLUSTER_SCALES also (pilot, only) -> ClusterRun
+    builder: str
     protocols: tuple[str, ...] = ()  # several protocols (coatnet-layouts): one grid study each
     about: str = ""
     scales: tuple[str, ...] = SCALES
-    # A function of harness.reproduce.cluster_scale building the study at the CLUSTER_SCALES
-    # ((protocol,) seeds, dataset, data_dir, pilot, only) -> ClusterRun; "": none.
-    cluster_builder: str = ""
     cluster_protocols: tuple[str, ...] = ()  # the protocols a cluster scale runs (default: all)
 
     def build(self, *args: Any) -> Run:
@@ -63,13 +61,12 @@ class Study:
         if scale not in self.scales:
             raise ValueError(f"unknown scale {scale!r} for {self.name}; use one of {', '.join(self.scales)}")
         if scale in CLUSTER_SCALES:
-            build = getattr(cluster_scale, self.cluster_builder)
             if not self.protocols:
                 if protocols:
                     raise ValueError(f"--protocol {protocols[0]}: {self.name} has one protocol; leave --protocol out")
-                return [build(seeds, dataset, data_dir, pilot, only)]
+                return [self.build(scale, seeds, dataset, data_dir, pilot, only)]
             chosen = protocols or self.cluster_protocols or self.protocols
-            return [build(p, seeds, dataset, data_dir, pilot, only) for p in chosen]
+            return [self.build(scale, p, seeds, dataset, data_dir, pilot, only) for p in chosen]
         if not self.protocols:
             if protocols:
                 raise ValueError(
@@ -91,7 +88,6 @@ STUDIES: dict[str, Study] = {
             ("generalisation", "capacity"),
             "CoAtNet Fig. 1: VIT-REL, C-C-C-C, C-C-C-T, C-C-T-T, C-T-T-T matched in size",
             scales=SCALES + CLUSTER_SCALES,
-            cluster_builder="coatnet_layouts_run",
             cluster_protocols=("generalisation",),  # capacity needs JFT-300M-scale data
         ),
         Study(
@@ -100,7 +96,6 @@ STUDIES: dict[str, Study] = {
             (),
             "CaiT Table 1's question: depth x residual scheme",
             scales=SCALES + CLUSTER_SCALES,
-            cluster_builder="cait_depth_run",
         ),
         Study("cait-class-attention", "cait_class_attention_run", (), "CaiT Table 3: the SA/CA split"),
         Study(
@@ -109,7 +104,6 @@ STUDIES: dict[str, Study] = {
             (),
             "CaiT Table 1's columns at depth",
             scales=SCALES + CLUSTER_SCALES,
-            cluster_builder="cait_residual_schemes_run",
         ),
         # Controls pre-registered on 2026-11-27 (issue 48), each its own study on fresh seeds, so the
         # committed studies above keep their protocols, claims and verdicts exactly as run.
@@ -153,7 +147,7 @@ def plan(
     lr, :func:`harness.reproduce.run.pilot_step`); without it, the plan's placeholder lr."""
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; use one of {', '.join(STUDIES)}")
-    if scale in CLUSTER_SCALES:  # the cluster builder selects ``only`` itself (its grid has an lr per variant)
+    if scale in CLUSTER_SCALES:  # the definition selects ``only`` itself there (its grid has an lr per variant)
         runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir, pilot, tuple(only))
     else:
         runs = STUDIES[study].runs(scale, seeds, tuple(protocols), dataset, data_dir)
