@@ -140,7 +140,11 @@ def _set_softmax_upcast(model: torch.nn.Module, upcast: bool) -> None:
 def part_a(args, device: torch.device, peak: float, datasheet: tuple[str, float] | None, emit) -> list[dict[str, Any]]:
     """Training throughput and MFU at 224, ours (eager, regional and whole-graph compiled; CaiT's
     talking heads also with autocast's fp32 softmax, and fused) vs timm eager. Each row goes to ``emit`` the
-    moment it is measured, so a part cut off by a time limit keeps what it had."""
+    moment it is measured, so a part cut off by a time limit keeps what it had.
+
+    Long because it is one benchmark part's measurement protocol (warm-up, timed loops, rows) written out in the
+    order it runs on the device.
+    """
     rows: list[dict[str, Any]] = []
     size, batch = args.image_size, args.batch_size
     images = torch.randn(batch, 3, size, size, device=device)

@@ -84,6 +84,9 @@ def pareto_scatter(
     With ``density`` (a large study), the trials are drawn as a hexbin density with a log color
     scale instead of one marker each, and everything below the front is rasterised, so the figure
     costs the same at 100,000 trials as at 2,000; ``color_by`` then colors the front's members only.
+
+    Long because one figure's layers (all trials, the front, its step line, labels, legend) are drawn in order on
+    the same axes.
     """
     sns.set_theme(style="whitegrid")
     x_name, y_name = _axes_order(objectives)

@@ -110,6 +110,9 @@ def pareto_scatter(
     (failed, diverged, infeasible, pruned before a value) cannot sit in the plane; the title
     counts them. ``color_by`` (a config column, or ``study``) splits the trials into one trace per
     value (a legend) or, for a many-valued number, colours them on a scale.
+
+    Long because one interactive figure's traces (trials, front, step line, hover text) are built in order for the
+    same axes.
     """
     x_name, y_name = axes_order(objectives)
     frame = frame.reset_index(drop=True)

@@ -334,6 +334,10 @@ def _study_section(
     section_index: int = 0,
     rule: fidelity.RuleSource | None = None,
 ) -> dict[str, Any]:
+    """
+    Long because it lays out one section of the report in reading order (front, figures, tables, fidelity,
+    verification), each a few lines; split, the order would be scattered.
+    """
     record = store.study(name)
     objectives = dict(objectives) if objectives else store.objectives(name)
     section = _empty_section({**record, "name": name})

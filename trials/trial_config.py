@@ -92,6 +92,10 @@ class TrainingConfig:
     recalibrate_batchnorm: bool = False
 
     def __post_init__(self) -> None:
+        """
+        Long because it validates every field of the config in declaration order, one rule each, so an error names
+        the first bad key as the file lists them.
+        """
         require_int_in(self.epochs, "epochs", 1, MAX_EPOCHS, "must be a positive integer")
         if self.steps is not None:
             require_int_in(self.steps, "steps", 1, MAX_STEPS, "must be a positive integer")

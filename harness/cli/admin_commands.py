@@ -122,6 +122,9 @@ def export_command(
     `search.keep_checkpoints: front` keeps the front's) are written to W.pt and the YAML names them
     as `init_from` (relative to the YAML): `archsearch trial` then fine-tunes the trained model,
     with a fresh optimiser and schedule, instead of training it from scratch.
+
+    Long because it checks every option of the command in the order the user reads them, each refusal one line
+    naming its option.
     """
     if epochs is not None and steps is not None:
         raise UsageError("--epochs and --steps: give one budget, not both")

@@ -261,6 +261,9 @@ def check_runs(
     counted (completed, not left out) and empty on every other (a diverged, failed or interrupted run
     has none); the run's other metrics numbers, a completed run's top-1 within [0, 100]; and one
     counted run per (variant, seed), one row per (study, trial number).
+
+    Long because it checks every way a run can be unusable (missing, failed, diverged, unlearned) in one pass, each
+    a few lines naming the run.
     """
     absent = [column for column in REQUIRED_COLUMNS if column not in runs.columns]
     if absent:
@@ -437,6 +440,9 @@ def summarize_runs(
     per-seed differences; Holm runs over the claims; a decision at the metric's ceiling (accuracy)
     or floor (a loss) is inconclusive. ``numbers``, if given, receives the runs that missed the
     level, the failure counts and Fisher's tests.
+
+    Long because it is one pass over the runs that fills every column of the summary together (metric, failures,
+    verdicts, Holm), which share their intermediate tables.
     """
     pre = protocol if isinstance(protocol, Protocol) else None
     kind = pre.kind if pre else protocol

@@ -51,6 +51,9 @@ def reproduce(
     ``run=False`` writes the summaries and reports again from the store (e.g. with another
     ``margin``) without running anything. ``only``: those variants alone, as their own grid study
     (``--only``); the summary's verdicts then cover the claims both of whose sides ran, and say so.
+
+    Long because it walks a reproduction's steps in order (plan, each grid study run or resumed or skipped, then the
+    summaries and reports), each step a few lines.
     """
     written = []
     # At a cluster scale (--scale imagenet) each study's learning-rate pilot runs first and its choice

@@ -48,7 +48,11 @@ def markdown_summary(
 ) -> str:
     """The study's summary: its pre-registered protocol first (and any deviation from it), then
     per-variant means and intervals, the ranking next to the paper's, the verdicts, runs left out
-    and why."""
+    and why.
+
+    Long because it writes the summary's sections in the order they are read (protocol, table, ranking, verdicts,
+    notes).
+    """
     pre = protocol if isinstance(protocol, Protocol) else None
     kind = pre.kind if pre else protocol
     paper_ranking = paper_ranking or (pre.ranking if pre else None)

@@ -88,6 +88,9 @@ def simulate(
     ``clock``: the clock the engine's session was created with (its time is moved here); ``on_end``:
     called as each trial ends, with its last result, whether the scheduler stopped it, and the epochs
     spent so far.
+
+    Long because Tune's loop is one event loop whose steps (start an epoch, fill slots, end a trial) share its state
+    as closures; apart, they would pass that state around.
     """
     searcher, scheduler, callbacks, stoppers = engine.searcher, engine.scheduler, engine.callbacks, engine.stoppers
     clock = clock or SimulatedClock()

@@ -208,6 +208,10 @@ class CaiTConfig(_ConfigBase):
     init: InitScheme | None = None
 
     def __post_init__(self) -> None:
+        """
+        Long because it validates every field of the model config in declaration order, one rule each, naming the
+        first bad key.
+        """
         owner = type(self).__name__
         for name in (
             "image_size",

@@ -163,7 +163,11 @@ def coatnet_layouts_run(
     """The layout study under one protocol: layouts matched on params and FLOPs, x seeds. At the
     ``imagenet`` scale (generalisation only) on the user's ImageFolder, seeds at least the power
     calculation's, each variant at its learning-rate pilot's lr (``pilot``: the choices; ``only``:
-    those variants alone), a :class:`~harness.reproduce.cluster_scale.ClusterRun`."""
+    those variants alone), a :class:`~harness.reproduce.cluster_scale.ClusterRun`.
+
+    Long because it is the study's whole declaration at every scale (matching, grid, protocol, the imagenet scale's
+    additions), read top to bottom.
+    """
     cluster = scale in cluster_scale.CLUSTER_SCALES
     settings = _settings(scale, protocol, dataset, data_dir)
     claims = tuple(PAPER_CLAIMS[protocol])

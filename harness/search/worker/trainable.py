@@ -140,7 +140,11 @@ def place_trial(config: dict[str, Any], wanted: Resources, assigned_cpus: float 
 
 
 def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
-    """Tune function trainable; ``spec`` is bound with ``tune.with_parameters``."""
+    """Tune function trainable; ``spec`` is bound with ``tune.with_parameters``.
+
+    Long because it is a trial's whole life inside Ray (placement, pre-flight, the runner, each epoch's report, the
+    outcome) in the order it happens.
+    """
     search_spec = SearchSpec.model_validate(spec)
     number, config = worker_trial_config(search_spec, params)
     wanted = search_spec.search.resources
