@@ -46,12 +46,12 @@ from torchvision.transforms import v2
 
 from benchmarks.hostinfo import cpu_model, load_average
 from harness.output import render_table
-from trials.cpus import usable_cpus
+from trials.config.data_config import AugmentConfig, DataConfig
 from trials.data import build_data
 from trials.data.augmentation import normalize_transform, train_transform
 from trials.data.loading import IMAGENET_STATS, folder_splits
 from trials.data.sources import EncodedDataset, EpochBatchSampler, FileImages, SampleDataset, collate_encoded
-from trials.data_config import AugmentConfig, DataConfig
+from trials.devices.cpus import usable_cpus
 
 RESULTS = Path(__file__).parent / "results" / "dataloader.json"
 BEFORE = "float32 on worker (before)"

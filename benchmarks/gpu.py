@@ -24,7 +24,7 @@ by that much). One process, side by side:
 (c) trials per hour with 1, 2, 4 and 8 such trials packed on the GPU (separate processes, each
     capped at its share of the memory, as ``search.resources.gpus: 1/N`` does).
 (d) inference throughput fp32 and bf16 vs timm, and batch-1 latency, channels-last on CUDA as a
-    trial measures it (``trials.measure``).
+    trial measures it (``trials.measurement.measure``).
 (t) talking-heads attention alone (``cait_s24``'s width and heads) at several sequence lengths:
     forward + backward ms and peak memory, explicit (fp32 / bf16 softmax) vs fused. Not in the
     default parts; the decision run for ``talking_heads_impl`` is ``--parts ta``.
@@ -54,11 +54,11 @@ import torch
 from benchmarks.steps import train_step
 from search_space.cost_model import estimate_cost
 from trials.atomic import atomic_write
-from trials.gpu import configure_backends, datasheet_peak, mfu
-from trials.measure import inference_fn, inference_layout, random_images
+from trials.devices.gpu import configure_backends, datasheet_peak, mfu
+from trials.measurement.measure import inference_fn, inference_layout, random_images
+from trials.measurement.timing import synchronize, time_once
 from trials.models import build_model, resolve_config
 from trials.models.regions import compile_regions
-from trials.timing import synchronize, time_once
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -283,7 +283,7 @@ print(json.dumps({"status": result.status, "seconds": time.perf_counter() - t, "
 def packed_trial_config(config: dict[str, Any], device: torch.device, n: int) -> dict[str, Any]:
     """One of ``n`` trials packed on ``device``: on CUDA with n > 1 it gets the share a search gives a
     packed trial (``resources.gpus: 1/n``), which run_trial turns into the allocator cap with the one
-    formula (trials.gpu.memory_cap_fraction); alone or on a CPU, the config as it was."""
+    formula (trials.devices.gpu.memory_cap_fraction); alone or on a CPU, the config as it was."""
     if device.type == "cuda" and n > 1:
         return {**config, "gpu_memory_fraction": 1 / n}
     return dict(config)
@@ -360,7 +360,7 @@ import json, sys, time, torch
 from benchmarks.steps import train_step
 from trials.models import build_model, resolve_config
 from trials.models.regions import compile_regions
-from trials.timing import synchronize
+from trials.measurement.timing import synchronize
 mode, path, name, size, batch, device = sys.argv[1:7]
 size, batch, device = int(size), int(batch), torch.device(device)
 started = time.perf_counter()

@@ -18,7 +18,7 @@ import warnings
 import torch
 
 from harness.output import render_table
-from trials.flops import baddbmm_flop_handle, count_flops, sdpa_flop_handle
+from trials.measurement.flops import baddbmm_flop_handle, count_flops, sdpa_flop_handle
 from trials.models import build_model, resolve_config
 from trials.models.paper_figures import PAPER_FIGURES
 
@@ -131,7 +131,7 @@ def synthetic_table(repeats: int = 3) -> list[dict]:
     import statistics
     import time
 
-    from trials.synthetic import make_synthetic
+    from trials.data.synthetic import make_synthetic
 
     rows = []
     for n in (1_000, 10_000):

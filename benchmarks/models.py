@@ -22,8 +22,8 @@ import torch
 
 from benchmarks.steps import infer_step, train_step
 from harness.output import render_table
+from trials.measurement.timing import time_once
 from trials.models import build_model
-from trials.timing import time_once
 
 PAIRS = [("cait_xxs24", "cait_xxs24_224"), ("coatnet_0", "coatnet_0_224")]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -344,7 +344,7 @@ def main_job_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     from harness.search.driver import run_search
     from harness.store import Store
     from search_space.validation import load_spec
-    from trials.trial_config import read_yaml
+    from trials.config.trial_config import read_yaml
 
     raw = read_yaml(QUICKSTART)
     if args.quick:

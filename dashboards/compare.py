@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trials.data_config import NATIVE_IMAGE_SIZE
+from trials.config.data_config import NATIVE_IMAGE_SIZE
 
 NOT_RECORDED = "not recorded"  # a spec (an older or hand-written one) without the key
 # Spec keys that differ between any two studies and say nothing about comparability.

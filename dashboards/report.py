@@ -34,7 +34,7 @@ from dashboards.columns import log_scaled_columns, searched_config_columns
 from dashboards.pareto import front_mask, hypervolume_progress, resolve_color_by
 from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts
-from trials.data_config import DATA_STARVED_FRACTION
+from trials.config.data_config import DATA_STARVED_FRACTION
 from trials.status import TrialStatus
 
 from .files import OutputSet, write_output

@@ -42,11 +42,11 @@ from dashboards.pareto import hypervolume_progress, parse_objectives, query_fron
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
 from search_space.url_secrets import sqlite_url_of_path
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import TrialConfig, load_trial_config
 from trials.errors import ArchsearchError, DataError, capped
 from trials.lazy import lazy_import
 from trials.status import TrialStatus
-from trials.trial_config import TrialConfig, load_trial_config
 
 fidelity_api = lazy_import("dashboards.fidelity")  # scipy: only when a fidelity is asked for
 

@@ -20,12 +20,12 @@ from search_space.memory import (
     refuse_if_over,
     trial_memory,
 )
-from trials.data_config import step_batch
+from trials.config.data_config import step_batch
+from trials.config.trial_config import TrialConfig
 from trials.lazy import lazy_import
-from trials.trial_config import TrialConfig
 
 torch = lazy_import("torch")
-optimiser = lazy_import("trials.optimiser")
+optimiser = lazy_import("trials.training.optimiser")
 
 
 def bench_preflight(model, device, batch_size: int = 1) -> None:

@@ -7,7 +7,7 @@ This module prices a :class:`~trials.models.config.CaiTConfig` or
 it never imports torch, so the search space can use it at import and sampling time.
 
 The counts mirror the models in ``trials/models`` layer by layer and follow the conventions of
-``trials.flops.count_flops`` (fvcore), so the two agree exactly:
+``trials.measurement.flops.count_flops`` (fvcore), so the two agree exactly:
 
 * one multiply-add is one FLOP; biases, activations, residual adds, softmax, pooling and
   ``mean`` are free;
@@ -49,7 +49,7 @@ class Cost:
     """Size and compute of one model configuration.
 
     ``params`` equals ``sum(p.numel() for p in model.parameters())`` of the built model;
-    ``flops`` equals ``trials.flops.count_flops(model, torch.randn(1, C, H, W)).total`` at the
+    ``flops`` equals ``trials.measurement.flops.count_flops(model, torch.randn(1, C, H, W)).total`` at the
     config's image size (multiply-adds for one image). ``flops_by_component`` splits ``flops``
     over :data:`COMPONENTS`.
     """
@@ -364,7 +364,7 @@ def estimate_flops(config: CaiTConfig | CoAtNetConfig, batch_size: int = 1) -> i
     """Multiply-adds of one forward pass over ``batch_size`` images at ``config.image_size``.
 
     Every counted op scales linearly with the batch, so this is ``batch_size`` times the
-    one-image count (what ``trials.flops.count_flops`` reports for that batch).
+    one-image count (what ``trials.measurement.flops.count_flops`` reports for that batch).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")

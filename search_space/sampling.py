@@ -12,8 +12,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from trials.configio import ConfigError
-from trials.data_config import (
+from trials.config.configio import ConfigError
+from trials.config.data_config import (
     DATA_CHANNELS,
     MIRROR_SYMMETRIC,
     NATIVE_IMAGE_SIZE,
@@ -120,7 +120,7 @@ def config_mismatches(spec: SearchSpec, config: dict[str, Any]) -> list[str]:
 
 
 def build_trial_config(spec: SearchSpec, params: dict[str, Any], *, validate: bool = True) -> dict[str, Any]:
-    """The trial config (a plain dict, as :func:`trials.trial_config.load_trial_config` takes) for
+    """The trial config (a plain dict, as :func:`trials.config.trial_config.load_trial_config` takes) for
     sampled ``params`` with the spec's fixed parameters applied (see :func:`with_fixed_params`);
     the model part is validated here, so an invalid combination raises ConfigError naming
     ``model.<field>``.

@@ -40,9 +40,9 @@ from pydantic import (
     model_validator,
 )
 
-from trials.configio import MAX_INTEGER, MAX_SEED, ConfigError, is_int, shown_int
+from trials.config.configio import MAX_INTEGER, MAX_SEED, ConfigError, is_int, shown_int
+from trials.config.trial_config import MAX_EPOCHS, MAX_WORKERS
 from trials.models.config import CONFIG_CLASSES
-from trials.trial_config import MAX_EPOCHS, MAX_WORKERS
 
 OBJECTIVE_METRICS = (
     "top1",
@@ -58,7 +58,7 @@ OBJECTIVE_METRICS = (
 COST_METRICS = ("flops", "params")  # known before training, from the closed-form cost model
 TRAINING_FIELDS = ("epochs", "steps", "lr", "min_lr", "weight_decay", "warmup_epochs", "grad_clip", "label_smoothing")
 _INDEXED = re.compile(r"^(?P<field>depths|dims)\[(?P<index>\d)\]$")
-# The integer bound rule (trials.configio): every integer of a spec fits a signed 64-bit integer, a seed
+# The integer bound rule (trials.config.configio): every integer of a spec fits a signed 64-bit integer, a seed
 # is below 2**32 (numpy's RandomState under Optuna's samplers), and every budget is at most its
 # documented maximum; the free-form training/data/measure sections get the trial config's limits
 # (epochs <= 100,000, steps <= 10^9, ...) when the spec's trial configs are validated.
@@ -245,7 +245,7 @@ class Resources(_Strict):
     gpus: float = Field(0.0, ge=0, strict=True)
     workers: int = Field(1, ge=1, le=MAX_WORKERS, strict=True)
     # Packed trials as clients of each GPU node's CUDA MPS daemon, so their kernels overlap instead of
-    # time-slicing (trials.mps); checked on every GPU node before the search starts.
+    # time-slicing (trials.devices.mps); checked on every GPU node before the search starts.
     mps: bool = False
 
     @field_validator("cpus")

@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config, read_yaml
 from trials.errors import capped
-from trials.trial_config import load_trial_config, read_yaml
 
 from .buildable import Buildability, PartlyInvalidSpace, buildability, show
 from .sampling import MAX_GRID_POINTS, build_error, build_trial_config, cost_violations, grid_points, grid_size

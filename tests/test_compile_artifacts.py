@@ -1,4 +1,4 @@
-"""Compile once per architecture per cluster (issue 47, deliverable 2): trials.compile_artifacts.
+"""Compile once per architecture per cluster (issue 47, deliverable 2): trials.compilation.compile_artifacts.
 
 * A directory that is not this user's alone is refused (artifacts are loaded as code), in a note.
 * Artifacts saved by one process load into another whose node cache is empty and its compile hits
@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from test_gpu_training import tiny
 
-from trials import atomic, compile_artifacts
-from trials.compile_artifacts import SharedArtifacts
-from trials.configio import ConfigError
+from trials import atomic
+from trials.compilation import compile_artifacts
+from trials.compilation.compile_artifacts import SharedArtifacts
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,8 +87,8 @@ def test_artifacts_round_trip_between_processes(tmp_path: Path):
     script = """
 import json, os, sys, torch
 from torch._dynamo.utils import counters
-from trials.compile_artifacts import SharedArtifacts
-from trials.compile_cache import configure_compiler
+from trials.compilation.compile_artifacts import SharedArtifacts
+from trials.compilation.compile_cache import configure_compiler
 configure_compiler(1)  # as a compiling trial sets up Inductor: its caches on, one compile thread
 mode, directory = sys.argv[1:3]
 shared = SharedArtifacts(directory)

@@ -1,4 +1,4 @@
-"""Compile once per architecture per node (trials.compile_cache): compile threads from the trial's
+"""Compile once per architecture per node (trials.compilation.compile_cache): compile threads from the trial's
 CPUs, the node-local FX-graph and AOTAutograd caches (hit in a second process, by counters, never
 by a clock), the evaluation graph's compile time recorded, and the ``compile: auto`` budget rule."""
 
@@ -15,11 +15,11 @@ import pytest
 import torch._inductor.config as inductor_config
 from test_gpu_training import tiny  # the same tiny CaiT trial as the GPU training tests
 
-from trials import compile_cache
-from trials.compile_cache import CompileLedger, CompileRecord, compile_pays, compile_threads, decide_auto
-from trials.configio import ConfigError
+from trials.compilation import compile_cache
+from trials.compilation.compile_cache import CompileLedger, CompileRecord, compile_pays, compile_threads, decide_auto
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

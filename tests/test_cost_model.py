@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from search_space.cost_model import COMPONENTS, Cost, estimate_cost, estimate_flops, estimate_params
-from trials.flops import count_flops
+from trials.measurement.flops import count_flops
 from trials.models import (
     PRESETS,
     RESIDUAL_SCHEMES,

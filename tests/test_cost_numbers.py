@@ -20,9 +20,10 @@ import torch
 from test_cuda_contracts import cuda_backend_flags, stubbed_cuda  # noqa: F401 (fixtures)
 from test_gpu_training import tiny
 
-from trials import gpu, measure, timing
+from trials.devices import gpu
+from trials.measurement import measure, timing
 from trials.runner import run_trial
-from trials.train import resolve_dtype
+from trials.training.train import resolve_dtype
 
 # -- timing and the in-trial measurement -----------------------------------------------------------
 
@@ -89,8 +90,8 @@ def test_a_compiled_trial_is_measured_through_its_compiled_forward():
 
 
 def test_a_packed_gpu_trial_flags_its_throughput_as_shared():
+    from trials.config.trial_config import load_trial_config
     from trials.runner import _device_shared
-    from trials.trial_config import load_trial_config
 
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     packed, whole = load_trial_config(tiny(gpu_memory_fraction=0.25)), load_trial_config(tiny())
@@ -174,8 +175,8 @@ def test_verify_of_a_gpu_study_on_a_cluster_without_gpus_is_refused_not_timed_on
     from click.testing import CliRunner
 
     from harness.cli import main
-    from harness.search.verify import VerifyError, VerifySettings, verify_front
     from harness.store import Store
+    from harness.verify import VerifyError, VerifySettings, verify_front
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     _study(url, gpus=0.25, device="NVIDIA H100 80GB HBM3")
@@ -200,7 +201,7 @@ def test_verify_waits_for_no_one_a_cluster_whose_gpus_are_all_busy_is_refused(mo
 
 
 def test_a_study_ran_on_gpus_when_its_spec_asked_or_a_member_was_measured_on_one():
-    from harness.search.verify import _gpu_study
+    from harness.verify import _gpu_study
 
     cpu = [{"measurement": {"device": "cpu (x86_64, 2 threads)"}}]
     assert not _gpu_study({"search": {"resources": {"gpus": 0}}}, cpu)

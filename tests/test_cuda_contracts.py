@@ -24,11 +24,11 @@ import pytest
 import torch
 from test_gpu_training import tiny  # the same tiny CaiT trial as the GPU training tests
 
-from trials import gpu
+from trials.config.data_config import DataConfig
 from trials.data import auto_loader_processes, build_data, loader_processes_for
-from trials.data_config import DataConfig
+from trials.devices import gpu
 from trials.runner import run_trial
-from trials.train import Trainer
+from trials.training.train import Trainer
 
 GIB = 2**30
 
@@ -245,7 +245,7 @@ def test_an_out_of_memory_in_the_first_compiled_call_is_an_oom_not_a_compile_fai
 
 
 def test_the_eager_retry_runs_after_the_failed_attempts_exception_is_released(monkeypatch):
-    import trials.compiled_forward as compiled_forward
+    import trials.compilation.compiled_forward as compiled_forward
 
     seen = []
 
@@ -422,8 +422,8 @@ def test_channels_last_batches_reach_the_model_without_another_copy():
     bundle = build_data(config, "cpu", channels_last=True)
     images, _ = next(iter(bundle.train))  # random crop + flip, then normalised
     val_images, _ = next(iter(bundle.val))
+    from trials.config.trial_config import TrainingConfig
     from trials.models import build_model
-    from trials.trial_config import TrainingConfig
 
     model = build_model("coatnet_tiny32", num_classes=4, image_size=bundle.image_size)
     trainer = Trainer(model, bundle, TrainingConfig(epochs=1, compile=False), torch.device("cpu"), channels_last=True)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from trials.configio import ConfigError, from_mapping, to_mapping
+from trials.config.configio import ConfigError, from_mapping, to_mapping
+from trials.config.data_config import AugmentConfig, DataConfig
 from trials.data import (
     CIFAR10_STATS,
     LoaderBatches,
@@ -20,8 +21,7 @@ from trials.data import (
     crop_flip_batch,
     split_indices,
 )
-from trials.data_config import AugmentConfig, DataConfig
-from trials.synthetic import class_grid, describe_class, make_synthetic
+from trials.data.synthetic import class_grid, describe_class, make_synthetic
 
 
 def epoch_batches(source, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -400,7 +400,7 @@ def test_an_image_folder_trains_prices_and_records_one_image_size(tmp_path):
     """No data.image_size: the model's size is trained, priced by the cost model and recorded (not 224)."""
     from search_space.sampling import build_trial_config, cost_violations
     from search_space.validation import load_spec
-    from trials.trial_config import load_trial_config
+    from trials.config.trial_config import load_trial_config
 
     write_image_folder(tmp_path, {"train": 2, "val": 1})
     spec = load_spec(
@@ -433,7 +433,7 @@ def test_tiny_files_trained_far_larger_warn_once(tmp_path):
 
 def test_an_image_folder_without_val_is_refused_before_dispatch(tmp_path):
     from search_space.validation import check_spec, load_spec
-    from trials.configio import ConfigError
+    from trials.config.configio import ConfigError
 
     write_image_folder(tmp_path, {"train": 2})
     spec = {
@@ -490,10 +490,10 @@ def test_a_completed_mnist5k_trial_reports_test_metrics_once_at_the_end():
 def test_batchnorm_recalibration_recomputes_the_statistics_from_the_training_split_alone():
     """The recalibrated statistics depend on the weights and the training split only (not on what
     the running averages held before), the momentum comes back, and the eval-mode loss is recorded."""
+    from trials.config.trial_config import TrainingConfig
     from trials.models import build_model
     from trials.runner import run_trial
-    from trials.train import Trainer
-    from trials.trial_config import TrainingConfig
+    from trials.training.train import Trainer
 
     config = {
         "model": {"preset": "coatnet_tiny32", "depths": [1, 1, 1, 1, 1], "dims": [8, 8, 16, 32, 32]},

@@ -21,12 +21,12 @@ from harness.search.worker.trainable import place_trial
 from harness.store import Store
 from search_space.spec import Resources
 from search_space.validation import load_spec
-from trials.configio import ConfigError, from_mapping
+from trials.config.configio import ConfigError, from_mapping
+from trials.config.data_config import DataConfig
+from trials.config.trial_config import load_trial_config
 from trials.data import build_data
 from trials.data.sources import share_of
-from trials.data_config import DataConfig
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 # No BatchNorm, no dropout or drop-path, no augmentation: the only difference between one process
 # and two is the order of floating-point sums. 96 images in batches of 31: three steps an epoch,

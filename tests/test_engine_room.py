@@ -5,7 +5,7 @@
   :class:`harness.search.session.SearchSession`, passed to them. The one context variable that lets a
   hook Ray unpickles find its session is scoped by ``SearchSession.active()`` and named here.
 * No module outside the two adapters (``harness/search/adapter.py`` for Ray and Optuna,
-  ``trials/torch_internals.py`` for torch) names a private module or private field of Ray, Optuna or
+  ``trials/devices/torch_internals.py`` for torch) names a private module or private field of Ray, Optuna or
   torch; every private name the adapters use exists on the installed versions.
 * Two searches run one after the other in one Python process through the public API, each ending
   with its own counts and its own stop reason.
@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 ENGINE = ROOT / "harness" / "search"
-ADAPTERS = {ROOT / "harness" / "search" / "adapter.py", ROOT / "trials" / "torch_internals.py"}
+ADAPTERS = {ROOT / "harness" / "search" / "adapter.py", ROOT / "trials" / "devices" / "torch_internals.py"}
 FOREIGN = ("ray", "optuna", "torch", "torchvision", "fvcore", "syne_tune")
 SCOPED_CONTEXT = {("session.py", "_ACTIVE")}  # see the module docstring
 MUTATORS = {"append", "extend", "insert", "update", "setdefault", "pop", "popitem", "clear", "add", "discard",
@@ -222,7 +222,7 @@ def test_every_private_name_the_adapters_use_exists_on_the_installed_versions():
     from ray.tune.search.optuna import OptunaSearch
 
     from harness.search import adapter
-    from trials import torch_internals
+    from trials.devices import torch_internals
 
     for name, module in torch_internals.MODULES.items():
         assert importlib.import_module(module) is not None

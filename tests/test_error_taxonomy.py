@@ -20,11 +20,11 @@ from harness.search.cluster.join import ClusterError
 from harness.search.cluster.ray_setup import SearchError
 from harness.search.driver import NothingToResume
 from harness.search.interrupts import SearchInterrupted
-from harness.search.verify import VerifyError
 from harness.store import StoreError
-from trials.configio import ConfigError
+from harness.verify import VerifyError
+from trials.config.configio import ConfigError
+from trials.devices.gpu import DeviceError
 from trials.errors import ArchsearchError
-from trials.gpu import DeviceError
 from trials.models.config import ModelConfigError
 
 

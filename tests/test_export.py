@@ -14,8 +14,8 @@ from harness.search.worker.trainable import place_trial
 from harness.store import Store
 from search_space.sampling import build_trial_config
 from search_space.validation import load_spec
+from trials.config.trial_config import load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 
 def _trained_study(url: str) -> dict:

@@ -21,9 +21,9 @@ from harness.search.result_keys import NUMBER_KEY
 from harness.search.worker.trainable import CHECKPOINT_FILE, load_checkpoint
 from harness.store import Store
 from search_space.validation import load_spec
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 TINY_TRIAL = {
     "model": {"preset": "cait_tiny32", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},

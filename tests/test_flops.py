@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trials.flops import count_flops
+from trials.measurement.flops import count_flops
 from trials.models import build_model
 from trials.models.paper_figures import paper_gflops
 

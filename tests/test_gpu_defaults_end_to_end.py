@@ -72,7 +72,7 @@ def _check_records(url: str, name: str, world_size: int) -> list[dict]:
 
     from harness.store import Store
     from search_space.cost_model import estimate_cost
-    from trials.flops import count_flops
+    from trials.measurement.flops import count_flops
     from trials.models import build_model, count_parameters, resolve_config
 
     with Store.open(url, create=False) as store:

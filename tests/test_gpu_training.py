@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
 
@@ -83,8 +83,8 @@ def test_the_compiled_step_runs_on_cpu_and_learns_like_the_eager_one():
 @pytest.mark.cuda
 @CUDA
 def test_a_bf16_trial_on_cuda_learns_keeps_data_on_the_device_and_records_memory():
+    from trials.config.data_config import DataConfig
     from trials.data import build_data
-    from trials.data_config import DataConfig
 
     config = tiny({"epochs": 3, "lr": 2e-3, "compile": False}, device="cuda", precision="auto")
     config["measure"] = {"latency": True, "throughput": True, "flops": False, "repeats": 3}

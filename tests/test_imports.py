@@ -72,7 +72,7 @@ def test_a_setting_written_through_a_lazy_module_reaches_the_real_module():
     fresh process, where torch's compiler configs are not imported yet."""
     code = (
         "import sys\n"
-        "from trials.torch_internals import dynamo_config, inductor_config\n"
+        "from trials.devices.torch_internals import dynamo_config, inductor_config\n"
         "from trials.lazy import LazyModule\n"
         "assert isinstance(dynamo_config, LazyModule) and 'torch._dynamo.config' not in sys.modules\n"
         "dynamo_config.recompile_limit = 123\n"

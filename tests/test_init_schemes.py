@@ -157,7 +157,7 @@ def test_coatnet_transformer_linears_follow_init_and_its_convolutions_do_not():
 
 
 def test_the_init_option_reaches_the_trial_config_the_store_records():
-    from trials.trial_config import load_trial_config
+    from trials.config.trial_config import load_trial_config
 
     raw = {"model": {**DEIT, "init": "xavier"}, "data": {"name": "synthetic", "train_size": 64, "val_size": 64,
                                                           "num_classes": 10}}  # fmt: skip

@@ -25,10 +25,10 @@ from search_space.memory import MemoryBudget, training_memory, trial_memory
 from search_space.sampling import SpaceFunction, build_trial_config, check_memory
 from search_space.validation import load_spec
 from tests.conftest import tiny_search_spec
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
 from trials.models import build_model
 from trials.models.config import CaiTConfig, CoAtNetConfig
-from trials.trial_config import load_trial_config
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
 NEVER_FITS = 99_998  # embed_dim: terabytes of weights, on any machine

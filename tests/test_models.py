@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from trials.flops import count_flops
+from trials.measurement.flops import count_flops
 from trials.models import PRESETS, build_model, count_parameters, preset_parameter_count
 from trials.models.cait import ClassAttentionBlock
 from trials.models.coatnet import RelativeAttention, relative_position_index

@@ -1,4 +1,4 @@
-"""Packed trials under CUDA MPS (issue 47, deliverable 5): ``search.resources.mps`` and trials.mps.
+"""Packed trials under CUDA MPS (issue 47, deliverable 5): ``search.resources.mps`` and trials.devices.mps.
 
 * The daemon is checked, never started: a control pipe and a running ``nvidia-cuda-mps-control``
   (a pipe left by a dead daemon is stale); the refusal is one line that says how to start it, from
@@ -23,10 +23,10 @@ from harness.search.cluster.ray_setup import SearchError, check_mps
 from harness.search.worker.trainable import place_trial
 from search_space.spec import Resources
 from search_space.validation import load_spec
-from trials import mps
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
+from trials.devices import mps
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 GIB = cuda_contracts.GIB
 stubbed_cuda = cuda_contracts.stubbed_cuda  # the CUDA contract tests' fixtures: CUDA stubbed, calls recorded

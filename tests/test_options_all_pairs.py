@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from trials.flops import count_flops
+from trials.measurement.flops import count_flops
 from trials.models import build_model, count_parameters
 from trials.runner import run_trial
 

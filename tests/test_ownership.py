@@ -16,9 +16,10 @@ import yaml
 
 from harness.search import experiment_guard
 from tests.conftest import tiny_search_spec
-from trials import compile_cache, ownership
-from trials.compile_artifacts import SharedArtifacts
-from trials.configio import ConfigError
+from trials import ownership
+from trials.compilation import compile_cache
+from trials.compilation.compile_artifacts import SharedArtifacts
+from trials.config.configio import ConfigError
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
 

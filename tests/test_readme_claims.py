@@ -21,7 +21,7 @@ import yaml
 
 from search_space.sampling import build_trial_config, grid_space
 from search_space.validation import load_spec
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
 
 ROOT = Path(__file__).parents[1]
 QUICKSTART = ROOT / "search_space" / "presets" / "quickstart.yaml"
@@ -160,7 +160,7 @@ def test_the_report_thresholds_are_the_readmes():
 def test_trial_configs_are_frozen_dataclasses():
     """docs/fronts-and-reports.md: a study's ``trial_config`` is a frozen ``TrialConfig``."""
     _says("docs/fronts-and-reports.md", "a frozen `TrialConfig` that `trials.runner.run_trial` takes")
-    from trials.trial_config import load_trial_config
+    from trials.config.trial_config import load_trial_config
 
     config = load_trial_config({"model": "cait_tiny32"})
     assert dataclasses.is_dataclass(config)
@@ -170,7 +170,7 @@ def test_trial_configs_are_frozen_dataclasses():
 
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("trial-*.yaml")), ids=lambda p: p.name)
 def test_the_shipped_example_trials_load(path):
-    from trials.trial_config import load_trial_config, read_yaml
+    from trials.config.trial_config import load_trial_config, read_yaml
 
     config = load_trial_config(read_yaml(path))
     assert config.training.epochs >= 1

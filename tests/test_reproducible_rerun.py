@@ -20,9 +20,9 @@ import yaml
 from conftest import tiny_search_spec, tiny_trial_config
 
 from harness.store import Store
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
 TRIAL = tiny_trial_config()

@@ -35,9 +35,9 @@ from harness.search.worker.trainable import worker_trial_config
 from harness.store import Store
 from search_space.spec import SearchSpec
 from trials import runner
-from trials.measure import count_flops_or_none
+from trials.config.trial_config import load_trial_config
+from trials.measurement.measure import count_flops_or_none
 from trials.models.build import count_parameters, resolve_config
-from trials.trial_config import load_trial_config
 
 BASES = {
     "cait": {

@@ -18,11 +18,11 @@ import pytest
 import torch
 from test_gpu_training import tiny  # the same tiny CaiT trial as the GPU training tests
 
-from trials import compiled_forward
-from trials.compiled_forward import REDUCE_OVERHEAD, CompilePlan, choose_compile
-from trials.configio import ConfigError
+from trials.compilation import compiled_forward
+from trials.compilation.compiled_forward import REDUCE_OVERHEAD, CompilePlan, choose_compile
+from trials.config.configio import ConfigError
+from trials.config.trial_config import load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import load_trial_config
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +74,7 @@ def test_whole_model_compilation_is_one_static_graph_per_shape_and_mode():
 
 def test_a_shape_met_only_after_the_first_epoch_is_counted_as_a_recompile(monkeypatch):
     """The counter can see a recompile: an evaluation batch that changes size after epoch 1."""
-    from trials import evaluation
+    from trials.training import evaluation
 
     real = evaluation.evaluate
     calls = []
@@ -92,7 +92,7 @@ def test_a_shape_met_only_after_the_first_epoch_is_counted_as_a_recompile(monkey
     monkeypatch.setattr(evaluation, "evaluate", shrinking)
     result = run_trial(tiny({"compile": True, "compile_backend": "eager", "epochs": 2}))
     if not calls:
-        pytest.skip("the trainer does not evaluate through trials.evaluation.evaluate")
+        pytest.skip("the trainer does not evaluate through trials.training.evaluation.evaluate")
     assert result.status == "completed", result.error
     assert result.final["recompiles"] > 0
     assert any(note.startswith(compiled_forward.RECOMPILE_NOTE) for note in result.notes)

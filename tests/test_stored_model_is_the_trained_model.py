@@ -23,9 +23,9 @@ from harness.store import Store
 from search_space.sampling import build_trial_config
 from search_space.validation import load_spec
 from trials import runner
-from trials.flops import count_flops
+from trials.config.trial_config import load_trial_config
+from trials.measurement.flops import count_flops
 from trials.models import build_model, count_parameters
-from trials.trial_config import load_trial_config
 
 BASES = {  # the papers' presets at 224 px and 1000 classes: every data source reshapes them
     "cait": {"preset": "cait_xxs24", "depth": 1, "embed_dim": 32, "num_heads": 2, "ca_depth": 1},

@@ -18,7 +18,7 @@ from harness.store import Store
 from search_space.sampling import build_trial_config
 from search_space.validation import load_spec
 from tests.conftest import tiny_search_spec
-from trials.trial_config import TrialConfig, load_trial_config
+from trials.config.trial_config import TrialConfig, load_trial_config
 
 ROOT = Path(__file__).parents[1]
 

@@ -17,16 +17,16 @@ import torch.distributed as dist
 from test_data_parallel import TOLERANCE
 from torch import nn
 
-from trials.batchnorm import batch_norms
-from trials.models import build_model
-from trials.runner import run_trial
-from trials.sync_batchnorm import (
+from trials.devices.sync_batchnorm import (
     CrossRankBatchNorm2d,
     SwitchedSyncBatchNorm,
     set_synchronising,
     switched_layers,
     synchronise_batchnorm,
 )
+from trials.models import build_model
+from trials.runner import run_trial
+from trials.training.batchnorm import batch_norms
 
 CHANNELS = 3
 ROWS = (5, 2)  # unequal parts of a global batch of 7 (contiguous, as BatchSource.shard cuts them)

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from search_space.cost_model import estimate_cost
-from trials.flops import count_flops
+from trials.measurement.flops import count_flops
 from trials.models import ModelConfigError, build_model, resolve_config
 from trials.models.cait import SelfAttention
 

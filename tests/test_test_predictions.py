@@ -36,7 +36,7 @@ from harness.search.result_keys import NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY
 from harness.store import Store
 from search_space.validation import load_spec
 from trials.errors import DataError
-from trials.predictions import PredictionsError, TestPredictions
+from trials.training.predictions import PredictionsError, TestPredictions
 
 PRESETS = Path(__file__).resolve().parent.parent / "search_space" / "presets"
 
@@ -44,8 +44,8 @@ PRESETS = Path(__file__).resolve().parent.parent / "search_space" / "presets"
 
 
 def test_a_tiny_mnist5k_trial_keeps_predictions_whose_accuracy_is_its_test_top1_exactly():
+    from trials.config.data_config import DataConfig
     from trials.data.loading import _mnist5k_splits
-    from trials.data_config import DataConfig
     from trials.runner import run_trial
 
     result = run_trial(
@@ -81,7 +81,7 @@ class _Trainer:
         self.passes = 0
 
     def evaluate(self, source, keep=None):
-        from trials import evaluation
+        from trials.training import evaluation
 
         self.passes += 1
         return evaluation.evaluate(lambda x: x, source, 4, torch.device("cpu"), keep)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import tiny_search_spec, tiny_trial_config
 
-from trials.cpus import usable_cpus
+from trials.devices.cpus import usable_cpus
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
 TRIAL = tiny_trial_config()

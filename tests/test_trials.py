@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.config.trial_config import TrialConfig, load_trial_config
 from trials.runner import run_trial
-from trials.trial_config import TrialConfig, load_trial_config
 
 FAST_MEASURE = {"batch_size": 8, "repeats": 2, "warmup": 1}
 TINY_MODEL = {"preset": "cait_tiny32", "depth": 2, "embed_dim": 48, "num_heads": 2}
@@ -168,7 +168,7 @@ def test_small_models_learn_synthetic_far_above_chance(model, epochs, threshold)
 
 def test_an_epochs_learning_rate_is_the_mean_over_its_steps():
     """Warmup moves the rate within an epoch: the rate at the epoch's start would understate it 40x."""
-    from trials.optimiser import WarmupCosine
+    from trials.training.optimiser import WarmupCosine
 
     config = tiny_trial(training={"epochs": 2, "lr": 2e-3, "warmup_epochs": 1, "min_lr": 1e-5})
     result = run_trial(config)

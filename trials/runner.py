@@ -17,13 +17,11 @@ from typing import Any
 
 import torch
 
-from trials.status import TrialStatus
-
-from . import mps
-from .checkpoint import load_initial_weights
-from .configio import ConfigError
-from .data import build_data
-from .distributed import (
+from trials.config.configio import ConfigError
+from trials.config.trial_config import TrialConfig, load_trial_config, trial_threads
+from trials.data import build_data
+from trials.devices import mps
+from trials.devices.distributed import (
     Group,
     LocalPeers,
     PeerLauncher,
@@ -35,8 +33,7 @@ from .distributed import (
     resolve_backend,
     unpack_state,
 )
-from .errors import EnvironmentProblem
-from .gpu import (
+from trials.devices.gpu import (
     GpuShareError,
     cap_process_memory,
     configure_backends,
@@ -44,14 +41,16 @@ from .gpu import (
     prepare_allocator,
     release_memory,
 )
-from .measure import CostMeasurement, measure_cost
-from .models import build_model
-from .models.build import resolve_config
-from .models.config import ModelConfig
-from .predictions import TestPredictions
-from .sync_batchnorm import synchronise_batchnorm
-from .train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
-from .trial_config import TrialConfig, load_trial_config, trial_threads
+from trials.devices.sync_batchnorm import synchronise_batchnorm
+from trials.errors import EnvironmentProblem
+from trials.measurement.measure import CostMeasurement, measure_cost
+from trials.models import build_model
+from trials.models.build import resolve_config
+from trials.models.config import ModelConfig
+from trials.status import TrialStatus
+from trials.training.checkpoint import load_initial_weights
+from trials.training.predictions import TestPredictions
+from trials.training.train import EpochCallback, EpochMetrics, Trainer, resolve_device, resolve_dtype, seed_everything
 
 
 @dataclass
@@ -181,7 +180,7 @@ def run_trial(
     (or a function returning one, so that the caller keeps no reference to it): training continues
     from its last finished epoch instead of starting over. The state is dropped once applied.
 
-    A trial with ``distributed.workers`` > 1 runs as that many processes (:mod:`trials.distributed`):
+    A trial with ``distributed.workers`` > 1 runs as that many processes (:mod:`trials.devices.distributed`):
     this one is rank 0 and starts the others with ``launcher`` (local processes by default; a
     search passes Ray actors). ``group_rank`` is how a peer process enters (see :func:`run_peer`).
     ``preflight(trial, model_config, device, runtime)`` runs once the data and the device are known, just
@@ -339,7 +338,7 @@ def _limit_gpu_memory(trial: TrialConfig, device, runtime: dict[str, Any]) -> No
     """Cap this process's share of the GPU (several trials packed on one GPU, each its own process).
 
     Before anything is allocated on the device; the cap leaves the process's memory outside the
-    caching allocator (see :func:`trials.gpu.memory_cap_fraction`). None: the whole GPU, which also
+    caching allocator (see :func:`trials.devices.gpu.memory_cap_fraction`). None: the whole GPU, which also
     undoes a smaller share an earlier trial of this process set.
     """
     if device.type != "cuda":
@@ -386,7 +385,7 @@ def _build(trial: TrialConfig, runtime: dict[str, Any], group: Group | None = No
         load_initial_weights(model, trial.init_from)
     runtime["world_size"] = 1 if group is None else group.world_size
     if group is not None and group.world_size > 1:  # before DDP and compile see the model: one conversion
-        # BatchNorm over the global batch (trials.sync_batchnorm), so N ranks take one worker's steps;
+        # BatchNorm over the global batch (trials.devices.sync_batchnorm), so N ranks take one worker's steps;
         # recorded with the count of layers (0: none to synchronise, CaiT).
         runtime["synced_batchnorms"] = synchronise_batchnorm(model, device)
     if group is not None and not group.lead:  # DDP starts every rank from rank 0's weights:

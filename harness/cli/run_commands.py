@@ -27,8 +27,8 @@ from harness.output import printable, render
 from harness.reproduce import registry as reproduce_registry
 from harness.search.cluster.ray_setup import SearchError, check_study_name
 from search_space.validation import load_spec
-from trials.configio import ConfigError
-from trials.data_config import TEST_SPLIT_DATASETS
+from trials.config.configio import ConfigError
+from trials.config.data_config import TEST_SPLIT_DATASETS
 from trials.lazy import lazy_import
 from trials.status import StudyStatus
 
@@ -39,7 +39,7 @@ reproduction = lazy_import("harness.reproduce")
 planning = lazy_import("harness.reproduce.planning")
 search = lazy_import("harness.search.driver")
 store_package = lazy_import("harness.store")
-verification = lazy_import("harness.search.verify")  # torch and the models: only when a front is re-measured
+verification = lazy_import("harness.verify")  # torch and the models: only when a front is re-measured
 
 VERIFY_COLUMNS = ("throughput", "throughput_verified", "throughput_verified_min", "throughput_verified_max",
                   "latency_ms", "latency_ms_verified", "latency_ms_verified_min", "latency_ms_verified_max",

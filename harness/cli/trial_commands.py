@@ -12,19 +12,19 @@ from harness.cli.common import UsageError, config_error, one_line
 from harness.output import FORMATS, render
 from harness.preflight import bench_preflight, memory_preflight
 from search_space.validation import check_data_dir
-from trials.configio import ConfigError
-from trials.cpus import usable_cpus
-from trials.data_config import MAX_BATCH_SIZE
+from trials.config.configio import ConfigError
+from trials.config.data_config import MAX_BATCH_SIZE
+from trials.config.trial_config import anchor_paths, load_trial_config, read_yaml
+from trials.devices.cpus import usable_cpus
 from trials.lazy import lazy_import
 from trials.status import TrialStatus
-from trials.trial_config import anchor_paths, load_trial_config, read_yaml
 
 # torch and the models: only for the commands that build one (``--help`` stays instant).
 models_package = lazy_import("trials.models")
-measure = lazy_import("trials.measure")
+measure = lazy_import("trials.measurement.measure")
 runner = lazy_import("trials.runner")
-train = lazy_import("trials.train")
-gpu = lazy_import("trials.gpu")  # the device a config names, checked before anything runs
+train = lazy_import("trials.training.train")
+gpu = lazy_import("trials.devices.gpu")  # the device a config names, checked before anything runs
 
 
 @click.command("models")
@@ -140,7 +140,7 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
 
 def check_init_from(path: str | None) -> None:
     """A weights file that is not there: one line now, not after the data is built (whether the
-    weights fit the model is checked once it is built: :func:`trials.checkpoint.load_initial_weights`)."""
+    weights fit the model is checked once it is built: :func:`trials.training.checkpoint.load_initial_weights`)."""
     if path is not None and not Path(path).is_file():
         what = "no such file" if not Path(path).exists() else "not a regular file"
         raise ConfigError("init_from", f"{path}: {what} (archsearch export STUDY N --weights W.pt writes one)")

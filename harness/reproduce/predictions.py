@@ -3,7 +3,7 @@ seed x image bootstrap of a difference on the test split.
 
 Every run of a reproduction is scored on the same fixed test images, so the spread over seeds (the
 t-interval of the exploratory test-split table) leaves out the test split's own sampling error. A
-run completed since schema 0008 keeps the predicted class of each test image (``trials.predictions``,
+run completed since schema 0008 keeps the predicted class of each test image (``trials.training.predictions``,
 the store's ``archsearch_test_predictions``); with those, :func:`seed_image_interval` resamples the
 seeds within each variant and the test images jointly for both variants (they share the split), so
 the interval includes that error. Runs from before then have none, and the summary says so
@@ -31,8 +31,8 @@ import pandas as pd
 
 from dashboards.files import OutputSet, atomic_write
 from trials.errors import DataError, capped
-from trials.predictions import MAX_IMAGES, PredictionsError, TestPredictions
 from trials.status import TrialStatus
+from trials.training.predictions import MAX_IMAGES, PredictionsError, TestPredictions
 
 PREDICTIONS_SUFFIX = ".predictions.csv.gz"
 SIDECAR_COLUMNS = ("study", "number", "classes", "images", "labels", "predictions")

@@ -40,9 +40,9 @@ from harness.reproduce.analysis import (
 )
 from harness.reproduce.predictions import read_sidecar, sidecar_path, write_sidecar
 from harness.reproduce.studies import Protocol
-from trials.configio import MAX_INTEGER
+from trials.config.configio import MAX_INTEGER
 from trials.errors import DataError
-from trials.predictions import TestPredictions
+from trials.training.predictions import TestPredictions
 
 RUNS_SUFFIX = ".runs.csv"
 VERDICTS_SUFFIX = ".verdicts.json"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
 from trials.lazy import lazy_import
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 studies = lazy_import("harness.reproduce.studies")
 sampling = lazy_import("search_space.sampling")
 validation = lazy_import("search_space.validation")
-trial_config = lazy_import("trials.trial_config")
+trial_config = lazy_import("trials.config.trial_config")
 SCALES = ("tiny", "cpu", "small", "paper")  # every study has each (a test builds every one)
 # The user's cluster (issue 48): ImageFolder data at 160 px, a learning-rate pilot, seeds from a power
 # calculation (harness.reproduce.cluster_scale); a scale of the studies that list it, as any other.

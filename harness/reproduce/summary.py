@@ -16,7 +16,7 @@ from dashboards.files import atomic_write
 from harness.reproduce.analysis import PairOnTestSplit, StudyNumbers, VariantSummary
 from harness.reproduce.predictions import BOOTSTRAP_RESAMPLES
 from harness.reproduce.studies import PAPER_RANKING, Protocol
-from trials.data_config import MNIST5K_TEST_SIZE
+from trials.config.data_config import MNIST5K_TEST_SIZE
 from trials.status import TrialStatus
 
 TEST_SPLIT_SIZES = {"mnist5k": MNIST5K_TEST_SIZE}  # datasets whose test split is fixed and small

@@ -1,7 +1,7 @@
 """The one place that reads private fields or modules of Ray, Ray Tune and Optuna.
 
 Torch's private modules (Dynamo, Inductor) have their own adapter in the layer that uses them,
-:mod:`trials.torch_internals`. ``tests/test_engine_room.py`` walks the AST of every package and
+:mod:`trials.devices.torch_internals`. ``tests/test_engine_room.py`` walks the AST of every package and
 ``benchmarks/`` so that no other module reaches into a private name of Ray, Optuna or torch.
 
 Telling Optuna about a trial by its number, without loading every trial of a large study, needs the

@@ -23,7 +23,8 @@ from ray import exceptions, tune
 from ray.tune.logger import JsonLoggerCallback
 
 from dashboards.pareto import study_front
-from harness.search import adapter, experiment_guard, verify
+from harness import verify
+from harness.search import adapter, experiment_guard
 from harness.search.checkpoints import prune_checkpoints
 from harness.search.cluster.ray_setup import (
     SearchError,
@@ -79,7 +80,7 @@ class SearchSummary:
     status: str = StudyStatus.COMPLETED  # the study's final status: completed, or failed (no trial completed)
     message: str | None = None  # why it failed, in one line
     spec_problem: bool = False  # the failure is the spec's (nothing feasible), not the trials'
-    verified: Any = None  # with search.verify_front: the front re-measured alone (harness.search.verify)
+    verified: Any = None  # with search.verify_front: the front re-measured alone (harness.verify)
 
 
 def _trainable(spec: SearchSpec):

@@ -18,7 +18,7 @@ PRICED_KEY = "archsearch_priced"
 # space has nothing new: it runs to the end of its budget, never judged at a rung.
 RETRY_KEY = "archsearch_retry_of"
 # On the final report of a completed trial whose data has a test split: its per-image test predictions
-# and labels, compact (``trials.predictions.TestPredictions.encode()``), for the store's own table.
+# and labels, compact (``trials.training.predictions.TestPredictions.encode()``), for the store's own table.
 PREDICTIONS_KEY = "archsearch_test_predictions"
 # On every report of a trial whose model was built: that model's config (JSON), with the image size,
 # channels and classes the data gave it. The store records it as the trial's model: what ran.

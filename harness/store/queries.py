@@ -26,8 +26,8 @@ from pandas.api.types import is_numeric_dtype
 from sqlalchemy import func, inspect, select
 
 from dashboards.reader import StudyCounts
-from trials.predictions import TestPredictions
 from trials.status import StudyStatus
+from trials.training.predictions import TestPredictions
 
 from . import rows
 from .base import StoreBase

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import Text, and_, case, cast, false, func, literal_column, null, or_, type_coerce
 from sqlalchemy.sql.elements import ColumnElement
 
-from trials.predictions import PredictionsError, TestPredictions
+from trials.training.predictions import PredictionsError, TestPredictions
 
 from .errors import DamagedRow
 

@@ -157,7 +157,7 @@ class EpochRecord(Base):
 class TestPrediction(Base):
     """A completed trial's per-image test predictions (datasets with a test split): the predicted
     class and the label of every test image, in the split's order, each as base64 text of one- or
-    two-byte indices (``trials.predictions``). One row per trial, written with its final record;
+    two-byte indices (``trials.training.predictions``). One row per trial, written with its final record;
     read through ``rows.test_predictions``. Since schema 0008."""
 
     __test__ = False  # not a pytest class, whatever its name

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import select, update
 
 from harness import __version__
-from trials.predictions import TestPredictions
 from trials.status import StudyStatus, TrialStatus
+from trials.training.predictions import TestPredictions
 
 from . import driver_lock
 from .base import StoreBase, _now

@@ -26,12 +26,12 @@ seconds, which the configuration layer and the synthetic dataset do not need to 
 Modules, each importing only those above it: :mod:`.seeding` (derived seeds, epoch plans),
 :mod:`.loading` (raw splits of each dataset), :mod:`.sources` (the two batch paths),
 :mod:`.augmentation` (MixUp/CutMix, per-sample transforms), :mod:`.bundle` (``build_data``).
-The configuration itself is :mod:`trials.data_config`, which needs no torch.
+The configuration itself is :mod:`trials.config.data_config`, which needs no torch.
 """
 
-from .bundle import DataBundle, auto_loader_processes, build_data, loader_processes_for
-from .loading import CIFAR10_STATS, split_indices
-from .sources import LoaderBatches, Normalizer, TensorBatches, crop_flip_batch
+from trials.data.bundle import DataBundle, auto_loader_processes, build_data, loader_processes_for
+from trials.data.loading import CIFAR10_STATS, split_indices
+from trials.data.sources import LoaderBatches, Normalizer, TensorBatches, crop_flip_batch
 
 __all__ = [
     "CIFAR10_STATS",

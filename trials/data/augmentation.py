@@ -18,10 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trials.config.data_config import AugmentConfig
+from trials.data.loading import Stats
 from trials.lazy import lazy_import
-
-from ..data_config import AugmentConfig
-from .loading import Stats
 
 v2 = lazy_import("torchvision.transforms.v2")  # torchvision: MixUp/CutMix and the loader path only
 

@@ -12,12 +12,19 @@ from dataclasses import dataclass
 
 import torch
 
-from ..configio import ConfigError
-from ..cpus import usable_cpus
-from ..data_config import DATA_CHANNELS, DataConfig
-from .augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
-from .loading import IMAGENET_STATS, Split, Stats, folder_splits, in_memory_splits, test_split, warn_if_upscaled
-from .sources import (
+from trials.config.configio import ConfigError
+from trials.config.data_config import DATA_CHANNELS, DataConfig
+from trials.data.augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
+from trials.data.loading import (
+    IMAGENET_STATS,
+    Split,
+    Stats,
+    folder_splits,
+    in_memory_splits,
+    test_split,
+    warn_if_upscaled,
+)
+from trials.data.sources import (
     BatchSource,
     DeviceDecoder,
     EncodedDataset,
@@ -28,6 +35,7 @@ from .sources import (
     TensorBatches,
     TensorImages,
 )
+from trials.devices.cpus import usable_cpus
 
 # Without an allocation (a trial run by hand, outside Ray), the machine is not the trial's alone:
 # at most this many DataLoader processes, as before. With one, the allocation is the bound.

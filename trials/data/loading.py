@@ -18,10 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trials.lazy import lazy_import
-
-from ..configio import ConfigError
-from ..data_config import (
+from trials.config.configio import ConfigError
+from trials.config.data_config import (
     CIFAR_NUM_CLASSES,
     DIGITS_VAL_FRACTION,
     MNIST5K_SIZE,
@@ -31,8 +29,9 @@ from ..data_config import (
     TEST_SPLIT_DATASETS,
     DataConfig,
 )
-from ..synthetic import make_synthetic
-from .seeding import derive_seed, seeded_generator
+from trials.data.seeding import derive_seed, seeded_generator
+from trials.data.synthetic import make_synthetic
+from trials.lazy import lazy_import
 
 # Per dataset, only when it is loaded: scikit-learn (the digits extra), torchvision, PIL.
 sklearn_datasets = lazy_import("sklearn.datasets")

@@ -26,12 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from trials.config.data_config import AugmentConfig
+from trials.data.loading import Stats
+from trials.data.seeding import make_epoch_plan
+from trials.devices.gpu import cuda_index
 from trials.lazy import lazy_import
-
-from ..data_config import AugmentConfig
-from ..gpu import cuda_index
-from .loading import Stats
-from .seeding import make_epoch_plan
 
 tv_tensors = lazy_import("torchvision.tv_tensors")  # torchvision: the loader path only
 torchvision_folder = lazy_import("torchvision.datasets.folder")

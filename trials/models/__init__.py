@@ -3,8 +3,8 @@
 Importing this package does not import torch; building a model does.
 """
 
-from .build import build_model, count_parameters, preset_parameter_count, resolve_config
-from .config import (
+from trials.models.build import build_model, count_parameters, preset_parameter_count, resolve_config
+from trials.models.config import (
     INIT_SCHEME_DOCS,
     INIT_SCHEMES,
     RESIDUAL_SCHEME_DOCS,
@@ -18,7 +18,7 @@ from .config import (
     config_from_dict,
     paper_layer_scale_init,
 )
-from .presets import PRESETS, preset_names
+from trials.models.presets import PRESETS, preset_names
 
 __all__ = [
     "INIT_SCHEMES",

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from trials.lazy import lazy_import
-
-from .config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError, config_from_dict
-from .presets import PRESETS
+from trials.models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError, config_from_dict
+from trials.models.presets import PRESETS
 
 # The configs and presets are torch-free (the spec layer and the CLI read them); the modules are not.
 cait = lazy_import("trials.models.cait")

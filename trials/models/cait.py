@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import residual
-from .config import CaiTConfig
-from .layers import Mlp, ScalarBias, drop_path, init_transformer_weights
+from trials.models import residual
+from trials.models.config import CaiTConfig
+from trials.models.layers import Mlp, ScalarBias, drop_path, init_transformer_weights
 
 
 class HeadMix(nn.Module):

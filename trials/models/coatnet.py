@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import DEFAULT_INIT, CoAtNetConfig
-from .layers import Mlp, drop_path, init_linears, init_transformer_weights
+from trials.models.config import DEFAULT_INIT, CoAtNetConfig
+from trials.models.layers import Mlp, drop_path, init_linears, init_transformer_weights
 
 
 def _max_pool_tokens(x: torch.Tensor, side: int) -> torch.Tensor:

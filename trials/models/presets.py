@@ -6,7 +6,7 @@ rate of a recipe are overrides (``build_model("coatnet_0", drop_path_rate=0.2)``
 
 from __future__ import annotations
 
-from .config import CaiTConfig, CoAtNetConfig, ModelConfig
+from trials.models.config import CaiTConfig, CoAtNetConfig, ModelConfig
 
 
 def _cait(dim: int, depth: int, heads: int, layer_scale: float) -> CaiTConfig:

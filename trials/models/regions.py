@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from trials.torch_internals import set_compiled_call
-
-from .cait import ClassAttentionBlock, SelfAttentionBlock
-from .coatnet import MBConvBlock, TransformerBlock
+from trials.devices.torch_internals import set_compiled_call
+from trials.models.cait import ClassAttentionBlock, SelfAttentionBlock
+from trials.models.coatnet import MBConvBlock, TransformerBlock
 
 REGION_TYPES: tuple[type[nn.Module], ...] = (SelfAttentionBlock, ClassAttentionBlock, MBConvBlock, TransformerBlock)
 
@@ -65,6 +64,6 @@ def compile_regions(model: nn.Module, *, backend: str = "inductor", mode: str | 
 
 def uncompile_regions(model: nn.Module) -> None:
     """Undo :func:`compile_regions`: every block runs its eager ``forward`` again (a compile
-    error's fallback); :func:`trials.torch_internals.set_compiled_call` is where torch's field is named."""
+    error's fallback); :func:`trials.devices.torch_internals.set_compiled_call` is where torch's field is named."""
     for block in regions(model):
         set_compiled_call(block, None)

@@ -49,8 +49,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import DEFAULT_INIT, CaiTConfig
-from .layers import LayerScale, ScalarBias, init_weight
+from trials.models.config import DEFAULT_INIT, CaiTConfig
+from trials.models.layers import LayerScale, ScalarBias, init_weight
 
 
 def branch_norm(config: CaiTConfig) -> nn.Module:

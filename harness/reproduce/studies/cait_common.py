@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trials.data_config import NUM_CLASSES
+from trials.config.data_config import NUM_CLASSES
 
 from .common import (
     FAILED_LOSS_FRACTION,

@@ -19,8 +19,8 @@ from typing import Any
 
 from harness.search.cluster.join import alive_nodes, join
 from search_space.spec import SearchSpec
-from trials import mps
-from trials.cpus import usable_cpus
+from trials.devices import mps
+from trials.devices.cpus import usable_cpus
 from trials.errors import RunError, capped
 from trials.lazy import lazy_import
 

@@ -21,7 +21,7 @@ from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from search_space.sampling import discrete_space_size
 from search_space.spec import SearchSpec
-from trials.data_config import DATA_STARVED_FRACTION, is_data_starved
+from trials.config.data_config import DATA_STARVED_FRACTION, is_data_starved
 from trials.status import TrialStatus
 
 

@@ -15,8 +15,8 @@ from harness.search.result_keys import BUILT_MODEL_KEY, PREDICTIONS_KEY, STATUS_
 from harness.search.stop.failures import common_error
 from search_space.sampling import build_trial_config, split_params
 from search_space.spec import SearchSpec
-from trials.predictions import PredictionsError, TestPredictions
 from trials.status import StudyStatus, TrialStatus
+from trials.training.predictions import PredictionsError, TestPredictions
 
 
 def final_status(store, name: str, counts: dict[str, int], spec: SearchSpec) -> tuple[str, str | None, bool]:

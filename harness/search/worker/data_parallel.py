@@ -9,7 +9,7 @@ checkpoints, retries (``search.retries``: the whole group restarts from rank 0's
 and the store are exactly those of a one-process trial; the peers are plain Ray tasks in the
 trial's placement group (one bundle per rank, which Ray reserves for the trial as a whole, the
 way Ray Train's own ``ScalingConfig`` reserves its workers), and torch.distributed does the rest
-(:mod:`trials.distributed`).
+(:mod:`trials.devices.distributed`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
-from .configio import (
+from trials.config.configio import (
     ConfigError,
     check_fields,
     from_mapping,
@@ -27,15 +27,15 @@ from .configio import (
     require_seed,
     to_mapping,
 )
-from .data_config import MAX_BATCH_SIZE, DataConfig
-from .errors import capped
-from .models.build import resolve_config
-from .models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
-from .yaml_bounds import YamlDuplicateKey, YamlTooLarge, safe_load_bounded
+from trials.config.data_config import MAX_BATCH_SIZE, DataConfig
+from trials.config.yaml_bounds import YamlDuplicateKey, YamlTooLarge, safe_load_bounded
+from trials.errors import capped
+from trials.models.build import resolve_config
+from trials.models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
-# Budgets, bounded (the integer bound rule of trials.configio): a trial that asks for more would train
+# Budgets, bounded (the integer bound rule of trials.config.configio): a trial that asks for more would train
 # until it is killed. 100,000 epochs and 10^9 optimiser steps are far beyond any study's.
 MAX_EPOCHS = 100_000
 MAX_STEPS = 10**9
@@ -63,13 +63,13 @@ class TrainingConfig:
     label_smoothing: float = 0.1
     # torch.compile the model: "auto" (on for CUDA when the model compiles, off on CPU), true, false.
     # On CUDA, "auto" runs eagerly when this node measured the architecture's compile (kernels cached)
-    # at more than compile_budget_share of the trial's estimated training time (trials.compile_cache).
+    # at more than compile_budget_share of the trial's estimated training time (trials.compilation.compile_cache).
     compile: bool | Literal["auto"] = "auto"
     compile_budget_share: float = 0.25
     # torch.compile backend when compiling (timm's --torchcompile takes the same names): "inductor"
     # generates kernels; "aot_eager"/"eager" trace without code generation (debugging, CPU tests).
     compile_backend: str = "inductor"
-    # What torch.compile compiles, always with static shapes (trials.compiled_forward): "regional"
+    # What torch.compile compiles, always with static shapes (trials.compilation.compiled_forward): "regional"
     # compiles each repeated block alone (one graph per distinct block, shared across depths; compile
     # time does not grow with depth), "whole" the model as one graph (fewest kernel launches).
     compile_scope: Literal["regional", "whole"] = "regional"
@@ -79,7 +79,7 @@ class TrainingConfig:
     cuda_graphs: bool | Literal["auto"] = "auto"
     # A directory every node reads (a shared file system): each architecture's compile artifacts are
     # saved there after its first compiled epoch, and a compiling trial anywhere loads them first
-    # (trials.compile_artifacts). None: each node compiles for itself.
+    # (trials.compilation.compile_artifacts). None: each node compiles for itself.
     compile_artifacts_dir: str | None = None
     # Divergence (a non-finite loss or gradient) is recorded on the device every step and checked
     # every this many steps and at the end of each epoch; None: every step on CPU (free there),
@@ -190,7 +190,7 @@ class MeasureConfig:
 
     ``batch_size`` None: the batch the trial trains with on one device (throughput at the size the
     trial runs, not a fixed 64). ``warmup`` None: 10 calls on a GPU, 2 on a CPU
-    (``trials.measure.default_warmup``); the record states the number used.
+    (``trials.measurement.measure.default_warmup``); the record states the number used.
     """
 
     flops: bool = True
@@ -262,7 +262,7 @@ class TrialConfig:
     # out-of-memory stays this trial's failure instead of killing a neighbour. None: all of it.
     gpu_memory_fraction: float | None = None
     # A client of this node's CUDA MPS daemon (search.resources.mps): its kernels overlap the other
-    # packed trials', and MPS's device-memory limit at gpu_memory_fraction is the hard cap (trials.mps).
+    # packed trials', and MPS's device-memory limit at gpu_memory_fraction is the hard cap (trials.devices.mps).
     mps: bool = False
     # CPUs allocated to this trial (Ray's assignment, or the spec's resources.cpus): DataLoader
     # processes never exceed it. None: the CPUs this process may run on.

@@ -31,9 +31,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from trials.config.configio import ConfigError
 from trials.status import TrialStatus
-
-from .configio import ConfigError
 
 # How long a rank waits for the others at a collective. Rank 0 evaluates, reports and
 # checkpoints while the peers wait at the end of an epoch, so this bounds that, not a step.

@@ -14,9 +14,9 @@ the gradients over the ranks too, so every rank's inputs get the gradient of the
 loss and DDP's averaged parameter gradient is one worker's.
 
 Synchronised only while switched on: rank 0 alone also runs the model in train mode (BatchNorm
-recalibration over the whole un-augmented training split, :mod:`trials.batchnorm`), with the peers
+recalibration over the whole un-augmented training split, :mod:`trials.training.batchnorm`), with the peers
 waiting at the end-of-epoch agreement; a collective there would wait for them forever. So each
-layer syncs only inside a rank's training forward, which :class:`trials.rank.Rank` switches on
+layer syncs only inside a rank's training forward, which :class:`trials.devices.rank.Rank` switches on
 around the DDP-wrapped call; everywhere else it is a plain BatchNorm. torch's own SyncBatchNorm
 syncs in every train-mode forward, hence the CUDA subclass with the same switch.
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .configio import ConfigError, from_mapping, is_int, is_number, require, require_int_in, require_seed
+from trials.config.configio import ConfigError, from_mapping, is_int, is_number, require, require_int_in, require_seed
 
 DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
 IN_MEMORY_DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100")
@@ -42,7 +42,7 @@ MIRROR_SYMMETRIC = {
     "synthetic": True, "digits": False, "mnist5k": False, "cifar10": True, "cifar100": True, "imagefolder": True,
 }  # fmt: skip
 
-# Classes of the built-in synthetic dataset: shapes x textures (trials.synthetic checks it).
+# Classes of the built-in synthetic dataset: shapes x textures (trials.data.synthetic checks it).
 MAX_CLASSES = 100
 # RandAugment's magnitude scale in torchvision (num_magnitude_bins=31 -> magnitudes 0..30).
 MAX_RANDAUGMENT_MAGNITUDE = 30
@@ -51,7 +51,7 @@ MAX_RANDAUGMENT_MAGNITUDE = 30
 # trains at). Flagged in the epoch record, the search's progress line and the report; kept here,
 # torch-free, so the driver and the dashboards read the same threshold as the trial.
 DATA_STARVED_FRACTION = 0.2
-# Sizes, bounded (the integer bound rule of trials.configio): images in a split, in a batch, on a side.
+# Sizes, bounded (the integer bound rule of trials.config.configio): images in a split, in a batch, on a side.
 MAX_DATASET_SIZE = 10**9
 MAX_BATCH_SIZE = 2**20
 MAX_IMAGE_SIZE = 8192

@@ -8,8 +8,9 @@ Three things decide what torch.compile costs a trial, all set here before a tria
 * **On-disk caches.** Inductor's FX-graph cache and the AOTAutograd cache persist compiled kernels
   under ``TORCHINDUCTOR_CACHE_DIR``, keyed by the graph (weights are inputs, not constants): a
   repeated architecture on the same node loads its kernels instead of generating and building them.
-  ``torch.compiler.reset()``, which each trial still calls (see :class:`trials.compiled_forward.CompiledForward`),
-  clears only Dynamo's in-memory state, never these files. The directory is ``$ARCHSEARCH_COMPILE_CACHE``, else
+  ``torch.compiler.reset()``, which each trial still calls
+  (see :class:`trials.compilation.compiled_forward.CompiledForward`), clears only Dynamo's in-memory
+  state, never these files. The directory is ``$ARCHSEARCH_COMPILE_CACHE``, else
   the user's ``$TORCHINDUCTOR_CACHE_DIR``, else ``<tmp>/archsearch-inductor-<uid>``: node-local, one
   per user, shared by every trial process of that user on the node.
 * **The auto rule.** ``training.compile: auto`` compiles on CUDA unless this node has measured that
@@ -41,10 +42,9 @@ import torch
 
 from trials import ownership
 from trials.atomic import atomic_write
-from trials.configio import ConfigError
-from trials.cpus import usable_cpus
-from trials.ownership import CACHE_ENV, TORCH_CACHE_ENV, chosen_compile_cache, compile_cache_problem
-from trials.torch_internals import (
+from trials.config.configio import ConfigError
+from trials.devices.cpus import usable_cpus
+from trials.devices.torch_internals import (
     async_compile,
     dynamo_callback,
     dynamo_utils,
@@ -52,6 +52,7 @@ from trials.torch_internals import (
     inductor_config,
     inductor_utils,
 )
+from trials.ownership import CACHE_ENV, TORCH_CACHE_ENV, chosen_compile_cache, compile_cache_problem
 
 LEDGER_DIR = "archsearch-compile-ledger"  # measured compile and step seconds per architecture, in the cache
 AUTO_DEVICE_TYPES = ("cuda",)  # where ``compile: auto`` compiles at all (CPU: eager; tests may widen it)

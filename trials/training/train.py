@@ -8,11 +8,11 @@ The :class:`Trainer` state (model, optimiser, schedule, epoch, history, RNG) rou
 through ``state_dict`` so a retried trial resumes from its last finished epoch.
 
 :class:`Trainer` orchestrates; each job lives in its own module: the optimiser, schedule and
-budget (:mod:`trials.optimiser`), the compiled forward with its fallback and compile facts
-(:mod:`trials.compiled_forward`), divergence checks without a per-step host sync
-(:mod:`trials.divergence`), a data-parallel rank's part (:mod:`trials.rank`), evaluation
-(:mod:`trials.evaluation`), BatchNorm recalibration (:mod:`trials.batchnorm`) and the checkpoint
-(:mod:`trials.checkpoint`).
+budget (:mod:`trials.training.optimiser`), the compiled forward with its fallback and compile facts
+(:mod:`trials.compilation.compiled_forward`), divergence checks without a per-step host sync
+(:mod:`trials.training.divergence`), a data-parallel rank's part (:mod:`trials.devices.rank`), evaluation
+(:mod:`trials.training.evaluation`), BatchNorm recalibration (:mod:`trials.training.batchnorm`) and the checkpoint
+(:mod:`trials.training.checkpoint`).
 """
 
 from __future__ import annotations
@@ -31,21 +31,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trials.compilation.compiled_forward import CompiledForward, CompilePlan, CompileTarget
+from trials.config.data_config import DATA_STARVED_FRACTION, is_data_starved
+from trials.config.trial_config import TrainingConfig
+from trials.data import DataBundle
+from trials.devices.distributed import EpochSignal, Group
+from trials.devices.gpu import peak_memory
+from trials.devices.gpu import resolve_device as resolve_device
+from trials.devices.rank import Rank
 from trials.lazy import lazy_import
-
-from . import batchnorm, checkpoint, evaluation
-from .compiled_forward import CompiledForward, CompilePlan, CompileTarget
-from .data import DataBundle
-from .data_config import DATA_STARVED_FRACTION, is_data_starved
-from .distributed import EpochSignal, Group
-from .divergence import Diverged, StepChecks, check_interval, scaled_step_norm
-from .gpu import peak_memory
-from .gpu import resolve_device as resolve_device
-from .optimiser import Budget, build_optimizer, build_scheduler, grad_scaler
-from .optimiser import resolve_dtype as resolve_dtype
-from .rank import Rank
-from .timing import synchronize
-from .trial_config import TrainingConfig
+from trials.measurement.timing import synchronize
+from trials.training import batchnorm, checkpoint, evaluation
+from trials.training.divergence import Diverged, StepChecks, check_interval, scaled_step_norm
+from trials.training.optimiser import Budget, build_optimizer, build_scheduler, grad_scaler
+from trials.training.optimiser import resolve_dtype as resolve_dtype
 
 tqdm_auto = lazy_import("tqdm.auto")  # the progress bar: only on a terminal
 
@@ -124,10 +123,10 @@ class Trainer:
         cpus: float | None = None,
     ):
         self.device, self.dtype, self.config, self.data = device, dtype, config, data
-        # Data parallelism (trials.distributed): this rank trains on its part of every batch;
+        # Data parallelism (trials.devices.distributed): this rank trains on its part of every batch;
         # rank 0 alone evaluates and reports. None: one process.
         self.group = group if group is not None and group.world_size > 1 else None
-        self.parallel = Rank(self.group, device)  # DDP wrapping, loss shares, sums over ranks (trials.rank)
+        self.parallel = Rank(self.group, device)  # DDP wrapping, loss shares, sums over ranks (trials.devices.rank)
         if self.group is not None:
             data.train.shard(self.group.rank, self.group.world_size)
         # Channels-last on CUDA (tensor cores want NHWC); the data path emits batches in this layout.
@@ -191,7 +190,7 @@ class Trainer:
         """Whether the budget (epochs or steps) is spent."""
         return self.epoch >= self.total_epochs or self.step >= self.total_steps
 
-    # -- compilation (trials.compiled_forward) -------------------------------------------------
+    # -- compilation (trials.compilation.compiled_forward) -------------------------------------------------
     @property
     def compile_requested(self) -> bool:
         """Whether this trial set out to compile (``training.compile``, or ``auto``'s decision)."""
@@ -218,7 +217,7 @@ class Trainer:
         is timed through this, so its throughput is the compiled model's, not an eager stand-in's."""
         return self.compiled_forward.run(lambda forward: forward(images))
 
-    # -- checkpointing (trials.checkpoint) -----------------------------------------------------
+    # -- checkpointing (trials.training.checkpoint) -----------------------------------------------------
     def _objects(self) -> checkpoint.TrainingObjects:
         return checkpoint.TrainingObjects(self.model, self.optimizer, self.scheduler, self.scaler)
 
@@ -278,7 +277,7 @@ class Trainer:
         return loss, self._scaled_step_norm(grad_norm)
 
     def _scaled_step_norm(self, grad_norm: torch.Tensor) -> torch.Tensor:
-        """An fp16 overflow's gradient norm recorded as 0: :func:`trials.divergence.scaled_step_norm`."""
+        """An fp16 overflow's gradient norm recorded as 0: :func:`trials.training.divergence.scaled_step_norm`."""
         return scaled_step_norm(self.scaler, grad_norm)
 
     def _optimiser_step(self) -> float:
@@ -296,7 +295,7 @@ class Trainer:
 
         No host synchronisation per step: whether each step's loss and gradient norm are finite is
         recorded on the device, and checked every ``check_every`` steps and at the end of the epoch
-        (one sync per check, :class:`trials.divergence.StepChecks`). A failed check raises
+        (one sync per check, :class:`trials.training.divergence.StepChecks`). A failed check raises
         :class:`Diverged` for the first bad step; the few steps computed past it belong to a trial
         that ends there anyway, and no checkpoint is taken mid-epoch.
         """
@@ -350,7 +349,7 @@ class Trainer:
     # -- evaluation ----------------------------------------------------------------------------
     def recalibrate_batchnorm(self) -> None:
         """Recompute every BatchNorm's running statistics over the un-augmented training split
-        (:func:`trials.batchnorm.recalibrate`); a model without BatchNorm (CaiT) is left as it is."""
+        (:func:`trials.training.batchnorm.recalibrate`); a model without BatchNorm (CaiT) is left as it is."""
         if self.data.train_eval is None:
             return
         batchnorm.recalibrate(self.model, self.data.train_eval, self._infer)

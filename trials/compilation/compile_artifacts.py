@@ -1,6 +1,6 @@
 """Compile once per architecture per cluster: a compile's cache artifacts in a directory every node reads.
 
-The FX-graph and AOTAutograd caches of :mod:`trials.compile_cache` are node-local, so on a cluster
+The FX-graph and AOTAutograd caches of :mod:`trials.compilation.compile_cache` are node-local, so on a cluster
 every node pays an architecture's cold compile again (144 s for a small CaiT on a CPU here, minutes
 at 224 px on a GPU). After a trial's first compiled epoch its process holds the architecture's
 compiled artifacts; ``torch.compiler.save_cache_artifacts()`` serialises them and
@@ -8,7 +8,7 @@ compiled artifacts; ``torch.compiler.save_cache_artifacts()`` serialises them an
 loads them before compiling finds its graphs cached and pays only Dynamo's tracing.
 
 ``training.compile_artifacts_dir`` names the shared directory (NFS, Lustre...). One file per
-architecture key (:meth:`trials.compiled_forward.CompileTarget.architecture_key`, which names the
+architecture key (:meth:`trials.compilation.compiled_forward.CompileTarget.architecture_key`, which names the
 device, the torch version, the model and its shapes), written to a temporary name and renamed, so
 a reader never sees half a file and concurrent writers leave one whole file. Artifacts are loaded as
 code: a directory that is not this user's alone is refused, as the node cache is.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from .atomic import atomic_write
-from .ownership import private_directory
+from trials.atomic import atomic_write
+from trials.ownership import private_directory
 
 SUFFIX = ".artifacts"
 

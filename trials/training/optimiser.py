@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .trial_config import TrainingConfig
+from trials.config.trial_config import TrainingConfig
 
 NO_DECAY_NAMES = ("pos_embed", "cls_token", "relative_bias", "gamma")
 

@@ -8,7 +8,7 @@ a seed x image bootstrap puts it in an interval (:mod:`harness.reproduce.predict
 Both arrays are held as base64 text of little-endian unsigned integers, one per image: one byte
 each up to 256 classes, two bytes up to 65,536 (1,000 MNIST digits: 1,336 characters each). The
 predicted class is the top-1 index of the single test pass that gives ``test_top1``
-(:func:`trials.evaluation.evaluate`), so the predictions' accuracy against the labels is exactly
+(:func:`trials.training.evaluation.evaluate`), so the predictions' accuracy against the labels is exactly
 that number. :meth:`TestPredictions.decode` is the one reader: bounded, and every value checked.
 """
 
@@ -53,7 +53,7 @@ class TestPredictions:
         return self.predictions == self.labels
 
     def top1(self) -> float:
-        """Top-1 accuracy in percent, as :func:`trials.evaluation.evaluate` computes it."""
+        """Top-1 accuracy in percent, as :func:`trials.training.evaluation.evaluate` computes it."""
         return 100.0 * float(np.count_nonzero(self.correct())) / max(self.count, 1)
 
     def labels_sha256(self) -> str:

@@ -32,9 +32,9 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from trials.devices.torch_internals import COMPILER_MODULES, COMPILER_PATHS
 from trials.errors import RunError
 from trials.lazy import lazy_import
-from trials.torch_internals import COMPILER_MODULES, COMPILER_PATHS
 
 torch = lazy_import("torch")  # search_space and the harness use the formulas without torch
 

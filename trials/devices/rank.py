@@ -3,10 +3,10 @@
 Why a module of its own: under ``distributed: {workers: N}`` the loop wraps its forward in DDP,
 weights each rank's loss by its share of the global batch, sums the step losses before a
 divergence check and the epoch's totals at its end, and the peers follow rank 0's decision at the
-end of every epoch; BatchNorm layers synchronised over the ranks (:mod:`trials.sync_batchnorm`)
+end of every epoch; BatchNorm layers synchronised over the ranks (:mod:`trials.devices.sync_batchnorm`)
 sync inside the DDP forward alone. :class:`Rank` gathers those few points; for a one-process trial it is the
 identity everywhere (``group`` None), so the loop has no branch per case. Setting the group up
-(rendezvous, peers) is :mod:`trials.distributed`'s job.
+(rendezvous, peers) is :mod:`trials.devices.distributed`'s job.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .distributed import EpochSignal, Group
-from .sync_batchnorm import set_synchronising, switched_layers
+from trials.devices.distributed import EpochSignal, Group
+from trials.devices.sync_batchnorm import set_synchronising, switched_layers
 
 
 class Rank:
@@ -55,7 +55,7 @@ class Rank:
 
     @staticmethod
     def _switch_sync_batchnorm(wrapped: nn.Module, layers: list[nn.Module]) -> None:
-        """Synchronised BatchNorm (:mod:`trials.sync_batchnorm`) on for the DDP forward alone.
+        """Synchronised BatchNorm (:mod:`trials.devices.sync_batchnorm`) on for the DDP forward alone.
 
         Only the training step runs through this wrapper, on every rank together; rank 0's passes
         alone (recalibration, measurement, evaluation) call the model itself and keep the layers

@@ -4,7 +4,7 @@ Why a module of its own: the state spans the weights, the optimiser, its schedul
 scale and both RNGs; saving and restoring them in one place keeps the two sides in step (every key
 saved is a key restored). The dict holds state dicts and plain values only, so rank 0's checkpoint
 loads with ``torch.load(weights_only=True)`` (``harness.search.worker.trainable``) and travels to
-the peers as bytes (:func:`trials.distributed.pack_state`). A trial's ``init_from`` (model weights
+the peers as bytes (:func:`trials.devices.distributed.pack_state`). A trial's ``init_from`` (model weights
 alone, loaded strictly) is read here too: :func:`load_initial_weights`.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .configio import ConfigError
+from trials.config.configio import ConfigError
 
 
 @dataclass(frozen=True)

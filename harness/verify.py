@@ -6,7 +6,7 @@ each front member is rebuilt from its stored config and measured on one device w
 scheduled by archsearch, in ``repeats`` rounds that interleave the members (a drift of the machine
 hits every member alike); each member gets the median and the spread of its rounds. It is timed as
 its trial ran: compiled when the trial was (on a GPU), at the trial's measured batch size and at
-batch 1, channels-last on CUDA, after ``trials.measure.default_warmup`` calls (10 on a GPU), with
+batch 1, channels-last on CUDA, after ``trials.measurement.measure.default_warmup`` calls (10 on a GPU), with
 CUDA events there. By default the timing is a Ray task: on a whole GPU of the cluster for a study
 whose trials ran on GPUs (refused, with the reason, when the cluster has none free; never a silent
 fall back to the driver's CPU), on one CPU for a CPU study. The results
@@ -31,17 +31,17 @@ from dashboards.verified import compare_fronts
 from harness.search.cluster import join as cluster
 from harness.store import Store, StoreError
 from search_space.sampling import data_shape
-from trials.configio import ConfigError
+from trials.config.configio import ConfigError
+from trials.devices.torch_internals import dynamo_config
 from trials.errors import RunError
 from trials.lazy import lazy_import
-from trials.torch_internals import dynamo_config
 
 ray = lazy_import("ray")  # the timing runs as a Ray task on the cluster
 torch = lazy_import("torch")
 models = lazy_import("trials.models")
-measure = lazy_import("trials.measure")
-timing = lazy_import("trials.timing")
-gpu = lazy_import("trials.gpu")
+measure = lazy_import("trials.measurement.measure")
+timing = lazy_import("trials.measurement.timing")
+gpu = lazy_import("trials.devices.gpu")
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -57,7 +57,7 @@ class VerifySettings:
     ``device``: ``auto`` runs the timing as a Ray task (on a whole GPU of the cluster when the
     study's trials ran on GPUs); ``cpu``, ``cuda`` or ``cuda:N`` time it here, in this process, as
     the user asked. ``address``: the Ray cluster for ``auto`` (None: the Ray this process is
-    connected to, else a fresh local one). ``warmup`` None: ``trials.measure.default_warmup``.
+    connected to, else a fresh local one). ``warmup`` None: ``trials.measurement.measure.default_warmup``.
     """
 
     repeats: int = 5

@@ -43,7 +43,7 @@ MODULES = {
 
 
 # The compiler's private packages, by module name and by source path: an exception raised there (or of a
-# type defined there) is a compile error (:func:`trials.gpu.is_compile_error`).
+# type defined there) is a compile error (:func:`trials.devices.gpu.is_compile_error`).
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "triton")
 COMPILER_PATHS = ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/", "/triton/")
 

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trials.devices.torch_internals import eager_view
 from trials.lazy import lazy_import
-from trials.torch_internals import eager_view
 
 fvcore_nn = lazy_import("fvcore.nn")  # fvcore: only when FLOPs are counted by tracing
 
@@ -84,7 +84,7 @@ def count_flops(model: nn.Module, inputs: torch.Tensor | tuple[torch.Tensor, ...
     ``by_module`` holds the top-level children's totals; ``unsupported`` any op fvcore saw but
     did not count and that is not a known zero-FLOP element-wise op. A model whose blocks were
     compiled in place (regional compilation) is counted through its eager view
-    (:func:`trials.torch_internals.eager_view`): the same operations, and ``torch.jit.trace``, which
+    (:func:`trials.devices.torch_internals.eager_view`): the same operations, and ``torch.jit.trace``, which
     fvcore traces with, refuses a compiled call.
     """
     with warnings.catch_warnings():  # fvcore's import warns about torch APIs it uses

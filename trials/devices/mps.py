@@ -7,7 +7,7 @@ us: it is checked (a running ``nvidia-cuda-mps-control`` and its control pipe), 
 a search that asks for MPS where it is not running is refused in one line that says how to start it.
 
 MPS's own limit on a client's device memory (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``) is the hard cap:
-the caching allocator's cap (:func:`trials.gpu.cap_process_memory`) does not see the context, the
+the caching allocator's cap (:func:`trials.devices.gpu.cap_process_memory`) does not see the context, the
 cuBLAS workspace or the compiled kernels; the MPS limit covers all of a client's device memory. It
 is read when the process creates its CUDA context, so the trial sets it before anything is
 allocated; Ray shows each trial one GPU, so its ordinal is 0.

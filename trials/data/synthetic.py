@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .data_config import MAX_CLASSES as CONFIG_MAX_CLASSES
+from trials.config.data_config import MAX_CLASSES as CONFIG_MAX_CLASSES
 
 SHAPES = ("disk", "square", "triangle", "cross", "ring", "diamond", "star", "ellipse", "frame", "half_disk")
 TEXTURES = (
@@ -41,7 +41,7 @@ TEXTURES = (
     "waves",
 )
 MAX_CLASSES = len(SHAPES) * len(TEXTURES)
-assert MAX_CLASSES == CONFIG_MAX_CLASSES, "trials.data_config.MAX_CLASSES must match the shapes and textures"
+assert MAX_CLASSES == CONFIG_MAX_CLASSES, "trials.config.data_config.MAX_CLASSES must match the shapes and textures"
 
 # Images are generated in chunks of this many so that memory stays bounded for large datasets.
 # It is a constant because the noise stream is drawn chunk by chunk: changing it changes the images.

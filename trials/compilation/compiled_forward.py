@@ -13,7 +13,7 @@ measurement compiles a graph of its own instead of turning the training graph sy
 block alone (``training.compile_scope: regional``, :mod:`trials.models.regions`), so compile time
 does not grow with depth and models that differ only in depth share graphs; CUDA graphs
 (``reduce-overhead``, the whole model) for launch-bound trials on one GPU. The training loop only asks it to run a
-forward (:meth:`CompiledForward.run`) and reads its facts; :class:`trials.train.Trainer` keeps the
+forward (:meth:`CompiledForward.run`) and reads its facts; :class:`trials.training.train.Trainer` keeps the
 public names (``compiled``, ``compiled_graphs``, ``compile_requested``...) as views of this.
 """
 
@@ -27,13 +27,13 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from . import compile_cache
-from .compile_artifacts import SharedArtifacts
-from .compile_cache import CompileClock
-from .configio import ConfigError
-from .gpu import is_compile_error, release_memory
-from .models.regions import compile_regions, uncompile_regions, variants_needed
-from .torch_internals import dynamo_config, dynamo_utils
+from trials.compilation import compile_cache
+from trials.compilation.compile_artifacts import SharedArtifacts
+from trials.compilation.compile_cache import CompileClock
+from trials.config.configio import ConfigError
+from trials.devices.gpu import is_compile_error, release_memory
+from trials.devices.torch_internals import dynamo_config, dynamo_utils
+from trials.models.regions import compile_regions, uncompile_regions, variants_needed
 
 Forward = Callable[[torch.Tensor], torch.Tensor]
 RECOMPILE_NOTE = "torch.compile recompiled"
@@ -157,8 +157,8 @@ class CompiledForward:
     # -- deciding and compiling ----------------------------------------------------------------
     def _wanted(self, plan: CompilePlan) -> bool:
         """Whether this trial compiles. When it may, Inductor is first set up for it (compile threads
-        from the CPUs, the node's cache directory: :func:`trials.compile_cache.configure_compiler`);
-        ``auto`` then applies :func:`trials.compile_cache.decide_auto` to what this node measured of
+        from the CPUs, the node's cache directory: :func:`trials.compilation.compile_cache.configure_compiler`);
+        ``auto`` then applies :func:`trials.compilation.compile_cache.decide_auto` to what this node measured of
         the architecture, and a skip is said in the notes and the facts."""
         device_type = self.target.device.type
         if plan.setting is False or (plan.setting == "auto" and device_type not in compile_cache.AUTO_DEVICE_TYPES):

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .flops import count_flops
-from .timing import synchronize, time_repeated, timer_name
+from trials.measurement.flops import count_flops
+from trials.measurement.timing import synchronize, time_repeated, timer_name
 
 # Untimed calls before the timed ones. On a GPU each call takes milliseconds and the first ones pay
 # for cuDNN/cuBLAS autotuning, the caching allocator's first blocks and the clocks ramping up: ten.
