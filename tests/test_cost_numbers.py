@@ -155,7 +155,7 @@ class _RecordingRay:
 
 
 def test_verify_of_a_cpu_study_runs_as_a_ray_task_on_one_cpu(tmp_path, local_ray, monkeypatch):
-    from harness.search import verify
+    from harness import verify
     from harness.store import Store
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
@@ -189,7 +189,7 @@ def test_verify_of_a_gpu_study_on_a_cluster_without_gpus_is_refused_not_timed_on
 
 
 def test_verify_waits_for_no_one_a_cluster_whose_gpus_are_all_busy_is_refused(monkeypatch):
-    from harness.search import verify
+    from harness import verify
 
     busy = SimpleNamespace(cluster_resources=lambda: {"GPU": 4.0}, available_resources=lambda: {"GPU": 0.75})
     monkeypatch.setattr(verify, "ray", busy)
