@@ -40,8 +40,8 @@ from pydantic import (
     model_validator,
 )
 
-from trials.config.configio import MAX_INTEGER, MAX_SEED, ConfigError, is_int, shown_int
-from trials.config.trial_config import MAX_EPOCHS, MAX_WORKERS
+from trials.config.configio import MAX_INTEGER, MAX_SEED, ConfigError, is_int, searchable_fields, shown_int
+from trials.config.trial_config import MAX_EPOCHS, MAX_WORKERS, TrainingConfig
 from trials.models.config import CONFIG_CLASSES
 
 OBJECTIVE_METRICS = (
@@ -56,7 +56,8 @@ OBJECTIVE_METRICS = (
     "latency_ms",
 )
 COST_METRICS = ("flops", "params")  # known before training, from the closed-form cost model
-TRAINING_FIELDS = ("epochs", "steps", "lr", "min_lr", "weight_decay", "warmup_epochs", "grad_clip", "label_smoothing")
+# Training fields a search space may vary by bare name (``params: {lr: ...}``): those declared searchable.
+TRAINING_FIELDS = searchable_fields(TrainingConfig)
 _INDEXED = re.compile(r"^(?P<field>depths|dims)\[(?P<index>\d)\]$")
 # The integer bound rule (trials.config.configio): every integer of a spec fits a signed 64-bit integer, a seed
 # is below 2**32 (numpy's RandomState under Optuna's samplers), and every budget is at most its

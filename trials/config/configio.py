@@ -1,7 +1,10 @@
 """Configuration as data: frozen dataclasses loaded from plain mappings (YAML) with path-named errors.
 
 Each config dataclass validates itself in ``__post_init__`` and raises :class:`ConfigError`
-naming the field. :func:`from_mapping` builds nested dataclasses from a mapping, rejects unknown
+naming the field. A field's simple rule (an integer in a range, a bounded number, a flag, one of a few
+choices, a seed) is declared beside the field (:func:`integer`, :func:`number`, ...: a :class:`Rule`
+in the field's metadata) and run by :func:`check_declared`; only cross-field and special rules stay as
+code in ``__post_init__``. :func:`from_mapping` builds nested dataclasses from a mapping, rejects unknown
 keys, and prefixes every error with the path of the offending key (``training.lr: ...``), so a
 user can find the line in their YAML. Standard library only: a trial runs with torch alone.
 """
@@ -14,7 +17,8 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 from trials.errors import ArchsearchError, capped, cut_at_word
 
@@ -194,6 +198,145 @@ def require_int_in(value: Any, field: str, low: int, high: int, message: str) ->
         raise ConfigError(field, f"must be at most {high:,}, got {shown_int(value)}")
 
 
-def require_seed(value: Any, field: str) -> None:
+# Declared rules: what a field may hold, written beside the field, so that the rule, its error and the
+# field's searchability live in one place (no hand-kept list elsewhere mirrors them).
+
+RULE = "archsearch.rule"  # the key of a field's Rule in its dataclasses.field metadata
+RuleKind = Literal["int", "number", "bool", "choice", "text"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one config field may hold, checked by :func:`check_declared`.
+
+    ``int``: an integer >= ``low`` (else ``message``) and <= ``high`` (else ``over``, the documented
+    maximum). ``number``: an int or a finite float within ``low``/``high``, each bound exclusive where
+    ``low_open``/``high_open``. ``bool``: true or false. ``choice``: one of ``choices`` (a bool choice
+    matches a bool only: ``1`` is not ``true``). ``text``: a string, blank refused unless ``blank_ok``.
+    ``message`` and ``over`` are the error lines, ``{value}`` standing for the offending value; they are
+    spelled per field because users and tests read them. ``optional``: None is allowed (unset).
+    ``searchable``: a search space may vary the field by its bare name (``params: {lr: ...}``).
+    """
+
+    kind: RuleKind
+    message: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[Any, ...] = ()
+    optional: bool = False
+    searchable: bool = False
+    blank_ok: bool = False
+    over: str = ""
+
+    def check(self, value: Any, field: str) -> None:
+        """Raise ConfigError(``field``, ...) unless ``value`` is one this rule allows."""
+        if value is None and self.optional:
+            return
+        if self.kind == "number" and is_number(value) and not math.isfinite(value):
+            raise ConfigError(field, f"must be a finite number, got {value!r}")
+        if not self._admits(value):
+            raise ConfigError(field, self.message.replace("{value}", _shown(value)))
+        if self.kind == "int" and self.high is not None and value > self.high:
+            raise ConfigError(field, self.over.replace("{value}", _shown(value)))
+
+    def _admits(self, value: Any) -> bool:
+        if self.kind == "int":
+            return is_int(value) and (self.low is None or value >= self.low)
+        if self.kind == "number":
+            return is_number(value) and _within(value, self.low, self.low_open, self.high, self.high_open)
+        if self.kind == "bool":
+            return isinstance(value, bool)
+        if self.kind == "choice":
+            return any(isinstance(value, bool) == isinstance(c, bool) and value == c for c in self.choices)
+        return isinstance(value, str) and (self.blank_ok or value.strip() != "")
+
+
+def _within(value: float, low: float | None, low_open: bool, high: float | None, high_open: bool) -> bool:
+    above = low is None or (value > low if low_open else value >= low)
+    below = high is None or (value < high if high_open else value <= high)
+    return above and below
+
+
+def _shown(value: Any) -> str:
+    """A value as an error line repeats it: ``repr``, an integer capped (:func:`shown_int`)."""
+    return shown_int(value) if is_int(value) else repr(value)
+
+
+def declared(default: Any, rule: Rule) -> Any:
+    """A dataclass field with ``default`` and its declared ``rule`` (see :func:`check_declared`)."""
+    return dataclasses.field(default=default, metadata={RULE: rule})
+
+
+def integer(
+    default: int | None, low: int, high: int, must: str = "", *, optional: bool = False, over: str = "",
+    searchable: bool = False,
+) -> Any:  # fmt: skip
+    """An integer field in ``low..high``. ``must``: what a value below ``low`` (or no integer) is told,
+    ``must be an integer >= LOW`` unless given; ``over``: what one above ``high`` is told, the limit."""
+    must = must or f"must be an integer >= {low}"
+    over = over or f"must be at most {high:,}"
+    rule = Rule("int", f"{must}, got {{value}}", low=low, high=high, optional=optional, searchable=searchable,
+                over=f"{over}, got {{value}}")  # fmt: skip
+    return declared(default, rule)
+
+
+def number(
+    default: float | None, *, gt: float | None = None, ge: float | None = None, lt: float | None = None,
+    le: float | None = None, must: str = "", optional: bool = False, searchable: bool = False,
+) -> Any:  # fmt: skip
+    """A number field bounded by ``gt``/``ge`` below and ``lt``/``le`` above. ``must`` defaults to the
+    bounds as written (``must be > 0``, ``must be in [0, 1)``)."""
+    low, high = (gt if gt is not None else ge), (lt if lt is not None else le)
+    if not must and low is not None and high is not None:
+        must = f"must be in {'(' if gt is not None else '['}{low}, {high}{')' if lt is not None else ']'}"
+    elif not must and low is not None:
+        must = f"must be {'>' if gt is not None else '>='} {low}"
+    elif not must and high is not None:
+        must = f"must be {'<' if lt is not None else '<='} {high}"
+    rule = Rule(
+        "number", f"{must or 'must be a number'}, got {{value}}", low=low, high=high, low_open=gt is not None,
+        high_open=lt is not None, optional=optional, searchable=searchable,
+    )  # fmt: skip
+    return declared(default, rule)
+
+
+def flag(default: bool | None, *, optional: bool = False) -> Any:
+    """A true/false field (None too where ``optional``: unset, decided later)."""
+    return declared(default, Rule("bool", "must be true or false, got {value}", optional=optional))
+
+
+def one_of(default: Any, choices: tuple[Any, ...], message: str = "") -> Any:
+    """A field that holds one of ``choices``; ``message`` (with ``{value}``) is the error line."""
+    message = message or f"must be one of {', '.join(map(str, choices))}; got {{value}}"
+    return declared(default, Rule("choice", message, choices=choices))
+
+
+def text(default: str | None, message: str, *, optional: bool = False, blank_ok: bool = False) -> Any:
+    """A string field; ``message`` (with ``{value}`` where it echoes it) is the error line."""
+    return declared(default, Rule("text", message, optional=optional, blank_ok=blank_ok))
+
+
+def seed_field(default: int = 0) -> Any:
     """A seed: an integer in 0..2**32 - 1 (:data:`MAX_SEED`, what numpy's RandomState takes)."""
-    require_int_in(value, field, 0, MAX_SEED, f"must be an integer in 0..{MAX_SEED:,} (2**32 - 1)")
+    return integer(default, 0, MAX_SEED, f"must be an integer in 0..{MAX_SEED:,} (2**32 - 1)")
+
+
+def rule_of(field: dataclasses.Field) -> Rule | None:
+    """The rule declared for a dataclass field, if any."""
+    return field.metadata.get(RULE)
+
+
+def check_declared(config: Any) -> None:
+    """Check every declared field of dataclass instance ``config`` in declaration order, so an error
+    names the first bad key as a file lists them. Raises :class:`ConfigError` naming the field."""
+    for f in dataclasses.fields(config):
+        rule = rule_of(f)
+        if rule is not None:
+            rule.check(getattr(config, f.name), f.name)
+
+
+def searchable_fields(cls: type) -> tuple[str, ...]:
+    """The fields of dataclass ``cls`` declared ``searchable``, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls) if (rule := rule_of(f)) is not None and rule.searchable)

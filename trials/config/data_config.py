@@ -9,13 +9,24 @@ before anything is dispatched, without importing torch.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trials.config.configio import ConfigError, from_mapping, is_int, is_number, require, require_int_in, require_seed
+from trials.config.configio import (
+    ConfigError,
+    check_declared,
+    flag,
+    from_mapping,
+    integer,
+    is_int,
+    number,
+    one_of,
+    require,
+    require_int_in,
+    seed_field,
+)
 
 DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100", "imagefolder")
 IN_MEMORY_DATASETS = ("synthetic", "digits", "mnist5k", "cifar10", "cifar100")
@@ -78,19 +89,6 @@ def is_data_starved(data_wait_fraction: float | None) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_bool(name: str, value: Any) -> None:
-    require(isinstance(value, bool), name, f"must be true or false, got {value!r}")
-
-
-def _check_optional_int(name: str, value: Any, minimum: int, maximum: int) -> None:
-    if value is not None:
-        require_int_in(value, name, minimum, maximum, f"must be an integer >= {minimum} or null")
-
-
-def _check_int(name: str, value: Any, minimum: int, maximum: int) -> None:
-    require_int_in(value, name, minimum, maximum, f"must be an integer >= {minimum}")
-
-
 @dataclass(frozen=True)
 class AugmentConfig:
     """Training-time augmentation. Validation data is never augmented.
@@ -104,22 +102,17 @@ class AugmentConfig:
     chosen per batch, as in DeiT.
     """
 
-    random_crop: bool = True
-    hflip: bool | None = None
+    random_crop: bool = flag(True)
+    hflip: bool | None = flag(None, optional=True)
     randaugment: tuple[int, int] | None = None
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
+    mixup_alpha: float = number(0.0, ge=0, must="must be a number >= 0 (0 disables)")
+    cutmix_alpha: float = number(0.0, ge=0, must="must be a number >= 0 (0 disables)")
 
     def __post_init__(self) -> None:
-        _check_bool("random_crop", self.random_crop)
-        if self.hflip is not None:
-            _check_bool("hflip", self.hflip)
+        """The declared rules, then the randaugment pair (a YAML list becomes a tuple)."""
+        check_declared(self)
         if self.randaugment is not None:
             object.__setattr__(self, "randaugment", _randaugment_pair(self.randaugment))
-        for name in ("mixup_alpha", "cutmix_alpha"):
-            value = getattr(self, name)
-            ok = is_number(value) and math.isfinite(value) and value >= 0
-            require(ok, name, f"must be a number >= 0 (0 disables), got {value!r}")
 
     @property
     def mixes(self) -> bool:
@@ -156,46 +149,31 @@ class DataConfig:
     runs on CUDA: loader processes then only read the files; ``false`` decodes in them on the CPU).
     """
 
-    name: str = "synthetic"
+    name: str = one_of("synthetic", DATASETS, f"unknown dataset {{value}}; valid names are {', '.join(DATASETS)}")
     data_dir: str | None = None
-    download: bool = False
-    verify: bool = True
-    image_size: int | None = None
+    download: bool = flag(False)
+    verify: bool = flag(True)
+    image_size: int | None = integer(None, 8, MAX_IMAGE_SIZE, optional=True)
     num_classes: int = 10
-    train_size: int = 5000
-    val_size: int = 1000
-    val_fraction: float = 0.0
-    seed: int = 0
-    batch_size: int = 128
-    eval_batch_size: int | None = None
-    num_workers: int | None = None
-    device_resident: bool | None = None
-    gpu_decode: bool | None = None
+    train_size: int = integer(5000, 1, MAX_DATASET_SIZE)
+    val_size: int = integer(1000, 1, MAX_DATASET_SIZE)
+    val_fraction: float = number(0.0, ge=0, lt=1, must="must be a number in [0, 1) (0: use the official split)")
+    seed: int = seed_field(0)
+    batch_size: int = integer(128, 1, MAX_BATCH_SIZE)
+    eval_batch_size: int | None = integer(None, 1, MAX_BATCH_SIZE, "must be an integer >= 1 or null", optional=True)
+    num_workers: int | None = integer(None, 0, MAX_LOADER_PROCESSES, "must be an integer >= 0 or null", optional=True)
+    device_resident: bool | None = flag(None, optional=True)
+    gpu_decode: bool | None = flag(None, optional=True)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
     def __post_init__(self) -> None:
-        require(self.name in DATASETS, "name", f"unknown dataset {self.name!r}; valid names are {', '.join(DATASETS)}")
+        """The declared rules, then what depends on the dataset (data_dir, download, num_classes) and augment."""
+        check_declared(self)
         self._check_location()
-        if self.image_size is not None:
-            _check_int("image_size", self.image_size, 8, MAX_IMAGE_SIZE)
         if self.name == "synthetic":
             require_int_in(
                 self.num_classes, "num_classes", 2, MAX_CLASSES, f"must be an integer in 2..{MAX_CLASSES} for synthetic"
             )
-        _check_int("train_size", self.train_size, 1, MAX_DATASET_SIZE)
-        _check_int("val_size", self.val_size, 1, MAX_DATASET_SIZE)
-        ok = is_number(self.val_fraction) and 0.0 <= self.val_fraction < 1.0
-        require(
-            ok, "val_fraction", f"must be a number in [0, 1) (0: use the official split), got {self.val_fraction!r}"
-        )
-        require_seed(self.seed, "seed")
-        _check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
-        _check_optional_int("eval_batch_size", self.eval_batch_size, 1, MAX_BATCH_SIZE)
-        _check_optional_int("num_workers", self.num_workers, 0, MAX_LOADER_PROCESSES)
-        if self.device_resident is not None:
-            _check_bool("device_resident", self.device_resident)
-        if self.gpu_decode is not None:
-            _check_bool("gpu_decode", self.gpu_decode)
         self._check_augment()
 
     def _check_location(self) -> None:
@@ -205,8 +183,6 @@ class DataConfig:
             require(isinstance(self.data_dir, str) and self.data_dir != "", "data_dir", "must be a path")
         elif self.name not in BUNDLED_DATASETS:
             raise ConfigError("data_dir", f"is required for {self.name}: the directory that holds the dataset")
-        _check_bool("download", self.download)
-        _check_bool("verify", self.verify)
         if self.download:
             require(
                 self.name in CIFAR_DATASETS, "download", f"only cifar10/cifar100 can be downloaded, not {self.name}"

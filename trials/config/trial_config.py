@@ -18,13 +18,17 @@ import yaml
 
 from trials.config.configio import (
     ConfigError,
+    check_declared,
     check_fields,
+    flag,
     from_mapping,
-    is_int,
+    integer,
     is_number,
+    number,
+    one_of,
     require,
-    require_int_in,
-    require_seed,
+    seed_field,
+    text,
     to_mapping,
 )
 from trials.config.data_config import MAX_BATCH_SIZE, DataConfig
@@ -51,32 +55,37 @@ class TrainingConfig:
     LayerScale gains, positional/class tokens and relative-position tables (as timm does).
     """
 
-    epochs: int = 10
-    steps: int | None = None
-    lr: float = 1e-3
-    min_lr: float = 1e-5
-    weight_decay: float = 0.05
-    warmup_epochs: float = 1.0
-    warmup_steps: int | None = None
+    # searchable: a search space may vary the field by its bare name (search_space.spec.TRAINING_FIELDS).
+    epochs: int = integer(10, 1, MAX_EPOCHS, "must be a positive integer", searchable=True)
+    steps: int | None = integer(None, 1, MAX_STEPS, "must be a positive integer", optional=True, searchable=True)
+    lr: float = number(1e-3, gt=0, searchable=True)
+    min_lr: float = number(1e-5, ge=0, searchable=True)
+    weight_decay: float = number(0.05, ge=0, searchable=True)
+    warmup_epochs: float = number(1.0, ge=0, searchable=True)
+    warmup_steps: int | None = integer(None, 0, MAX_STEPS, "must be a non-negative integer", optional=True)
     betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float | None = 1.0
-    label_smoothing: float = 0.1
+    grad_clip: float | None = number(1.0, gt=0, optional=True, searchable=True)
+    label_smoothing: float = number(0.1, ge=0, lt=1, searchable=True)
     # torch.compile the model: "auto" (on for CUDA when the model compiles, off on CPU), true, false.
     # On CUDA, "auto" runs eagerly when this node measured the architecture's compile (kernels cached)
     # at more than compile_budget_share of the trial's estimated training time (trials.compilation.compile_cache).
-    compile: bool | Literal["auto"] = "auto"
-    compile_budget_share: float = 0.25
+    compile: bool | Literal["auto"] = one_of("auto", (True, False, "auto"), "must be true, false or auto, got {value}")
+    compile_budget_share: float = number(0.25, gt=0, le=1, must="must be a number in (0, 1]")
     # torch.compile backend when compiling (timm's --torchcompile takes the same names): "inductor"
     # generates kernels; "aot_eager"/"eager" trace without code generation (debugging, CPU tests).
-    compile_backend: str = "inductor"
+    compile_backend: str = text("inductor", "must be a torch.compile backend name such as inductor, got {value}")
     # What torch.compile compiles, always with static shapes (trials.compilation.compiled_forward): "regional"
     # compiles each repeated block alone (one graph per distinct block, shared across depths; compile
     # time does not grow with depth), "whole" the model as one graph (fewest kernel launches).
-    compile_scope: Literal["regional", "whole"] = "regional"
+    compile_scope: Literal["regional", "whole"] = one_of(
+        "regional", ("regional", "whole"), "must be regional or whole, got {value}"
+    )
     # CUDA graphs (torch.compile's "reduce-overhead": the whole model, replayed as one graph) for trials
     # whose steps are launch-bound: "auto" on one CUDA GPU when images are at most 64 px; true: wherever
     # possible (one CUDA process), said in the notes where not; false: never.
-    cuda_graphs: bool | Literal["auto"] = "auto"
+    cuda_graphs: bool | Literal["auto"] = one_of(
+        "auto", (True, False, "auto"), "must be true, false or auto, got {value}"
+    )
     # A directory every node reads (a shared file system): each architecture's compile artifacts are
     # saved there after its first compiled epoch, and a compiling trial anywhere loads them first
     # (trials.compilation.compile_artifacts). None: each node compiles for itself.
@@ -84,35 +93,18 @@ class TrainingConfig:
     # Divergence (a non-finite loss or gradient) is recorded on the device every step and checked
     # every this many steps and at the end of each epoch; None: every step on CPU (free there),
     # every 32 steps on CUDA (one host sync per check instead of one per step).
-    divergence_check_every: int | None = None
+    divergence_check_every: int | None = integer(
+        None, 1, MAX_STEPS, "must be a positive integer or null", optional=True
+    )
     # Before each evaluation, recompute BatchNorm's statistics over the training split (no
     # augmentation, train mode, a cumulative average) and record the training loss in eval mode
     # (``train_eval_loss``). Running statistics lag the weights early in training (8% vs 96%
     # top-1 after one epoch on digits); comparisons read at a training loss need both.
-    recalibrate_batchnorm: bool = False
+    recalibrate_batchnorm: bool = flag(False)
 
     def __post_init__(self) -> None:
-        """
-        Long because it validates every field of the config in declaration order, one rule each, so an error names
-        the first bad key as the file lists them.
-        """
-        require_int_in(self.epochs, "epochs", 1, MAX_EPOCHS, "must be a positive integer")
-        if self.steps is not None:
-            require_int_in(self.steps, "steps", 1, MAX_STEPS, "must be a positive integer")
-        require(is_number(self.lr) and self.lr > 0, "lr", f"must be > 0, got {self.lr!r}")
-        require(is_number(self.min_lr) and self.min_lr >= 0, "min_lr", f"must be >= 0, got {self.min_lr!r}")
-        require(
-            is_number(self.weight_decay) and self.weight_decay >= 0,
-            "weight_decay",
-            f"must be >= 0, got {self.weight_decay!r}",
-        )
-        require(
-            is_number(self.warmup_epochs) and self.warmup_epochs >= 0,
-            "warmup_epochs",
-            f"must be >= 0, got {self.warmup_epochs!r}",
-        )
-        if self.warmup_steps is not None:
-            require_int_in(self.warmup_steps, "warmup_steps", 0, MAX_STEPS, "must be a non-negative integer")
+        """The declared rules, then what they cannot say: warmup within the budget, betas, the artifacts path."""
+        check_declared(self)
         if self.steps is None:
             require(
                 self.warmup_epochs <= self.epochs,
@@ -132,31 +124,6 @@ class TrainingConfig:
             "betas",
             f"must be two numbers in [0, 1), got {self.betas!r}",
         )
-        if self.grad_clip is not None:
-            require(
-                is_number(self.grad_clip) and self.grad_clip > 0, "grad_clip", f"must be > 0, got {self.grad_clip!r}"
-            )
-        require(self.compile in (True, False, "auto"), "compile", f"must be true, false or auto, got {self.compile!r}")
-        require(
-            is_number(self.compile_budget_share) and 0 < self.compile_budget_share <= 1,
-            "compile_budget_share",
-            f"must be a number in (0, 1], got {self.compile_budget_share!r}",
-        )
-        require(
-            isinstance(self.compile_backend, str) and self.compile_backend.strip() != "",
-            "compile_backend",
-            f"must be a torch.compile backend name such as inductor, got {self.compile_backend!r}",
-        )
-        require(
-            isinstance(self.compile_scope, str) and self.compile_scope in ("regional", "whole"),
-            "compile_scope",
-            f"must be regional or whole, got {self.compile_scope!r}",
-        )
-        require(
-            isinstance(self.cuda_graphs, bool) or self.cuda_graphs == "auto",
-            "cuda_graphs",
-            f"must be true, false or auto, got {self.cuda_graphs!r}",
-        )
         if self.compile_artifacts_dir is not None:
             require(
                 isinstance(self.compile_artifacts_dir, str)
@@ -164,24 +131,6 @@ class TrainingConfig:
                 "compile_artifacts_dir",
                 f"must be an absolute path that every node reads, got {self.compile_artifacts_dir!r}",
             )
-        require(
-            isinstance(self.recalibrate_batchnorm, bool),
-            "recalibrate_batchnorm",
-            f"must be true or false, got {self.recalibrate_batchnorm!r}",
-        )
-        if self.divergence_check_every is not None:
-            require_int_in(
-                self.divergence_check_every,
-                "divergence_check_every",
-                1,
-                MAX_STEPS,
-                "must be a positive integer or null",
-            )
-        require(
-            is_number(self.label_smoothing) and 0 <= self.label_smoothing < 1,
-            "label_smoothing",
-            f"must be in [0, 1), got {self.label_smoothing!r}",
-        )
 
 
 @dataclass(frozen=True)
@@ -193,22 +142,15 @@ class MeasureConfig:
     (``trials.measurement.measure.default_warmup``); the record states the number used.
     """
 
-    flops: bool = True
-    throughput: bool = True
-    latency: bool = True
-    batch_size: int | None = None
-    warmup: int | None = None
-    repeats: int = 5
+    flops: bool = flag(True)
+    throughput: bool = flag(True)
+    latency: bool = flag(True)
+    batch_size: int | None = integer(None, 1, MAX_BATCH_SIZE, "must be a positive integer", optional=True)
+    warmup: int | None = integer(None, 0, MAX_MEASURE_REPEATS, "must be >= 0", optional=True)
+    repeats: int = integer(5, 1, MAX_MEASURE_REPEATS, "must be a positive integer")
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "repeats"):
-            value = getattr(self, name)
-            if value is None and name == "batch_size":
-                continue
-            high = MAX_MEASURE_REPEATS if name == "repeats" else MAX_BATCH_SIZE
-            require_int_in(value, name, 1, high, "must be a positive integer")
-        if self.warmup is not None:
-            require_int_in(self.warmup, "warmup", 0, MAX_MEASURE_REPEATS, "must be >= 0")
+        check_declared(self)
 
 
 @dataclass(frozen=True)
@@ -220,17 +162,17 @@ class DistributedConfig:
     ``nccl`` on CUDA and ``gloo`` on the CPU.
     """
 
-    workers: int = 1
-    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    workers: int = integer(1, 1, MAX_WORKERS, "must be a positive integer")
+    backend: Literal["auto", "nccl", "gloo"] = one_of(
+        "auto", ("auto", "nccl", "gloo"), "must be auto, nccl or gloo; got {value}"
+    )
 
     def __post_init__(self) -> None:
-        require_int_in(self.workers, "workers", 1, MAX_WORKERS, "must be a positive integer")
-        require(
-            self.backend in ("auto", "nccl", "gloo"), "backend", f"must be auto, nccl or gloo; got {self.backend!r}"
-        )
+        check_declared(self)
 
 
 MAX_THREADS = 1024  # torch's intra-op threads: any real machine has fewer
+THREADS_RULE = f"must be an integer in 1..{MAX_THREADS} or null"  # one line for too few and too many
 
 
 def trial_threads(trial: TrialConfig, device_type: str) -> int | None:
@@ -254,24 +196,26 @@ class TrialConfig:
     data: DataConfig = field(default_factory=DataConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
-    seed: int = 0
-    device: str = "auto"
-    precision: Precision = "auto"
-    name: str | None = None
+    seed: int = seed_field(0)
+    device: str = text("auto", "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    precision: Precision = one_of("auto", ("auto", "fp32", "bf16", "fp16"))
+    name: str | None = text(None, "must be a string or null, got {value}", optional=True, blank_ok=True)
     # Share of the GPU's memory this trial may use (several trials packed on one GPU): an
     # out-of-memory stays this trial's failure instead of killing a neighbour. None: all of it.
-    gpu_memory_fraction: float | None = None
+    gpu_memory_fraction: float | None = number(
+        None, gt=0, le=1, must="must be a number in (0, 1] or null", optional=True
+    )
     # A client of this node's CUDA MPS daemon (search.resources.mps): its kernels overlap the other
     # packed trials', and MPS's device-memory limit at gpu_memory_fraction is the hard cap (trials.devices.mps).
-    mps: bool = False
+    mps: bool = flag(False)
     # CPUs allocated to this trial (Ray's assignment, or the spec's resources.cpus): DataLoader
     # processes never exceed it. None: the CPUs this process may run on.
-    cpus: float | None = None
+    cpus: float | None = number(None, gt=0, must="must be a number > 0 or null", optional=True)
     # torch's intra-op CPU threads (torch.set_num_threads). A CPU result depends on it (a reduction
     # split over N threads sums in another order), so it is recorded with every trial and exported.
     # None: floor(cpus) (at least 1) when cpus is given, else 1 on the CPU, as a search's default
     # placement (resources.cpus: 1) runs; on a GPU, torch's own default.
-    threads: int | None = None
+    threads: int | None = integer(None, 1, MAX_THREADS, THREADS_RULE, optional=True, over=THREADS_RULE)
     # Several processes per trial (data-parallel); see DistributedConfig.
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     # Start from these model weights (a state dict: what ``archsearch export STUDY N --weights W.pt``
@@ -281,37 +225,14 @@ class TrialConfig:
     init_from: str | None = None
 
     def __post_init__(self) -> None:
+        """The declared rules, then the model, mps's share, the weights path and the batch per worker."""
         require(isinstance(self.model, (CaiTConfig, CoAtNetConfig)), "model", "must be a model config")
-        require_seed(self.seed, "seed")
-        require(
-            self.precision in ("auto", "fp32", "bf16", "fp16"),
-            "precision",
-            f"must be one of auto, fp32, bf16, fp16; got {self.precision!r}",
-        )
-        require(
-            isinstance(self.device, str) and self.device != "", "device", "must be 'auto', 'cpu', 'cuda' or 'cuda:N'"
-        )
-        if self.gpu_memory_fraction is not None:
-            require(
-                is_number(self.gpu_memory_fraction) and 0 < self.gpu_memory_fraction <= 1,
-                "gpu_memory_fraction",
-                f"must be a number in (0, 1] or null, got {self.gpu_memory_fraction!r}",
-            )
-        require(isinstance(self.mps, bool), "mps", f"must be true or false, got {self.mps!r}")
+        check_declared(self)
         if self.mps:
             require(
                 self.gpu_memory_fraction is not None and self.gpu_memory_fraction < 1,
                 "mps",
                 "packs trials on a GPU: set gpu_memory_fraction to the trial's share (1/k)",
-            )
-
-        if self.cpus is not None:
-            require(is_number(self.cpus) and self.cpus > 0, "cpus", f"must be a number > 0 or null, got {self.cpus!r}")
-        if self.threads is not None:
-            require(
-                is_int(self.threads) and 1 <= self.threads <= MAX_THREADS,
-                "threads",
-                f"must be an integer in 1..{MAX_THREADS} or null, got {self.threads!r}",
             )
         if self.init_from is not None:
             require(
