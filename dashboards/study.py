@@ -42,8 +42,8 @@ from dashboards.pareto import hypervolume_progress, parse_objectives, query_fron
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
 from search_space.url_secrets import sqlite_url_of_path
-from trials.config.configio import ConfigError
 from trials.config.trial_config import TrialConfig, load_trial_config
+from trials.configio import ConfigError
 from trials.errors import ArchsearchError, DataError, capped
 from trials.lazy import lazy_import
 from trials.status import TrialStatus

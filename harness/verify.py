@@ -31,7 +31,7 @@ from dashboards.verified import compare_fronts
 from harness.search.cluster import join as cluster
 from harness.store import Store, StoreError
 from search_space.sampling import data_shape
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.devices.torch_internals import dynamo_config
 from trials.errors import RunError
 from trials.lazy import lazy_import

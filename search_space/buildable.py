@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 from .sampling import build_error, grid_points, grid_size
 from .spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec, param_target

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.models.config import CaiTConfig, CoAtNetConfig
 
 from .cost_model import estimate_cost

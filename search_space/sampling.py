@@ -12,7 +12,6 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from trials.config.configio import ConfigError
 from trials.config.data_config import (
     DATA_CHANNELS,
     MIRROR_SYMMETRIC,
@@ -21,6 +20,7 @@ from trials.config.data_config import (
     DataConfig,
     step_batch,
 )
+from trials.configio import ConfigError
 from trials.models.build import resolve_config
 from trials.models.config import CONFIG_CLASSES, ModelConfig, ModelConfigError, normalize_layout
 from trials.models.presets import PRESETS

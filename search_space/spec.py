@@ -40,8 +40,8 @@ from pydantic import (
     model_validator,
 )
 
-from trials.config.configio import MAX_INTEGER, MAX_SEED, ConfigError, is_int, searchable_fields, shown_int
 from trials.config.trial_config import MAX_EPOCHS, MAX_WORKERS, TrainingConfig
+from trials.configio import MAX_INTEGER, MAX_SEED, ConfigError, is_int, searchable_fields, shown_int
 from trials.models.config import CONFIG_CLASSES
 
 OBJECTIVE_METRICS = (
@@ -59,7 +59,7 @@ COST_METRICS = ("flops", "params")  # known before training, from the closed-for
 # Training fields a search space may vary by bare name (``params: {lr: ...}``): those declared searchable.
 TRAINING_FIELDS = searchable_fields(TrainingConfig)
 _INDEXED = re.compile(r"^(?P<field>depths|dims)\[(?P<index>\d)\]$")
-# The integer bound rule (trials.config.configio): every integer of a spec fits a signed 64-bit integer, a seed
+# The integer bound rule (trials.configio): every integer of a spec fits a signed 64-bit integer, a seed
 # is below 2**32 (numpy's RandomState under Optuna's samplers), and every budget is at most its
 # documented maximum; the free-form training/data/measure sections get the trial config's limits
 # (epochs <= 100,000, steps <= 10^9, ...) when the spec's trial configs are validated.

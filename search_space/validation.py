@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config, read_yaml
+from trials.configio import ConfigError
 from trials.errors import capped
 
 from .buildable import Buildability, PartlyInvalidSpace, buildability, show

@@ -23,8 +23,8 @@ from test_gpu_training import tiny
 from trials import atomic
 from trials.compilation import compile_artifacts
 from trials.compilation.compile_artifacts import SharedArtifacts
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.runner import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from test_gpu_training import tiny  # the same tiny CaiT trial as the GPU traini
 
 from trials.compilation import compile_cache
 from trials.compilation.compile_cache import CompileLedger, CompileRecord, compile_pays, compile_threads, decide_auto
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.runner import run_trial
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from trials.config.configio import ConfigError, from_mapping, to_mapping
 from trials.config.data_config import AugmentConfig, DataConfig
+from trials.configio import ConfigError, from_mapping, to_mapping
 from trials.data import (
     CIFAR10_STATS,
     LoaderBatches,
@@ -433,7 +433,7 @@ def test_tiny_files_trained_far_larger_warn_once(tmp_path):
 
 def test_an_image_folder_without_val_is_refused_before_dispatch(tmp_path):
     from search_space.validation import check_spec, load_spec
-    from trials.config.configio import ConfigError
+    from trials.configio import ConfigError
 
     write_image_folder(tmp_path, {"train": 2})
     spec = {

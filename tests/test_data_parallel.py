@@ -21,9 +21,9 @@ from harness.search.worker.trainable import place_trial
 from harness.store import Store
 from search_space.spec import Resources
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError, from_mapping
 from trials.config.data_config import DataConfig
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError, from_mapping
 from trials.data import build_data
 from trials.data.sources import share_of
 from trials.runner import run_trial

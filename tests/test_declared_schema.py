@@ -1,4 +1,4 @@
-"""The trial config's rules are declared beside its fields (trials.config.configio.Rule), not kept by hand.
+"""The trial config's rules are declared beside its fields (trials.configio.Rule), not kept by hand.
 
 A new field must come with a declared rule or be named below as validated by code; the search
 space's bare training names are the fields TrainingConfig declares searchable; and a few declared
@@ -12,7 +12,6 @@ import dataclasses
 import pytest
 
 from search_space.spec import TRAINING_FIELDS
-from trials.config.configio import ConfigError, rule_of, searchable_fields
 from trials.config.data_config import AugmentConfig, DataConfig
 from trials.config.trial_config import (
     MAX_EPOCHS,
@@ -22,6 +21,7 @@ from trials.config.trial_config import (
     TrialConfig,
     load_trial_config,
 )
+from trials.configio import ConfigError, rule_of, searchable_fields
 
 # Fields validated by code in __post_init__ (a rule the declarations cannot say), or nested configs
 # that validate themselves. Anything else needs a declared rule.

@@ -22,7 +22,7 @@ from harness.search.driver import NothingToResume
 from harness.search.interrupts import SearchInterrupted
 from harness.store import StoreError
 from harness.verify import VerifyError
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.devices.gpu import DeviceError
 from trials.errors import ArchsearchError
 from trials.models.config import ModelConfigError

@@ -21,8 +21,8 @@ from harness.search.result_keys import NUMBER_KEY
 from harness.search.worker.trainable import CHECKPOINT_FILE, load_checkpoint
 from harness.store import Store
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.runner import run_trial
 
 TINY_TRIAL = {

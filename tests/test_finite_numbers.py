@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 
 ROOT = Path(__file__).parents[1]
 QUICKSTART = yaml.safe_load((ROOT / "search_space" / "presets" / "quickstart.yaml").read_text())

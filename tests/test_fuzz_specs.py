@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 
 ROOT = Path(__file__).parents[1]
 SPECS = sorted((ROOT / "search_space" / "presets").glob("*.yaml"))

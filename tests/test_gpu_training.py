@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.runner import run_trial
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")

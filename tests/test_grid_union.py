@@ -9,7 +9,7 @@ import pytest
 from harness.search.propose.samplers import TuneGridSampler, make_sampler
 from search_space.sampling import discrete_space_size, grid_points, grid_space
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 SPEC = {
     "name": "g",

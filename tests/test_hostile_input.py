@@ -57,7 +57,7 @@ def test_a_yaml_alias_bomb_is_refused_at_load_naming_the_key(tmp_path):
 
 
 def test_yaml_aliases_within_the_bound_still_load():
-    from trials.config.yaml_bounds import safe_load_bounded
+    from trials.yaml_bounds import safe_load_bounded
 
     assert safe_load_bounded("a: &x {lr: 0.1}\nb: *x\n") == {"a": {"lr": 0.1}, "b": {"lr": 0.1}}
 

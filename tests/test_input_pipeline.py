@@ -28,9 +28,9 @@ from harness.search.record.progress import ProgressCallback
 from harness.search.result_keys import NUMBER_KEY
 from harness.search.session import SearchSession
 from harness.store import Store
-from trials.config.configio import ConfigError
 from trials.config.data_config import DATA_STARVED_FRACTION, AugmentConfig, DataConfig
 from trials.config.trial_config import TrainingConfig
+from trials.configio import ConfigError
 from trials.data import build_data, bundle
 from trials.data.augmentation import eval_transform, normalize_transform, train_transform
 from trials.data.loading import IMAGENET_STATS

@@ -25,8 +25,8 @@ from search_space.memory import MemoryBudget, training_memory, trial_memory
 from search_space.sampling import SpaceFunction, build_trial_config, check_memory
 from search_space.validation import load_spec
 from tests.conftest import tiny_search_spec
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.models import build_model
 from trials.models.config import CaiTConfig, CoAtNetConfig
 

@@ -23,8 +23,8 @@ from harness.search.cluster.ray_setup import SearchError, check_mps
 from harness.search.worker.trainable import place_trial
 from search_space.spec import Resources
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.devices import mps
 from trials.runner import run_trial
 

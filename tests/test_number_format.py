@@ -16,7 +16,7 @@ from harness.output import format_number, render
 from harness.search.record.progress import compact_number
 from harness.store import Store
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.errors import cut_at_word
 
 

@@ -19,7 +19,7 @@ from tests.conftest import tiny_search_spec
 from trials import ownership
 from trials.compilation import compile_cache
 from trials.compilation.compile_artifacts import SharedArtifacts
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
 

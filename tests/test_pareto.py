@@ -306,7 +306,7 @@ def test_plateau_check_measures_the_fronts_growth_over_the_window_against_a_refe
 
 def test_a_plateau_rule_the_budget_cannot_fill_is_refused_naming_the_key():
     from search_space.validation import load_spec
-    from trials.config.configio import ConfigError
+    from trials.configio import ConfigError
 
     spec = {
         "name": "p", "family": "cait", "base_model": "cait_tiny32", "objectives": {"top1": "max", "flops": "min"},

@@ -35,7 +35,7 @@ from harness.store import Store
 from search_space.buildable import PartlyInvalidSpace, buildability
 from search_space.sampling import build_trial_config, config_mismatches
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
 PRESETS = Path(__file__).parents[1] / "search_space" / "presets"

@@ -21,7 +21,7 @@ import yaml
 
 from search_space.sampling import build_trial_config, grid_space
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 ROOT = Path(__file__).parents[1]
 QUICKSTART = ROOT / "search_space" / "presets" / "quickstart.yaml"

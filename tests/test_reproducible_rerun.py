@@ -20,8 +20,8 @@ import yaml
 from conftest import tiny_search_spec, tiny_trial_config
 
 from harness.store import Store
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.runner import run_trial
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")

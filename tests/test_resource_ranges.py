@@ -14,7 +14,7 @@ import yaml
 
 from search_space.validation import load_spec
 from tests.conftest import tiny_search_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 EXE = os.path.join(os.path.dirname(sys.executable), "archsearch")
 

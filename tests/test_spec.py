@@ -8,7 +8,7 @@ import pytest
 
 from search_space.sampling import SpaceFunction, build_trial_config, cost_violations, grid_space
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 PRESETS = sorted((Path(__file__).parents[1] / "search_space" / "presets").glob("*.yaml"))
 

@@ -20,8 +20,8 @@ from test_gpu_training import tiny  # the same tiny CaiT trial as the GPU traini
 
 from trials.compilation import compiled_forward
 from trials.compilation.compiled_forward import REDUCE_OVERHEAD, CompilePlan, choose_compile
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.runner import run_trial
 
 

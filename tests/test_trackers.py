@@ -23,7 +23,7 @@ from harness.search.record import trackers
 from harness.search.result_keys import NUMBER_KEY
 from harness.store import Store
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 # MLflow's SQL store configures its mappers with a loader option SQLAlchemy 2.1 deprecates: theirs, harmless.
 pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")

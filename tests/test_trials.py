@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from trials.config.configio import ConfigError
 from trials.config.trial_config import TrialConfig, load_trial_config
+from trials.configio import ConfigError
 from trials.runner import run_trial
 
 FAST_MEASURE = {"batch_size": 8, "repeats": 2, "warmup": 1}

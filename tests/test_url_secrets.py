@@ -14,7 +14,7 @@ import yaml
 from harness.store import StoreError
 from harness.store.urls import mask_url, normalize_url, split_secret
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 ROOT = Path(__file__).parents[1]
 SECRET = "s3cr3t-VALUE"

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from trials.config.configio import ConfigError
 from trials.config.trial_config import TrialConfig, load_trial_config, trial_threads
+from trials.configio import ConfigError
 from trials.data import build_data
 from trials.devices import mps
 from trials.devices.distributed import (

@@ -35,8 +35,8 @@ from harness.search.cluster.ray_setup import (
     storage_location,
 )
 from harness.search.experiment_guard import check_identity, check_purgeable, purge_experiment
-from trials.config.configio import ConfigError
 from trials.config.trial_config import load_trial_config
+from trials.configio import ConfigError
 from trials.lazy import lazy_import
 from trials.status import TrialStatus
 

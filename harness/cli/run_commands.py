@@ -27,8 +27,8 @@ from harness.output import printable, render
 from harness.reproduce import registry as reproduce_registry
 from harness.search.cluster.ray_setup import SearchError, check_study_name
 from search_space.validation import load_spec
-from trials.config.configio import ConfigError
 from trials.config.data_config import TEST_SPLIT_DATASETS
+from trials.configio import ConfigError
 from trials.lazy import lazy_import
 from trials.status import StudyStatus
 

@@ -12,9 +12,9 @@ from harness.cli.common import UsageError, config_error, one_line
 from harness.output import FORMATS, render
 from harness.preflight import bench_preflight, memory_preflight
 from search_space.validation import check_data_dir
-from trials.config.configio import ConfigError
 from trials.config.data_config import MAX_BATCH_SIZE
 from trials.config.trial_config import anchor_paths, load_trial_config, read_yaml
+from trials.configio import ConfigError
 from trials.devices.cpus import usable_cpus
 from trials.lazy import lazy_import
 from trials.status import TrialStatus

@@ -17,8 +17,8 @@ from dashboards.stats import FailureComparison, assess, difference, failure_rate
 from harness.output import printable
 from harness.reproduce.predictions import NO_PREDICTIONS, correct_by_seed, seed_image_interval
 from harness.reproduce.studies import FAILED_LOSS_FRACTION, PAPER_CLAIMS, Protocol
-from trials.config.configio import MAX_INTEGER, MAX_SEED
 from trials.config.data_config import NUM_CLASSES
+from trials.configio import MAX_INTEGER, MAX_SEED
 from trials.errors import DataError, capped, cut_at_word
 from trials.status import TrialStatus
 from trials.training.predictions import TestPredictions

@@ -40,7 +40,7 @@ from harness.reproduce.analysis import (
 )
 from harness.reproduce.predictions import read_sidecar, sidecar_path, write_sidecar
 from harness.reproduce.studies import Protocol
-from trials.config.configio import MAX_INTEGER
+from trials.configio import MAX_INTEGER
 from trials.errors import DataError
 from trials.training.predictions import TestPredictions
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.lazy import lazy_import
 
 if TYPE_CHECKING:

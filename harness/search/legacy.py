@@ -30,10 +30,8 @@ LEGACY_MODULES: dict[str, tuple[str, ...]] = {
         "harness.search.stop.hopeless",
     ),
     # trials/ grouped by job (issue 58): a trial config or a status pickled before the move
-    "trials.configio": ("trials.config.configio",),
     "trials.trial_config": ("trials.config.trial_config",),
     "trials.data_config": ("trials.config.data_config",),
-    "trials.yaml_bounds": ("trials.config.yaml_bounds",),
     "trials.synthetic": ("trials.data.synthetic",),
     "trials.train": ("trials.training.train",),
     "trials.optimiser": ("trials.training.optimiser",),

@@ -42,7 +42,7 @@ import torch
 
 from trials import ownership
 from trials.atomic import atomic_write
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.devices.cpus import usable_cpus
 from trials.devices.torch_internals import (
     async_compile,

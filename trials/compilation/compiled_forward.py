@@ -30,7 +30,7 @@ from torch import nn
 from trials.compilation import compile_cache
 from trials.compilation.compile_artifacts import SharedArtifacts
 from trials.compilation.compile_cache import CompileClock
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.devices.gpu import is_compile_error, release_memory
 from trials.devices.torch_internals import dynamo_config, dynamo_utils
 from trials.models.regions import compile_regions, uncompile_regions, variants_needed

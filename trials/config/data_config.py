@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trials.config.configio import (
+from trials.configio import (
     ConfigError,
     check_declared,
     flag,
@@ -62,7 +62,7 @@ MAX_RANDAUGMENT_MAGNITUDE = 30
 # trains at). Flagged in the epoch record, the search's progress line and the report; kept here,
 # torch-free, so the driver and the dashboards read the same threshold as the trial.
 DATA_STARVED_FRACTION = 0.2
-# Sizes, bounded (the integer bound rule of trials.config.configio): images in a split, in a batch, on a side.
+# Sizes, bounded (the integer bound rule of trials.configio): images in a split, in a batch, on a side.
 MAX_DATASET_SIZE = 10**9
 MAX_BATCH_SIZE = 2**20
 MAX_IMAGE_SIZE = 8192

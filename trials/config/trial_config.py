@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import yaml
 
-from trials.config.configio import (
+from trials.config.data_config import MAX_BATCH_SIZE, DataConfig
+from trials.configio import (
     ConfigError,
     check_declared,
     check_fields,
@@ -31,15 +32,14 @@ from trials.config.configio import (
     text,
     to_mapping,
 )
-from trials.config.data_config import MAX_BATCH_SIZE, DataConfig
-from trials.config.yaml_bounds import YamlDuplicateKey, YamlTooLarge, safe_load_bounded
 from trials.errors import capped
 from trials.models.build import resolve_config
 from trials.models.config import CaiTConfig, CoAtNetConfig, ModelConfig, ModelConfigError
+from trials.yaml_bounds import YamlDuplicateKey, YamlTooLarge, safe_load_bounded
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
-# Budgets, bounded (the integer bound rule of trials.config.configio): a trial that asks for more would train
+# Budgets, bounded (the integer bound rule of trials.configio): a trial that asks for more would train
 # until it is killed. 100,000 epochs and 10^9 optimiser steps are far beyond any study's.
 MAX_EPOCHS = 100_000
 MAX_STEPS = 10**9

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trials.config.configio import ConfigError
 from trials.config.data_config import DATA_CHANNELS, DataConfig
+from trials.configio import ConfigError
 from trials.data.augmentation import MixFn, crop_padding, eval_transform, make_mix, train_transform
 from trials.data.loading import (
     IMAGENET_STATS,

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trials.config.configio import ConfigError
 from trials.config.data_config import (
     CIFAR_NUM_CLASSES,
     DIGITS_VAL_FRACTION,
@@ -29,6 +28,7 @@ from trials.config.data_config import (
     TEST_SPLIT_DATASETS,
     DataConfig,
 )
+from trials.configio import ConfigError
 from trials.data.seeding import derive_seed, seeded_generator
 from trials.data.synthetic import make_synthetic
 from trials.lazy import lazy_import

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.status import TrialStatus
 
 # How long a rank waits for the others at a collective. Rank 0 evaluates, reports and

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 LayerScaleSpec = float | Literal["paper", "off", "rezero"]
 DropPathSchedule = Literal["uniform", "linear"]

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 
 
 @dataclass(frozen=True)

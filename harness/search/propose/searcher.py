@@ -65,7 +65,7 @@ from harness.store import LeaseLost, Store
 from harness.store.urls import optuna_storage_url
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import COST_METRICS, SearchSpec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.status import TrialStatus
 
 MAX_INFEASIBLE_IN_A_ROW = 200

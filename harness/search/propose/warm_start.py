@@ -23,7 +23,7 @@ from harness.search.propose.searcher import config_key
 from harness.store import NoStore, Store, StoreError, mask_url
 from search_space.sampling import build_trial_config, fixed_params, params_of_config
 from search_space.spec import SearchSpec
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.status import TrialStatus
 
 

@@ -33,7 +33,7 @@ from harness.store.urls import mask_url, split_secret
 from search_space.spec import SearchSpec
 from search_space.url_secrets import secret_parts
 from search_space.validation import TRACK_EXTRA, tracking_secret_route
-from trials.config.configio import ConfigError
+from trials.configio import ConfigError
 from trials.lazy import lazy_import
 
 ray_mlflow = lazy_import("ray.air.integrations.mlflow")  # imports MLflow: only when a search tracks to it
