@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from harness.search import adapter
 from harness.search.interrupts import EXIT_CODES, SearchInterrupted, StopRequest
@@ -20,7 +21,9 @@ from harness.store import LeaseLost, Store
 from harness.store.liveness import HEARTBEAT_S
 from trials.status import StudyStatus
 
-HARD_STOP_AFTER_S = 45.0  # a graceful stop that takes longer than this (Ray's processes gone too) ends the driver
+HARD_STOP_AFTER_S = 45.0  # a graceful stop that takes longer than this ends the driver
+RAY_GONE_GRACE_S = 3.0  # once the local Ray's core died under a stop, fit() has this long to return
+STOP_POLL_S = 0.5
 
 
 class StopWatchdog:
@@ -28,9 +31,11 @@ class StopWatchdog:
 
     SIGTERM sent to a whole process group (a batch scheduler, ``kill -- -PGID``) also ends the local
     Ray's own processes, and the driver would then wait a minute for Ray's control store before dying
-    with exit 1. The store is marked first (the running trials and the study ``interrupted``); if
-    ``fit()`` has not returned after :data:`HARD_STOP_AFTER_S`, the driver prints the resume line
-    and exits with the signal's code. Ray's experiment state, saved as the search went, resumes.
+    with exit 1. The store is marked first (the running trials and the study ``interrupted``); the
+    driver then prints the resume line and exits with the signal's code if ``fit()`` has not returned
+    :data:`RAY_GONE_GRACE_S` after the local Ray's core died (nothing is left for it to wait for, and a
+    batch scheduler sends SIGKILL 30 s after SIGTERM), or after :data:`HARD_STOP_AFTER_S` in any case.
+    Ray's experiment state, saved as the search went, resumes.
     """
 
     def __init__(self, store_url: str, name: str, command: str):
@@ -48,11 +53,23 @@ class StopWatchdog:
 
     def _run(self, request) -> None:
         record_interruption(self.store_url, self.name, request, self.command, self._lease())
-        if self._cancelled.wait(HARD_STOP_AFTER_S):
+        if self._stopped_in_time():
             return
         message = record_interruption(self.store_url, self.name, request, self.command, self._lease())
         print(f"\n{message}", file=sys.stderr, flush=True)
         os._exit(request.exit_code)
+
+    def _stopped_in_time(self) -> bool:
+        """Whether ``fit()`` returned (:meth:`cancel`) before the hard stop is due (see the class docstring)."""
+        deadline = time.monotonic() + HARD_STOP_AFTER_S
+        ray_gone_at = None
+        while not self._cancelled.wait(STOP_POLL_S):
+            now = time.monotonic()
+            if ray_gone_at is None and adapter.dead_local_ray_processes(RAY_CORE):
+                ray_gone_at = now
+            if now >= deadline or (ray_gone_at is not None and now - ray_gone_at >= RAY_GONE_GRACE_S):
+                return False
+        return True
 
     def cancel(self) -> None:
         self._cancelled.set()
