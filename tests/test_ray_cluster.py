@@ -45,7 +45,7 @@ def _stop(process: subprocess.Popen) -> None:
         except ProcessLookupError:
             return
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=5)  # what SIGTERM has not ended by then, SIGKILL ends
             time.sleep(1)  # children of the group may outlive the leader by a moment
         except subprocess.TimeoutExpired:
             continue
