@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy import stats as scipy_stats
 from sqlalchemy import create_engine, text
 
 from harness.reproduce.analysis import pairs_on_test_split
@@ -157,28 +159,23 @@ def test_a_damaged_predictions_row_is_left_out_and_noted(store_url):
 # -- the bootstrap -------------------------------------------------------------------------------------
 
 
-def _loops(correct_a, correct_b, resamples, seed, level=0.95):
+def _loops(correct_a, correct_b, resamples, seed, level=0.95, paired=True):
     """The seed x image bootstrap written out with loops, from the docstring's protocol alone."""
     rng = np.random.default_rng(seed)
     n_a, n_b, images = len(correct_a), len(correct_b), len(correct_a[0])
     differences = []
     for _ in range(resamples):
         seeds_a = rng.integers(0, n_a, n_a)
-        seeds_b = rng.integers(0, n_b, n_b)
+        seeds_b = seeds_a if paired else rng.integers(0, n_b, n_b)
         drawn = rng.integers(0, images, images)
         total_a = sum(int(correct_a[s][i]) for s in seeds_a for i in drawn)
         total_b = sum(int(correct_b[s][i]) for s in seeds_b for i in drawn)
         differences.append(100.0 * (total_a / (n_a * images) - total_b / (n_b * images)))
-    ordered = sorted(differences)
-
-    def percentile(q):  # linear interpolation between the closest ranks
-        position = q / 100.0 * (len(ordered) - 1)
-        below = int(position)
-        above = min(below + 1, len(ordered) - 1)
-        return ordered[below] + (position - below) * (ordered[above] - ordered[below])
-
-    tail = 100.0 * (1 - level) / 2
-    return percentile(tail), percentile(100.0 - tail)
+    mean = sum(differences) / resamples
+    sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / (resamples - 1))
+    estimate = 100.0 * (np.mean(correct_a) - np.mean(correct_b))
+    half = scipy_stats.t.ppf(0.5 + level / 2, min(n_a, n_b) - 1) * sd
+    return estimate - half, estimate + half
 
 
 def _correct(rng, seeds, images, accuracy):
@@ -186,14 +183,15 @@ def _correct(rng, seeds, images, accuracy):
     return [(easy + rng.normal(0, 0.3, images)) < accuracy + 0.0 for _ in range(seeds)]
 
 
-def test_the_bootstrap_matches_an_independent_computation_and_narrows_with_more_images():
+@pytest.mark.parametrize("paired", [True, False])
+def test_the_bootstrap_matches_an_independent_computation_and_narrows_with_more_images(paired):
     rng = np.random.default_rng(7)
-    a, b = _correct(rng, 4, 60, 0.8), _correct(rng, 3, 60, 0.6)
-    low, high = seed_image_interval(np.array(a), np.array(b), resamples=300, seed=5)
-    expected = _loops(a, b, 300, 5)
+    a, b = _correct(rng, 4, 60, 0.8), _correct(rng, 4 if paired else 3, 60, 0.6)
+    low, high = seed_image_interval(np.array(a), np.array(b), paired=paired, resamples=300, seed=5)
+    expected = _loops(a, b, 300, 5, paired=paired)
     assert (low, high) == pytest.approx(expected, abs=1e-9)
     assert low < 100 * (np.mean(a) - np.mean(b)) < high
-    assert seed_image_interval(np.array(a), np.array(b), resamples=300, seed=6) != (low, high)  # seeded
+    assert seed_image_interval(np.array(a), np.array(b), paired=paired, resamples=300, seed=6) != (low, high)
 
     widths = []
     for images in (200, 5000):
@@ -201,9 +199,55 @@ def test_the_bootstrap_matches_an_independent_computation_and_narrows_with_more_
         difficulty = rng.random(images)
         a = np.array([difficulty + rng.normal(0, 0.1, images) < 0.85 for _ in range(6)])
         b = np.array([difficulty + rng.normal(0, 0.1, images) < 0.80 for _ in range(6)])
-        low, high = seed_image_interval(a, b, resamples=BOOTSTRAP_RESAMPLES)
+        low, high = seed_image_interval(a, b, paired=paired, resamples=BOOTSTRAP_RESAMPLES)
         widths.append(high - low)
     assert widths[1] < widths[0] / 2  # 25 times the images: about a fifth of the width
+
+
+def _seed_correlated(correlation: float, seeds: int = 7, images: int = 400):
+    """Runs of A and B whose per-seed accuracies share a seed effect: ``correlation`` of the seed-level
+    variation is common to a seed's two runs (its data order), the rest each run's own."""
+    rng = np.random.default_rng(11)
+    difficulty = rng.random(images)
+    shared = rng.normal(0, 0.08, seeds)
+    own_a, own_b = rng.normal(0, 0.08, seeds), rng.normal(0, 0.08, seeds)
+    w, r = math.sqrt(correlation), math.sqrt(1 - correlation)
+    a = np.array([difficulty < 0.75 + w * shared[k] + r * own_a[k] for k in range(seeds)])
+    b = np.array([difficulty < 0.70 + w * shared[k] + r * own_b[k] for k in range(seeds)])
+    return a, b
+
+
+def test_a_paired_interval_narrows_as_the_seeds_correlation_grows_and_is_narrower_than_an_unpaired_one():
+    """Issue 59: resampling A's and B's seeds independently in a paired design ignores the correlation a
+    seed's two runs share; drawn in pairs it cancels in A - B, as in the paired t-test over seeds."""
+    paired, unpaired = [], []
+    for correlation in (0.0, 0.5, 0.9):
+        a, b = _seed_correlated(correlation)
+        low, high = seed_image_interval(a, b, paired=True)
+        paired.append(high - low)
+        low, high = seed_image_interval(a, b, paired=False)
+        unpaired.append(high - low)
+    assert paired[0] > paired[1] > paired[2]
+    assert paired[2] < unpaired[2] / 2  # strongly correlated seeds: pairing removes most of the spread
+    assert all(p < u for p, u in zip(paired[1:], unpaired[1:], strict=True))  # drawn apart, it is not used
+
+
+def test_the_calibrated_interval_is_the_t_interval_over_seeds_where_the_images_add_nothing():
+    """Every image alike within a run (a run's accuracy is its per-image rate): resampling images adds
+    almost nothing, and the interval is close to the paired t-interval over seeds, not the narrower
+    percentile interval a 7-seed bootstrap gives."""
+    from dashboards.stats import difference
+
+    a, b = _seed_correlated(0.5, images=4000)
+    low, high = seed_image_interval(a, b)
+    per_seed = difference(dict(enumerate(100 * a.mean(axis=1))), dict(enumerate(100 * b.mean(axis=1))))
+    t_interval = per_seed.interval()
+    assert (high - low) == pytest.approx(t_interval.high - t_interval.low, rel=0.25)
+
+
+def test_a_paired_bootstrap_refuses_unequal_seeds():
+    with pytest.raises(ValueError, match="one run of each variant per seed"):
+        seed_image_interval(np.ones((3, 5)), np.ones((2, 5)), paired=True)
 
 
 # -- the runs file's sidecar, and runs without predictions -----------------------------------------------

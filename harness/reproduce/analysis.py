@@ -531,7 +531,7 @@ def summarize_runs(
             "b": b,
             "kind": relation,
             "margin": used,
-            "verdict": "inconclusive (a variant did not complete)",
+            "verdict": f"inconclusive ({_why_no_sample(a, b, samples, numbers)})",
         }
     # In the protocol's order; with --only, the claims whose both sides ran (Holm above counted them all).
     shown = pre.claims_run if pre is not None and pre.only else family
@@ -539,6 +539,20 @@ def summarize_runs(
     if numbers.failures:
         numbers.fisher = _fisher_pairs(claims or [], numbers.failures)
     return rows, verdicts, metric
+
+
+def _why_no_sample(a: str, b: str, samples: Mapping[str, Mapping[int, float]], numbers: StudyNumbers) -> str:
+    """Why a claim has no sample on one side: that variant's runs completed but none reached the comparison
+    level (a run that completed is not a run that did not complete), or none of them completed. A side
+    ``"A - B"`` (an interaction's arm) is answered for the first of its variants without a sample."""
+    variants = [part.strip() for side in (a, b) for part in side.split(" - ")]
+    for variant in variants:
+        if samples.get(variant):
+            continue
+        if numbers.missed_level.get(variant):
+            return f"no run of {variant} reached the comparison level; {numbers.missed_level[variant]} completed"
+        return f"no run of {variant} completed"
+    return "the two sides share no seed"
 
 
 @dataclass(frozen=True)

@@ -192,9 +192,11 @@ def _test_split_pairs(pairs: list[PairOnTestSplit], kind: str) -> list[str]:
     lines = [
         "",
         lead + "`95% CI, seeds x images` "
-        f"includes it: a two-level percentile bootstrap ({BOOTSTRAP_RESAMPLES:,} resamples, seeded) that "
-        "draws the seeds within each variant and the test images jointly for both (they share the split), "
-        "from each run's stored per-image predictions; runs without them are said so, never filled in.",
+        f"includes it: a two-level bootstrap ({BOOTSTRAP_RESAMPLES:,} resamples, seeded) that draws the seeds "
+        "in pairs (a seed's runs of A and B together, as the design pairs them) and the test images jointly "
+        "for both (they share the split), from each run's stored per-image predictions, t-calibrated (the "
+        "difference +- Student's t at seeds - 1 degrees of freedom times the resamples' standard deviation); "
+        "runs without predictions are said so, never filled in.",
         "",
         "| A - B on test top-1 | points | 95% CI | 95% CI, seeds x images | seeds | A ahead / B ahead "
         "| p t (two-sided) | p sign-flip |",
