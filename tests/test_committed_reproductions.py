@@ -183,3 +183,25 @@ def test_which_presets_fix_a_parameter_is_known():
         if fixed_params(spec):
             fixing[path.name] = sorted(fixed_params(spec))
     assert fixing == {}
+
+
+@pytest.mark.parametrize("path", _committed_verdicts(), ids=lambda p: p.name)
+def test_every_committed_summary_says_its_training_stage_beside_its_verdicts(path):
+    """Issue 59 (7): the optimiser steps and the final test top-1 the variants end at, recomputed from the
+    runs file, stand in the summary after the verdicts; a CaiT study whose models end at 28-74% says that
+    its verdicts are about early training."""
+    from harness.reproduce.analysis import summarize_runs
+    from harness.reproduce.records import read_runs
+    from harness.reproduce.summary import _training_stage
+
+    name = path.name[: -len(VERDICTS_SUFFIX)]
+    protocol = _protocol_of(name)
+    runs, metric = read_runs(DOCS / f"{name}{RUNS_SUFFIX}", protocol)
+    rows, _, _ = summarize_runs(
+        runs, protocol, metric=metric, margin=protocol.margin, large_margin=protocol.large_margin
+    )
+    (_, line) = _training_stage(rows, protocol)
+    summary = (DOCS / f"{name}.md").read_text()
+    assert line in summary and summary.index(line) > summary.index("| paper's claim |"), name
+    if name.startswith("cait-"):
+        assert "early training" in line, name
