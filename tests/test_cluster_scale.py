@@ -121,8 +121,8 @@ def test_the_imagenet_scale_needs_an_image_folder_and_says_so_in_one_line(folder
     capacity = runner.invoke(main, ["reproduce", "coatnet-layouts", "--scale", "imagenet", "--protocol", "capacity",
                                     "--dataset", "imagefolder", "--data-dir", str(folder), "--plan"])  # fmt: skip
     assert capacity.exit_code == 2 and "use --protocol generalisation" in capacity.output
-    with pytest.raises(ValueError, match="unknown scale 'imagenet'"):
-        plan("cait-class-attention", "imagenet", 8, (), "imagefolder", str(folder))
+    with pytest.raises(ValueError, match="unknown scale 'huge'"):
+        plan("cait-class-attention", "huge", 8, (), "imagefolder", str(folder))
 
 
 @pytest.fixture(scope="module")
@@ -169,16 +169,27 @@ def test_the_coatnet_plan_has_real_attention_grids_matched_layouts_powered_seeds
     assert "8 seeds per variant, 40 runs" in output.splitlines()[0]
 
 
+ALL_CAIT_STUDIES = ("cait-depth", "cait-residual-schemes", "cait-class-attention", "cait-init-control",
+                    "cait-depth-rezero-ln", "cait-class-attention-matched")  # fmt: skip
+
+
 def test_the_cait_studies_run_table_1_at_depth_12_and_more_on_100_tokens(folder):
-    for study in ("cait-depth", "cait-residual-schemes"):
+    """Issue 59 (3): every CaiT study, the controls and class attention included, plans at the imagenet
+    scale with its own claims, the cluster's endpoint and margins, and seeds from the power calculation."""
+    for study in ALL_CAIT_STUDIES:
         (run,) = plan(study, "imagenet", 8, (), "imagefolder", str(folder))
         assert run.protocol.image_size == 160 and run.spec["data"]["image_size"] == 160
-        depths = {v["depth"] for v in run.spec["variants"].values()}
-        assert min(depths) >= 12
+        base_ca = run.spec["base_model"].get("ca_depth", 0)
+        blocks = {v["depth"] + v.get("ca_depth", base_ca) for v in run.spec["variants"].values()}
+        assert min(blocks) >= 12, study  # Table 1's depth 12 and more (Table 3's splits of 12 blocks)
         config = studies.variant_config(run, next(iter(run.spec["variants"])))
         assert planning.grids(config) == [[10, 10]]
         assert run.protocol.seeds >= cluster_scale.powered_seeds(len(run.protocol.claims))
         assert run.spec["data"]["augment"]["mixup_alpha"] == 0.8  # DeiT's recipe, as Table 1
+        assert run.protocol.metric.startswith("final validation top-1") and run.protocol.first_seed == 0
+        assert run.protocol.margin == cluster_scale.MARGIN
+        (small,) = plan(study, "small", 8, (), "mnist5k", None)
+        assert run.protocol.claims == small.protocol.claims and set(run.spec["variants"]) == set(small.spec["variants"])
         load_spec(run.spec, check_paths=True)
     (depth,) = plan("cait-depth", "imagenet", 8, (), "imagefolder", str(folder))
     assert depth.protocol.seeds == cluster_scale.powered_seeds(4, interaction=True) > 8  # the interaction's spread

@@ -340,6 +340,7 @@ def cait_run(
         margin=MARGIN,
         large_margin=LARGE_MARGIN,
         failure_rule=None,  # see the note below
+        first_seed=0,  # no earlier run at this scale: a control's fresh seeds are any seeds here
     )
     width, heads = small.spec["base_model"].get("embed_dim"), small.spec["base_model"].get("num_heads")
     notes = (

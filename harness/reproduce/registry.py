@@ -97,7 +97,13 @@ STUDIES: dict[str, Study] = {
             "CaiT Table 1's question: depth x residual scheme",
             scales=SCALES + CLUSTER_SCALES,
         ),
-        Study("cait-class-attention", "cait_class_attention_run", (), "CaiT Table 3: the SA/CA split"),
+        Study(
+            "cait-class-attention",
+            "cait_class_attention_run",
+            (),
+            "CaiT Table 3: the SA/CA split",
+            scales=SCALES + CLUSTER_SCALES,
+        ),
         Study(
             "cait-residual-schemes",
             "cait_residual_schemes_run",
@@ -112,18 +118,21 @@ STUDIES: dict[str, Study] = {
             "cait_init_control_run",
             (),
             "cait-residual-schemes' control: LayerScale and prenorm with T-Fixup's Xavier init",
+            scales=SCALES + CLUSTER_SCALES,
         ),
         Study(
             "cait-depth-rezero-ln",
             "cait_depth_rezero_ln_run",
             (),
             "cait-depth's ReZero claim with CaiT's ReZero (LayerNorm kept)",
+            scales=SCALES + CLUSTER_SCALES,
         ),
         Study(
             "cait-class-attention-matched",
             "cait_class_attention_matched_run",
             (),
             "CaiT Table 3 at equal parameters: 4+2 vs 6+0",
+            scales=SCALES + CLUSTER_SCALES,
         ),
     )
 }

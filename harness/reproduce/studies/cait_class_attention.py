@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from harness.reproduce import cluster_scale
+
 from .cait_common import cait_base, cait_protocol, cait_settings
 from .common import DEFAULT_DATASET, Run, data_section, grid_spec, reproduction_study_name
 
 
 def cait_class_attention_run(
-    scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None
+    scale: str,
+    seeds: int,
+    dataset: str = DEFAULT_DATASET,
+    data_dir: str | None = None,
+    pilot: dict[str, dict[str, float]] | None = None,
+    only: tuple[str, ...] = (),
 ) -> Run:
     """SA+CA splits at a fixed total, and late class-token insertion for the CA-free baseline."""
+    if scale in cluster_scale.CLUSTER_SCALES:  # the same study at --scale small, on the user's ImageFolder
+        small = cait_class_attention_run(cluster_scale.CAIT["wrapped_scale"], seeds, "mnist5k", None)
+        return cluster_scale.cait_run(small, seeds, dataset, data_dir, pilot, only, interaction=False)
     settings = cait_settings(scale)
     d = settings["split_depth"]
     late = d - 1  # CaiT inserts the class token at layer 10 or 11 of 12 (Table 3): here the last block's

@@ -4,6 +4,7 @@ at equal parameters, (d-2)+2 against d+0.
 
 from __future__ import annotations
 
+from harness.reproduce import cluster_scale
 from search_space.cost_model import estimate_params
 from trials.models import resolve_config
 
@@ -12,10 +13,18 @@ from .common import DEFAULT_DATASET, FRESH_SEEDS, Run, reproduction_study_name
 
 
 def cait_class_attention_matched_run(
-    scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None
+    scale: str,
+    seeds: int,
+    dataset: str = DEFAULT_DATASET,
+    data_dir: str | None = None,
+    pilot: dict[str, dict[str, float]] | None = None,
+    only: tuple[str, ...] = (),
 ) -> Run:
     """Class attention at equal parameters: (d-2)+2 against d+0 (an SA block and a CA block have
     nearly the same parameters), cait-class-attention's base and budget, on fresh seeds."""
+    if scale in cluster_scale.CLUSTER_SCALES:  # the same study at --scale small, on the user's ImageFolder
+        small = cait_class_attention_matched_run(cluster_scale.CAIT["wrapped_scale"], seeds, "mnist5k", None)
+        return cluster_scale.cait_run(small, seeds, dataset, data_dir, pilot, only, interaction=False)
     settings = cait_settings(scale)
     d = settings["split_depth"]
     matched, plain = f"{d - 2}+2", f"{d}+0"

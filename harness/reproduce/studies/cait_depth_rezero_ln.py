@@ -4,16 +4,26 @@ claim against CaiT's ReZero (LayerNorm kept).
 
 from __future__ import annotations
 
+from harness.reproduce import cluster_scale
+
 from .cait_common import cait_base, cait_protocol, cait_settings, control_note, control_spec, failure_rule
 from .common import DEFAULT_DATASET, FRESH_SEEDS, Run, reproduction_study_name
 
 
 def cait_depth_rezero_ln_run(
-    scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None
+    scale: str,
+    seeds: int,
+    dataset: str = DEFAULT_DATASET,
+    data_dir: str | None = None,
+    pilot: dict[str, dict[str, float]] | None = None,
+    only: tuple[str, ...] = (),
 ) -> Run:
     """cait-depth's ReZero claim with CaiT's ReZero: LayerScale against ReZero with the branch LayerNorm
     kept (``keep_norm``, CaiT section 3, Table A.1) at cait-depth's deepest depth, base and budget, on
     fresh seeds. cait-depth itself keeps the original ReZero (its pre-registered, committed protocol)."""
+    if scale in cluster_scale.CLUSTER_SCALES:  # the same study at --scale small, on the user's ImageFolder
+        small = cait_depth_rezero_ln_run(cluster_scale.CAIT["wrapped_scale"], seeds, "mnist5k", None)
+        return cluster_scale.cait_run(small, seeds, dataset, data_dir, pilot, only, interaction=False)
     settings = cait_settings(scale)
     base = {**cait_base(settings, scale), "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False}
     d = max(settings["depths"])

@@ -4,16 +4,28 @@ LayerScale >= T-Fixup+LN with the initialisation matched.
 
 from __future__ import annotations
 
+from harness.reproduce import cluster_scale
+
 from .cait_common import cait_base, cait_protocol, cait_settings, control_note, control_spec, failure_rule
 from .common import DEFAULT_DATASET, DEFAULT_SEEDS, FRESH_SEEDS, Run, grid_parts, reproduction_study_name
 
 
-def cait_init_control_run(scale: str, seeds: int, dataset: str = DEFAULT_DATASET, data_dir: str | None = None) -> Run:
+def cait_init_control_run(
+    scale: str,
+    seeds: int,
+    dataset: str = DEFAULT_DATASET,
+    data_dir: str | None = None,
+    pilot: dict[str, dict[str, float]] | None = None,
+    only: tuple[str, ...] = (),
+) -> Run:
     """The residual-schemes study's initialisation control: LayerScale and prenorm with T-Fixup's
     Xavier (``init: xavier``) beside T-Fixup+LN and LayerScale at the base init, at the deepest depth,
     on fresh seeds; the recipe is cait-residual-schemes' own (same base, budget, no clipping, no
     drop-path). The primary claim re-decides ``LayerScale >= T-Fixup+LN`` with the init matched.
     """
+    if scale in cluster_scale.CLUSTER_SCALES:  # the same study at --scale small, on the user's ImageFolder
+        small = cait_init_control_run(cluster_scale.CAIT["wrapped_scale"], seeds, "mnist5k", None)
+        return cluster_scale.cait_run(small, seeds, dataset, data_dir, pilot, only, interaction=False)
     settings = cait_settings(scale)
     base = {**cait_base(settings, scale), "ca_depth": 0, "cls_insert_layer": 0, "talking_heads": False}
     d = max(settings["scheme_depths"])
