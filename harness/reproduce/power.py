@@ -17,6 +17,7 @@ import math
 from trials.lazy import lazy_import
 
 stats = lazy_import("scipy.stats")  # when a power is computed: the registry and the CLI stay light
+integrate = lazy_import("scipy.integrate")
 
 STUDY_ALPHA = 0.05  # the family-wise level every reproduction's verdicts hold
 POWER = 0.8  # the power a pre-registered seed count is computed for
@@ -72,3 +73,66 @@ def power_statement(difference: float, sd: float, claims: int, seeds: int, units
         f"{paired_t_power(seeds, difference, sd, strict):.0%} at Holm's strictest level "
         f"({strict:.3g}: {claims} claims) with {seeds} seeds"
     )
+
+
+RELATIONS = (">", ">=", ">>", "~")
+
+
+def claim_power(
+    relation: str, difference: float, sd: float, seeds: int, alpha: float, margin: float, large_margin: float
+) -> float:
+    """The power of a claim's "holds" decision when the true per-seed difference A - B is ``difference``.
+
+    As :mod:`dashboards.stats` decides it at the two-sided level ``alpha`` (Holm's step): each direction is a
+    one-sided paired t-test at ``alpha / 2``; ``A > B`` against 0, ``A >= B`` against -``margin``, ``A >> B``
+    against ``large_margin``, and ``A ~ B`` both one-sided tests of TOST within +-``margin`` (computed exactly,
+    :func:`tost_power`, not as a t-test's power)."""
+    if relation not in RELATIONS:
+        raise ValueError(f"unknown relation {relation!r}; use one of {', '.join(RELATIONS)}")
+    if seeds < 2:
+        return 0.0
+    if relation == "~":
+        return tost_power(seeds, difference, sd, margin, alpha)
+    df = seeds - 1
+    threshold = {">": 0.0, ">=": -margin, ">>": large_margin}[relation]
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(critical, df, (difference - threshold) / sd * math.sqrt(seeds)))
+
+
+def tost_power(seeds: int, difference: float, sd: float, margin: float, alpha: float) -> float:
+    """The exact power of TOST (two one-sided paired t-tests at ``alpha / 2`` each) to show equivalence
+    within +-``margin`` when the true difference is ``difference``: the probability that the mean lands
+    within ``margin - t * s / sqrt(n)`` of 0 on both sides, integrated over the sample sd's chi-square law
+    (the mean and the sd are independent under normality)."""
+    n, df = seeds, seeds - 1
+    critical = float(stats.t.ppf(1 - alpha / 2, df))
+    se = sd / math.sqrt(n)
+    # s = sd * sqrt(u / df) with u ~ chi2(df); the acceptance interval is empty once t * s / sqrt(n) >= margin
+    u_max = df * (margin * math.sqrt(n) / (critical * sd)) ** 2
+
+    def accepted(u: float) -> float:
+        half = margin - critical * sd * math.sqrt(u / df) / math.sqrt(n)
+        inside = stats.norm.cdf((half - difference) / se) - stats.norm.cdf((-half - difference) / se)
+        return float(inside * stats.chi2.pdf(u, df))
+
+    value, _ = integrate.quad(accepted, 0.0, u_max, limit=200)
+    return float(min(max(value, 0.0), 1.0))
+
+
+def seeds_for_claim(
+    relation: str,
+    difference: float,
+    sd: float,
+    alpha: float,
+    margin: float,
+    large_margin: float,
+    *,
+    power: float = POWER,
+    most: int = MOST_SEEDS,
+) -> int | None:
+    """The fewest seeds (at least 2) at which :func:`claim_power` reaches ``power``; None when ``most``
+    seeds do not (a true difference on the wrong side of the claim's threshold never gets there)."""
+    for seeds in range(2, most + 1):
+        if claim_power(relation, difference, sd, seeds, alpha, margin, large_margin) >= power:
+            return seeds
+    return None

@@ -172,7 +172,7 @@ def coatnet_layouts_run(
     settings = _settings(scale, protocol, dataset, data_dir)
     claims = tuple(PAPER_CLAIMS[protocol])
     if cluster:
-        seeds = max(seeds, cluster_scale.powered_seeds(len(claims)))
+        seeds = cluster_scale.study_seeds(seeds, claims)
     base_model = settings["base"] if isinstance(settings["base"], dict) else {"preset": settings["base"]}
     base_model = {**base_model, "image_size": settings["image_size"], "drop_path_rate": 0.0}
     if "vit_patch_size" in settings:
@@ -212,7 +212,7 @@ def coatnet_layouts_run(
         more_seeds=more_seeds,
     )
     if cluster:
-        notes = _imagenet_notes(settings, base, matched, len(claims), seeds)
+        notes = _imagenet_notes(settings, base, matched, claims, seeds)
     else:
         notes = _notes(settings, matched, generalisation)
     frozen = Protocol(
@@ -311,7 +311,7 @@ def _notes(settings: dict[str, Any], matched: dict[str, Any], generalisation: bo
 
 
 def _imagenet_notes(
-    settings: dict[str, Any], base: Any, matched: dict[str, Any], claims: int, seeds: int
+    settings: dict[str, Any], base: Any, matched: dict[str, Any], claims: tuple[tuple[str, str, str], ...], seeds: int
 ) -> tuple[str, ...]:
     """The protocol's notes at the imagenet scale (the pilot's note goes first, added by
     :func:`harness.reproduce.cluster_scale.cluster_run`)."""
@@ -334,7 +334,8 @@ def _imagenet_notes(
         f"Budget: {settings['epochs']} epochs (the paper's Fig. 1: 300), no augmentation, no regularisation "
         f"(weight decay, label smoothing, drop-path 0), AdamW with {settings['warmup_epochs']} warm-up epochs, "
         f"batch {settings['batch_size']}, gradient clipping 1.0.",
-        cluster_scale.power_note(claims, seeds),
+        cluster_scale.power_note(len(claims), seeds),
+        cluster_scale.paper_power_note(claims, seeds, cluster_scale.COATNET_SOURCE),
         f"Margins: '~' and '>=' +-{margin:g} points (the difference the seeds are powered for), '>>' "
         f"{large:g} points; all fixed before any run. ImageNet-100 is the stated fallback: the same "
         "protocol on its 100 classes (about 127k training images), at a tenth of the cost; its verdicts speak "
