@@ -134,6 +134,21 @@ STUDIES: dict[str, Study] = {
             "CaiT Table 3 at equal parameters: 4+2 vs 6+0",
             scales=SCALES + CLUSTER_SCALES,
         ),
+        # Controls pre-registered on 2026-11-29 (issue 59), before any of their runs, on seeds from 2000.
+        Study(
+            "cait-class-attention-blocks",
+            "cait_class_attention_blocks_run",
+            (),
+            "CaiT Table 3 at equal blocks and parameters: 8+0 vs 6+2",
+            scales=SCALES + CLUSTER_SCALES,
+        ),
+        Study(
+            "cait-width-init",
+            "cait_width_init_run",
+            (),
+            "LayerScale vs T-Fixup+LN at the base init across widths 64, 192, 384",
+            scales=SCALES + CLUSTER_SCALES,
+        ),
     )
 }
 SCALE_NAMES = tuple(dict.fromkeys(scale for study in STUDIES.values() for scale in study.scales))

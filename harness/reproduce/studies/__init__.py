@@ -10,7 +10,8 @@ where the registry lists it, imagenet) is a parameter of that definition:
 * :mod:`.cait_class_attention`: the SA/CA split (Table 3);
 * :mod:`.cait_residual_schemes`: Table 1's columns at depth;
 * issue 48's controls, pre-registered 2026-11-27 on fresh seeds: :mod:`.cait_init_control`,
-  :mod:`.cait_depth_rezero_ln`, :mod:`.cait_class_attention_matched`.
+  :mod:`.cait_depth_rezero_ln`, :mod:`.cait_class_attention_matched`; issue 59's
+  :mod:`.cait_class_attention_blocks`, :mod:`.cait_width_init`.
 
 Each is an ordinary grid study over variants x seeds, so it runs, resumes and is stored like any
 search. A :class:`Protocol` (:mod:`.common`, with :class:`Run`, the grid builder, the study-name rule
@@ -24,12 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 from .cait_class_attention import cait_class_attention_run
+from .cait_class_attention_blocks import cait_class_attention_blocks_run
 from .cait_class_attention_matched import cait_class_attention_matched_run
 from .cait_common import ADJUSTED_DROP_PATH, CAIT_SCALES, RENORMALISED_SCHEMES, TABLE_1_SCHEMES
 from .cait_depth import cait_depth_run
 from .cait_depth_rezero_ln import cait_depth_rezero_ln_run
 from .cait_init_control import cait_init_control_run
 from .cait_residual_schemes import cait_residual_schemes_run
+from .cait_width_init import cait_width_init_run
 from .coatnet_layouts import LAYOUTS, PAPER_CLAIMS, PAPER_RANKING, SCALES, coatnet_layouts_run
 from .common import (
     DEFAULT_DATASET,
@@ -72,6 +75,7 @@ __all__ = [
     "TABLE_1_SCHEMES",
     "Protocol",
     "Run",
+    "cait_class_attention_blocks_run",
     "cait_class_attention_matched_run",
     "cait_class_attention_run",
     "cait_class_attention_spec",
@@ -80,6 +84,7 @@ __all__ = [
     "cait_depth_spec",
     "cait_init_control_run",
     "cait_residual_schemes_run",
+    "cait_width_init_run",
     "claim_variants",
     "coatnet_layouts_run",
     "coatnet_layouts_spec",

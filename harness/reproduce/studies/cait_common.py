@@ -16,6 +16,8 @@ from .common import (
     LARGE_MARGIN,
     MARGIN,
     PREREGISTERED_CONTROLS,
+    PREREGISTERED_SECOND_CONTROLS,
+    SECOND_FRESH_SEEDS,
     Protocol,
     data_section,
     grid_spec,
@@ -114,6 +116,7 @@ def control_spec(
     training: dict[str, Any],
     variants: dict[str, Any],
     seeds: int,
+    first_seed: int = FRESH_SEEDS,
 ) -> dict[str, Any]:
     """The grid spec of one of issue 48's CaiT controls: the controlled study's data, top-1 and FLOPs as
     objectives, on :data:`FRESH_SEEDS` (what the three controls share; their models and budgets differ)."""
@@ -128,7 +131,16 @@ def control_spec(
         seeds=seeds,
         objectives={"top1": "max", "flops": "min"},
         gpus=settings.get("gpus", 0.0),
-        first_seed=FRESH_SEEDS,
+        first_seed=first_seed,
+    )
+
+
+def second_control_note(what: str) -> str:
+    """Issue 59's controls: pre-registered on their own date, on their own fresh seeds."""
+    return (
+        f"Pre-registered on {PREREGISTERED_SECOND_CONTROLS} (issue 59), before any of its runs, as a control for "
+        f"{what}; fresh seeds from {SECOND_FRESH_SEEDS} (no earlier run used them), every variant on the same "
+        "seeds, so each claim is paired. Its own study and Holm family: no committed verdict is re-adjusted."
     )
 
 

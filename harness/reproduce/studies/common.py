@@ -28,6 +28,9 @@ DEFAULT_DATASET = "mnist5k"
 # family, its own store name, so the committed studies' protocols and verdicts stay exactly as run.
 FRESH_SEEDS = 1000
 PREREGISTERED_CONTROLS = "2026-11-27"
+# Issue 59's controls, pre-registered on 2026-11-29 before any of their runs, on seeds no earlier run used.
+SECOND_FRESH_SEEDS = 2000
+PREREGISTERED_SECOND_CONTROLS = "2026-11-29"
 
 # What makes a run a failure to learn (the CaiT depth study counts these, never averages them away).
 FAILED_LOSS_FRACTION = 0.05  # final training loss within 5% of ln(classes): no better than guessing
