@@ -99,22 +99,16 @@ def test_ctrl_c_interrupts_the_study_and_resume_finishes_exactly_n_trials(tmp_pa
 def test_a_stop_signal_to_the_whole_process_group_still_records_the_interruption(tmp_path, stop, code):
     """A batch scheduler's SIGTERM, or the SIGHUP of a closed terminal (a dropped ssh session, a closed
     tmux pane: issue 57, it ended the driver silently with the study left ``running``), reaches the local
-    Ray's processes too; the driver records the interruption, says so with the resume line, and a resume
-    finishes the search."""
+    Ray's processes too; the driver records the interruption and says so with the resume line."""
     name = f"stopped-{stop.name.lower()}"
-    driver, url, common = _start(tmp_path, name)
+    driver, url, _ = _start(tmp_path, name)
     os.killpg(driver.pid, stop)
     _, err = driver.communicate(timeout=180)
     assert driver.returncode == code, err[-2000:]
     assert f"search interrupted by {stop.name}" in err and "resume with:" in err
     counts, study, _ = _state(url, name)
     assert study["status"] == "interrupted" and counts["running"] == 0 and counts["failed"] == 0
-    if stop == signal.SIGHUP:
-        command = [EXE, "search", "--resume", name, *common]
-        resumed = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
-        counts, study, _ = _state(url, name)
-        assert study["status"] == "completed" and counts["completed"] == 4
+    # Resuming after it is the path the Ctrl-C and the SIGKILL tests (tests/test_search.py) run to the end.
 
 
 def test_every_stop_signal_takes_the_interrupt_path_in_a_search_and_in_a_command():

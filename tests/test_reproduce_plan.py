@@ -157,3 +157,21 @@ def test_a_subsets_verdicts_cover_the_claims_both_of_whose_sides_ran_and_holm_co
     write_records(tmp_path, run.spec["name"], runs, verdicts, "top-1")
     assert [v["claim"] for v in recompute(tmp_path / f"{run.spec['name']}.runs.csv", run.protocol)] == ["CCTT > CTTT"]
     assert "Holm's correction still counts all 5" in run.protocol.selection_note()
+
+
+@pytest.mark.parametrize("study", sorted(__import__("harness.reproduce.registry", fromlist=["STUDIES"]).STUDIES))
+def test_every_study_plans_at_the_tiny_scale_and_every_variant_builds(study):
+    """Each study's own spec, variants and claims, without training: the end-to-end path they all share is
+    run once (tests/test_reproduce.py), so each study's part of it is checked here."""
+    from harness.reproduce import studies
+    from search_space.validation import load_spec
+    from trials.models import build_model
+
+    for run in plan(study, "tiny", 2, (), "mnist5k", None):
+        spec = load_spec(run.spec, check_paths=False)
+        assert spec.search.n_trials == len(run.spec["variants"]) * 2 and run.protocol.claims
+        named = {part.strip() for claim in run.protocol.claims for side in (claim[0], claim[2])
+                 for part in side.split(" - ")}  # fmt: skip
+        assert named <= set(run.spec["variants"]), study
+        for variant in run.spec["variants"]:
+            build_model(studies.variant_config(run, variant))
