@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from trials.models import build_model
+from trials.models.cait import SelfAttention
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,6 @@ def initial_attention(model_config: dict[str, Any], *, images: int = 8, seed: in
         b, n, _ = x.shape
         q, k, _ = module.qkv(x).view(b, n, 3, module.num_heads, module.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         logits.append(((q * module.scale) @ k.transpose(-2, -1)).detach())
-
-    from trials.models.cait import SelfAttention
 
     hooks = [m.register_forward_pre_hook(capture) for m in model.modules() if isinstance(m, SelfAttention)]
     if not hooks:

@@ -22,6 +22,9 @@ def cait_init_control_run(
     Xavier (``init: xavier``) beside T-Fixup+LN and LayerScale at the base init, at the deepest depth,
     on fresh seeds; the recipe is cait-residual-schemes' own (same base, budget, no clipping, no
     drop-path). The primary claim re-decides ``LayerScale >= T-Fixup+LN`` with the init matched.
+
+    Long because it is the control's whole declaration (its variants, claims, spec and the notes that
+    register why each claim is there), read top to bottom as its protocol prints.
     """
     if scale in cluster_scale.CLUSTER_SCALES:  # the same study at --scale small, on the user's ImageFolder
         small = cait_init_control_run(cluster_scale.CAIT["wrapped_scale"], seeds, "mnist5k", None)
