@@ -202,6 +202,9 @@ def seed_image_interval(
     if resamples < 2:
         raise ValueError("at least two resamples")
     (n_a, images), n_b = a.shape, b.shape[0]
+    seeds = min(n_a, n_b)
+    if seeds < 2:
+        return -math.inf, math.inf  # one seed: nothing is known of the seed-to-seed spread
     rng = np.random.default_rng(seed)
     differences = np.empty(resamples)
     for r in range(resamples):
@@ -211,9 +214,6 @@ def seed_image_interval(
         per_image = drawn_a @ a / n_a - drawn_b @ b / n_b  # each image's accuracy difference over the drawn seeds
         differences[r] = 100.0 * float(per_image @ weight) / images
     estimate = 100.0 * (float(a.mean()) - float(b.mean()))
-    seeds = min(n_a, n_b)
-    if seeds < 2:
-        return -math.inf, math.inf  # one seed: nothing is known of the seed-to-seed spread
     half = float(stats.t.ppf(0.5 + level / 2, seeds - 1)) * float(differences.std(ddof=1))
     return estimate - half, estimate + half
 
