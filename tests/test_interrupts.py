@@ -487,3 +487,20 @@ def test_ray_dying_under_the_driver_ends_the_search_in_one_line_not_rays_own(tmp
     assert "resume with: archsearch search --resume raydied" in lines[0] and "Failed to connect to GCS" not in err
     counts, study, _ = _state(url, "raydied")
     assert study["status"] == "interrupted" and counts["running"] == 0
+
+
+def test_a_stop_ends_the_driver_once_the_local_rays_core_is_gone_not_at_the_hard_stop(monkeypatch):
+    """Issue 58: with the local Ray's raylet dead under a stop, fit() has nothing to wait for; the watchdog
+    gives up after RAY_GONE_GRACE_S, not after HARD_STOP_AFTER_S (set here past any test's timeout, so a
+    watchdog that waited for it would fail by pytest's timeout). A returned fit() still cancels it."""
+    from harness.search import watch
+
+    monkeypatch.setattr(watch, "HARD_STOP_AFTER_S", 1e6)
+    monkeypatch.setattr(watch, "RAY_GONE_GRACE_S", 0.1)
+    monkeypatch.setattr(watch, "STOP_POLL_S", 0.01)
+    monkeypatch.setattr(watch.adapter, "dead_local_ray_processes", lambda kinds: [("raylet", -15)])
+    assert watch.StopWatchdog("sqlite://", "s", "resume")._stopped_in_time() is False
+    monkeypatch.setattr(watch.adapter, "dead_local_ray_processes", lambda kinds: [])
+    cancelled = watch.StopWatchdog("sqlite://", "s", "resume")
+    cancelled.cancel()
+    assert cancelled._stopped_in_time() is True
