@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import distributions
@@ -192,7 +193,7 @@ class PercentileDecider:
 
     def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any]) -> bool:
         value = values.get(self.metric)
-        reward = self.sign * float(value) if isinstance(value, (int, float)) and value == value else math.nan
+        reward = self.sign * float(value) if _number(value) is not None else math.nan
         for milestone, recorded in self.recorded.items():  # highest first, as Ray's rungs
             if epoch < milestone or trial_id in recorded:
                 continue
@@ -392,6 +393,11 @@ class _Completed:
     curves: dict[int, dict[int, dict[str, Any]]]  # number -> epoch -> epoch record
     parameters: dict[int, Any]
     sampled_from: int | None
+    # The pruned trials: they competed at the rungs they reached, so a replay of the rule must see them
+    # there (without them a rung holds fewer trials and keeps fewer: the kept count came out too low).
+    pruned: list[int] = field(default_factory=list)
+    pruned_costs: pd.DataFrame | None = None  # index number: the objectives' values known before training
+    pruned_curves: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _completed(
@@ -423,7 +429,13 @@ def _completed(
     finals = done.set_index(done["number"].astype(int)).loc[numbers, [*objectives, "on_front"]]
     curves = {n: {int(e["epoch"]): e for e in records[n].get("epochs") or []} for n in numbers}
     parameters = {n: records[n].get("parameters") for n in numbers}
-    return _Completed(numbers, finals, curves, parameters, sampled_from)
+    pruned_rows = trials[(trials["status"] == TrialStatus.PRUNED).to_numpy()]
+    pruned = [int(n) for n in pruned_rows["number"]]
+    pruned_records = reader.trial_records(study, pruned, statuses=[TrialStatus.PRUNED]) if pruned else {}
+    pruned = [n for n in pruned if n in pruned_records]
+    pruned_costs = pruned_rows.set_index(pruned_rows["number"].astype(int)).loc[pruned, list(objectives)]
+    pruned_curves = {n: {int(e["epoch"]): e for e in pruned_records[n].get("epochs") or []} for n in pruned}
+    return _Completed(numbers, finals, curves, parameters, sampled_from, pruned, pruned_costs, pruned_curves)
 
 
 def study_fidelity(
@@ -483,7 +495,8 @@ def _rule_of(reader: StudyReader, study: str, rule: RuleSource | RungRule | None
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A finite number, numpy's included (a store frame's integer column is ``np.int64``, no ``int``), else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     return float(value) if math.isfinite(value) else None
 
@@ -492,16 +505,21 @@ def _rung_values(
     data: _Completed, rule: RungRule, objectives: Mapping[str, str]
 ) -> dict[int, dict[int, dict[str, Any]]]:
     """number -> epoch -> what a rung ranks on: a value of that epoch where the curve records it (the
-    metric), else the trial's final one (its cost, known before training)."""
+    metric), else the trial's final one (its cost, known before training). The pruned trials are in it
+    with the epochs they reached: the rule judged every trial at a rung against all that reached it."""
     names = list(dict.fromkeys([*rule.objectives, *objectives]))
     out: dict[int, dict[int, dict[str, Any]]] = {}
-    for number in data.numbers:
-        finals = data.finals.loc[number]
-        out[number] = {
-            epoch: {name: (record[name] if _number(record.get(name)) is not None else
-                           (finals[name] if name in finals.index else None)) for name in names}
-            for epoch, record in data.curves[number].items()
-        }  # fmt: skip
+    sources = [(data.numbers, data.finals, data.curves)]
+    if data.pruned_costs is not None:
+        sources.append((data.pruned, data.pruned_costs, data.pruned_curves))
+    for trial_numbers, finals_of, curves in sources:
+        for number in trial_numbers:
+            finals = finals_of.loc[number]
+            out[number] = {
+                epoch: {name: (record[name] if _number(record.get(name)) is not None else
+                               (_number(finals[name]) if name in finals.index else None)) for name in names}
+                for epoch, record in curves[number].items()
+            }  # fmt: skip
     return out
 
 

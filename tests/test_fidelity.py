@@ -363,6 +363,57 @@ def test_the_command_on_sqlite_and_postgresql(store_url):
     assert out[-1].startswith("verdict: cheap is a poor proxy for expensive")
 
 
+def _ruled_study(store: Store, name: str, seed: int, trials: int = 30, epochs: int = 9):
+    """A one-worker study as the rule runs it: each trial's curve drawn at random, fed in number order to the
+    study's own MO-ASHA (grace 1, rf 3); a trial it stops is stored pruned with the epochs it reached, the
+    rest completed. Returns the rule and the completed trials' rung values (what the replay saw before)."""
+    spec = _spec(name, epochs, {"grace_period": 1, "reduction_factor": 3})
+    store.create_study(name, spec, OBJECTIVES)
+    rule = rung_rule(spec)
+    decider = rule.decider(list(rule.rungs))
+    rng = np.random.default_rng(seed)
+    completed_values = {}
+    for number in range(trials):
+        flops = float(rng.choice([1e6, 2e6, 4e6]))
+        start, gain = rng.uniform(5, 40), rng.uniform(1, 8)
+        curve = [start + gain * e + rng.normal(0, 6) for e in range(1, epochs + 1)]
+        reached = epochs
+        for epoch, top1 in enumerate(curve, start=1):
+            if not decider.observe(str(number), epoch, {"top1": top1, "flops": flops}):
+                reached = epoch
+                break
+        else:
+            completed_values[number] = {e: {"top1": v, "flops": flops} for e, v in enumerate(curve, start=1)}
+        status = "completed" if number in completed_values else "pruned"
+        store.finish_trial(
+            name, number, status=status, config={"model": {"depth": number}},
+            parameters={"sampled": {"depth": number}, "fixed": {}}, measurement={"flops": flops, "params": 1000},
+            final={"top1": curve[reached - 1]},
+            epochs=[{"epoch": e, "top1": curve[e - 1]} for e in range(1, reached + 1)],
+        )  # fmt: skip
+    store.set_study_status(name, "completed")
+    return rule, completed_values
+
+
+def test_the_rules_replay_keeps_every_front_member_of_a_study_the_rule_ran(tmp_path):
+    """Issue 60: on studies run with the replayed rule where every front member completed, the replay keeps
+    them all: the pruned trials compete at the rungs they reached. Without them (what the replay did) a rung
+    holds fewer trials and keeps fewer: on some of these seeds it stopped a front member the run kept."""
+    undercounted = 0
+    with Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        for seed in range(2, 8):
+            name = f"ruled-{seed}"
+            rule, completed_values = _ruled_study(store, name, seed)
+            result = fidelity.study_fidelity(store, name, rung_rule, resamples=20)
+            assert result.front_total >= 1 and result.rule_kept == result.front_total, seed
+            assert result.completed == len(completed_values)
+            finals = fidelity._completed(store, name, OBJECTIVES, None, None, 0).finals
+            front = {int(n) for n in finals.index[finals["on_front"].astype(bool)]}
+            stopped_alone = fidelity.replay(rule, rule.rungs, completed_values)
+            undercounted += bool(front & set(stopped_alone))
+    assert undercounted > 0  # the seeds show the fault the fix removes
+
+
 def test_where_filters_the_trials(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     with Store.open(url) as store:
@@ -431,3 +482,12 @@ def test_the_report_has_the_panel_with_the_verdict(tmp_path):
     assert verdict.startswith("epoch-1 ranking is unreliable")
     assert verdict.replace("'", "&#39;") in html
     assert "<td>1</td><td>6</td><td>-1.00</td><td>[-1.00, -1.00]</td>" in html
+
+
+def test_numpy_numbers_rank_as_numbers_not_as_missing_values():
+    """A store frame's integer column is ``np.int64`` (no ``int``): read as missing, every FLOPs count was the
+    worst there is and MO-ASHA's replay ranked on accuracy alone."""
+    decider = RungDecider(OBJECTIVES, [1], 2)
+    assert decider._minimised("flops", np.int64(5)) == 5.0 and decider._minimised("top1", np.float32(7)) == -7.0
+    assert decider._minimised("flops", None) == math.inf and decider._minimised("flops", True) == math.inf
+    assert fidelity._number(np.int64(3)) == 3.0 and fidelity._number(np.nan) is None

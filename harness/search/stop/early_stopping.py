@@ -26,6 +26,7 @@ wraps it, and ``benchmarks.search_quality`` replays it against a table in simula
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -104,7 +105,8 @@ class RungDecider:
 
     def _minimised(self, name: str, value: Any) -> float:
         """The value as a quantity to minimise; a missing or NaN value is the worst there is."""
-        number = float(value) if isinstance(value, (int, float)) and value == value else math.inf
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
+        number = float(value) if real and value == value else math.inf
         return -number if self.objectives[name] == "max" and math.isfinite(number) else number
 
 
