@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import multiprocessing
 import shlex
 import sys
@@ -47,6 +48,7 @@ import optuna
 
 from benchmarks import search_quality_syne  # Syne Tune itself loads only for its methods
 from benchmarks.front_quality import LEVELS, PRIMARY, REFERENCES, Replay, TrueFront, level_key, quartiles, summarise
+from benchmarks.hostinfo import provenance
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
 from harness.search.engine import build_engine
 from harness.search.propose import initial_design
@@ -66,8 +68,13 @@ SPREAD_FLAG = "spread"  # the default initial spread (initial_design.default_spr
 TRIALS_PER_CONFIGURATION = 2
 STOPPING_FLAGS = {"moasha": "pareto", "asha-top1": "single"}  # early_stopping.mode each names
 SYNE_METHODS = search_quality_syne.METHODS
+# Baselines that do no searching (issue 60): every configuration once, cheapest first (ascending in the
+# first cost objective), or in an order that visits the cost quantiles first (the cheapest, the dearest,
+# the median, the quartiles, ...: a user's "one of each size"); ties in a seeded order. A method that
+# searches must beat these, not only random search.
+BASELINES = ("cheapest-first", "cost-quantile")
 DEFAULT_METHODS = (
-    "random", "random+spread", "tpe", "tpe+spread", "nsga2", "nsga2+spread",
+    *BASELINES, "random", "random+spread", "tpe", "tpe+spread", "nsga2", "nsga2+spread",
     "random+moasha", "random+spread+moasha", "tpe+moasha", "tpe+spread+moasha", "random+asha-top1",
     *SYNE_METHODS,
 )  # fmt: skip
@@ -146,6 +153,36 @@ def resolved(method: str, table: Table, objectives: dict[str, str], workers: int
     return spec.search.sampler, stopping, planned
 
 
+def baseline_order(table: Table, objectives: dict[str, str], method: str, seed: int) -> list[dict[str, Any]]:
+    """The order a :data:`BASELINES` method trains the table's configurations in: ascending in the first cost
+    objective (``cheapest-first``), or first at the cost quantiles 0, 1, 1/2, 1/4, 3/4, 1/8, ... of that
+    order and then the rest cheapest first (``cost-quantile``); equal costs in a seeded order."""
+    if method not in BASELINES:
+        raise TableError(f"--methods: {method!r} is not a baseline ({', '.join(BASELINES)})")
+    name = next(n for n in objectives if n != "top1")
+    cost = np.asarray(table.cost[name], dtype=float) * (1.0 if objectives[name] == "min" else -1.0)
+    ties = np.random.default_rng(seed).permutation(len(table))
+    order = [int(i) for i in np.lexsort((ties, cost))]
+    if method == "cost-quantile":
+        order = [order[k] for k in quantile_positions(len(order))]
+    return [dict(table.params[i]) for i in order]
+
+
+def quantile_positions(n: int) -> list[int]:
+    """0..n-1 visited at the fractions 0, 1, 1/2, 1/4, 3/4, 1/8, 3/8, 5/8, 7/8, ... of the range (each
+    position once), then every position not yet visited, in order."""
+    seen: dict[int, None] = {}
+    fractions = [0.0, 1.0]
+    denominator = 2
+    while denominator < 2 * n:
+        fractions += [k / denominator for k in range(1, denominator, 2)]
+        denominator *= 2
+    for fraction in fractions:
+        seen.setdefault(round(fraction * (n - 1)), None)
+    seen.update(dict.fromkeys(range(n)))
+    return list(seen)
+
+
 def table_spread(table: Table, spread: int) -> int:
     """What ``+spread`` spreads on this table (:func:`parse_method`'s spread, 0 or :data:`SPREAD`): the default
     spread of a replay's ``n_trials`` (:data:`SPREAD` on every table of 8 configurations or more)."""
@@ -218,7 +255,11 @@ def replay(
 
     ``warm``: parameters enqueued as the first trials, as ``search.warm_start`` enqueues an earlier study's
     front (which replaces the spread: a warm method names none; :mod:`benchmarks.fidelity_tables`)."""
-    sampler, stopping, spread = parse_method(method)
+    if method in BASELINES:  # no searching: every configuration enqueued in the baseline's order
+        warm = baseline_order(table, truth.objectives, method, seed)
+        sampler, stopping, spread = "random", None, 0
+    else:
+        sampler, stopping, spread = parse_method(method)
     if warm and spread:
         raise TableError(f"{method}: a warm start replaces the initial spread (name the method without +spread)")
     objectives = truth.objectives
@@ -259,7 +300,7 @@ def replay(
         if stopped:
             run.pruned.append(index)
         else:
-            run.complete(index, spent)
+            run.complete(index, spent, clock.now)
 
     simulated = simulate(engine, evaluate, workers=workers, budget_epochs=budget, clock=clock, on_end=on_end)
     run.spent, run.simulated_s = simulated.epochs, simulated.seconds
@@ -330,6 +371,8 @@ def run_all(
             for name in REFERENCES
         },
         "methods": {method: summarise(method_runs, truth, budget) for method, method_runs in runs.items()},
+        "baselines": list(BASELINES),
+        "provenance": provenance(),
     }
     return result, runs
 
@@ -350,21 +393,31 @@ def render_table(result: dict[str, Any]) -> str:
     def area(stats: dict[str, Any]) -> str:
         return f"{stats['median']:.3f} [{stats['q25']:.3f}-{stats['q75']:.3f}]"
 
+    def hours(stats: dict[str, Any] | None) -> str:
+        if stats is None:  # a replay without a simulated clock
+            return "-"
+        if stats["median"] is None:
+            return f"not reached ({stats['reached']}/{stats['seeds']})"
+        return f"{stats['median'] / 3600:.2f}"
+
     primary = result["primary_reference"]
     order = [primary, *(r for r in REFERENCES if r != primary)]
     header = ["method"]
     for reference in order:
         label = "nadir+10%" if reference == "nadir" else "worst values"
         header += [f"{level_key(level)}% HV, {label}" for level in LEVELS] + [f"AUC, {label}"]
-    header += ["front found", "front pruned", "cheapest member found"]
+    header += ["simulated h to 95%, nadir+10%", "front found", "front pruned", "cheapest member found",
+               "regret at budget, top-1 points (mean / max)"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, stats in result["methods"].items():
         row = [name]
         for reference in order:
             row += [cell(stats[reference][f"epochs_to_{level_key(level)}"]) for level in LEVELS]
             row.append(area(stats[reference]["auc"]))
+        row.append(hours(stats[primary].get("seconds_to_95")))
         row += [f"{stats['front_found']['median']:.2f}", f"{stats['front_pruned']['median']:.2f}",
-                f"{stats['cheapest_found']:.2f}"]  # fmt: skip
+                f"{stats['cheapest_found']:.2f}",
+                f"{stats['regret_mean']['median']:.2f} / {stats['regret_max']['median']:.2f}"]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
     row = ["oracle: the cheapest true-front members that reach it"]
     for reference in order:
@@ -373,10 +426,10 @@ def render_table(result: dict[str, Any]) -> str:
             best = oracle[level_key(level)]
             row.append(f"{best['epochs']} ({len(best['members'])} members)")
         row.append("-")
-    lines.append("| " + " | ".join([*row, "-", "-", "-"]) + " |")
+    lines.append("| " + " | ".join([*row, "-", "-", "-", "-", "-"]) + " |")
     front = result["true_front"]
     row = [f"the whole true front ({front['size']} configurations)"]
-    row += ([str(front["epochs"])] * len(LEVELS) + ["-"]) * len(order) + ["1.00", "0.00", "1.00"]
+    row += ([str(front["epochs"])] * len(LEVELS) + ["-"]) * len(order) + ["-", "1.00", "0.00", "1.00", "0.00 / 0.00"]
     lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -393,16 +446,31 @@ def headline(result: dict[str, Any]) -> str:
             return f"does not reach it in the median seed ({stats['reached']}/{stats['seeds']})"
         return f"{stats['median']:,.0f}"
 
+    def interval(method: str) -> str:
+        low, high = result["methods"][method][primary]["epochs_to_95"].get("median_95", [None, None])
+        return f" [{low:,.0f}-{high:,.0f}]" if low is not None and high is not None else ""
+
+    def key(method: str) -> tuple:
+        median = reached[method]
+        return (math.inf if median is None else median, method)
+
     reached = {m: v[primary]["epochs_to_95"]["median"] for m, v in result["methods"].items()}
     fastest = min((m for m in reached if reached[m] is not None), key=lambda m: (reached[m], m))
     default = result["default_method"]
     oracle = result["references"][primary]["oracle"]["95"]["epochs"]
+    unsearched = [m for m in ("random", *result.get("baselines", ())) if m in reached]
+    best = min(unsearched, key=key)
     sentence = (
         f"On the committed {result['configurations']}-configuration table ({result['seeds']} seeds, "
         f"{result['workers']} workers, the {primary}+10% reference), the default (`{default}`) reaches 95% of the "
-        f"true front's hypervolume in a median of {epochs(default)} epochs, random search (`random`) in "
-        f"{epochs('random')}; the cheapest set of front members that reaches it costs {oracle}"
+        f"true front's hypervolume in a median of {epochs(default)} epochs{interval(default)} (95% bootstrap "
+        f"interval), the best of random search and the search-free baselines (`{best}`) in "
+        f"{epochs(best)}{interval(best)}"
     )
+    others = [m for m in unsearched if m != best]
+    if others:
+        sentence += " (" + ", ".join(f"`{m}` {epochs(m)}" for m in others) + ")"
+    sentence += f"; the cheapest set of front members that reaches it costs {oracle}"
     if fastest != default:
         sentence += f", and the fastest method here, `{fastest}`, needs {epochs(fastest)}"
     return sentence + "."
@@ -482,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             if method.startswith("syne-"):
                 if method not in SYNE_METHODS:
                     raise TableError(f"--methods: unknown {method!r}; Syne Tune's are {', '.join(SYNE_METHODS)}")
-            else:
+            elif method not in BASELINES:
                 resolved(method, table, objectives, args.workers)
     except TableError as error:
         print(f"error: {error}", file=sys.stderr)

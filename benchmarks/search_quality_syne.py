@@ -177,7 +177,7 @@ def _as_replay(table: Table, truth: TrueFront, results: pd.DataFrame, budget: in
     for row in results.itertuples(index=False):
         run.spent += 1
         if int(row.epoch) == table.epochs and index_of[row.trial_id] is not None:
-            run.complete(index_of[row.trial_id], run.spent)
+            run.complete(index_of[row.trial_id], run.spent, float(row.st_tuner_time))  # its simulated clock
     last = results.groupby("trial_id")["epoch"].max()
     run.pruned = [index_of[t] for t, epoch in last.items() if epoch < table.epochs and index_of[t] is not None]
     return run

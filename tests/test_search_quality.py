@@ -66,8 +66,12 @@ def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
     for name in methods.split(","):
         stats = result["methods"][name]
         assert set(stats) >= {"nadir", "worst", "front_found", "front_pruned", "cheapest_found"}
-        assert set(stats["nadir"]) == {"epochs_to_95", "epochs_to_99", "auc", "hv_at_budget"}
-        assert set(stats["nadir"]["epochs_to_95"]) >= {"median", "q25", "q75"}
+        assert set(stats["nadir"]) == {"epochs_to_95", "epochs_to_99", "seconds_to_95", "seconds_to_99", "auc",
+                                       "hv_at_budget"}  # fmt: skip
+        assert set(stats["nadir"]["epochs_to_95"]) >= {"median", "q25", "q75", "median_95", "per_seed"}
+        assert len(stats["nadir"]["epochs_to_95"]["per_seed"]) == 3 and len(stats["regret_mean"]["per_seed"]) == 3
+    assert set(result["provenance"]) >= {"commit", "uncommitted_changes", "python", "packages"}
+    assert result["provenance"]["packages"]["optuna"] and len(result["provenance"]["commit"]) == 40
     # Without early stopping, the whole table's budget trains every configuration exactly once:
     # duplicates take no budget, so random search ends with the true front itself.
     random = result["methods"]["random"]

@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import search_quality
-from benchmarks.front_quality import Curve, Replay, TrueFront, auc
+from benchmarks.front_quality import Curve, Replay, TrueFront, auc, median_interval
 from benchmarks.table import TableError, load_table
 
 ROOT = Path(__file__).parents[1]
@@ -126,7 +126,7 @@ def test_a_method_name_says_exactly_what_runs(tmp_path):
     assert search_quality.parse_method("random+spread+moasha") == ("random", "pareto", 8)
     assert search_quality.parse_method("random+asha-top1") == ("random", "single", 0)
     for method in search_quality.DEFAULT_METHODS:
-        if not method.startswith("syne-"):
+        if not method.startswith("syne-") and method not in search_quality.BASELINES:
             sampler, stopping, spread = search_quality.parse_method(method)
             assert search_quality.method_name(sampler, stopping, spread) == method
             assert search_quality.resolved(method, big, OBJECTIVES, 4) == (sampler, stopping, spread)
@@ -160,10 +160,62 @@ def test_a_replay_reports_both_references_the_auc_and_the_oracle(tmp_path, capsy
         assert set(result["references"][reference]["oracle"]) == {"95", "99"}
         for name in ("random", "random+spread"):
             stats = result["methods"][name][reference]
-            assert set(stats) == {"epochs_to_95", "epochs_to_99", "auc", "hv_at_budget"}
+            assert set(stats) == {"epochs_to_95", "epochs_to_99", "seconds_to_95", "seconds_to_99", "auc",
+                                  "hv_at_budget"}  # fmt: skip
             assert 0 < stats["auc"]["median"] < 1
     printed = capsys.readouterr().out
     assert search_quality.render_table(result) in printed and "| random+spread |" in printed
+
+
+def test_the_baselines_train_every_configuration_in_their_order_without_searching(tmp_path):
+    """Issue 60: ``cheapest-first`` and ``cost-quantile`` do no searching; one worker completes the table in
+    exactly their order (C and D cost the same: a seeded order between them)."""
+    table, index = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    names = {i: n for n, i in index.items()}
+    assert search_quality.quantile_positions(5) == [0, 4, 2, 1, 3]
+    assert search_quality.quantile_positions(1) == [0] and search_quality.quantile_positions(2) == [0, 1]
+    for n in range(1, 40):
+        assert sorted(search_quality.quantile_positions(n)) == list(range(n))
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    ties = set()
+    for seed in range(4):
+        cheapest = "".join(p["name"] for p in search_quality.baseline_order(table, OBJECTIVES, "cheapest-first", seed))
+        quantile = "".join(p["name"] for p in search_quality.baseline_order(table, OBJECTIVES, "cost-quantile", seed))
+        assert cheapest in ("ABCDE", "ABDCE") and quantile == cheapest[0] + "E" + cheapest[2] + "B" + cheapest[3]
+        ties.add(cheapest)
+        for method, order in (("cheapest-first", cheapest), ("cost-quantile", quantile)):
+            run = search_quality.replay(table, truth, method, seed, 1, 10, url)
+            assert "".join(names[i] for i in run.completed) == order and run.completed_at == [2, 4, 6, 8, 10]
+            assert run.completed_s == [2.0, 4.0, 6.0, 8.0, 10.0]  # one worker, 1 s an epoch
+    assert ties == {"ABCDE", "ABDCE"}  # the seeds order the tie both ways
+    with pytest.raises(TableError, match="not a baseline"):
+        search_quality.baseline_order(table, OBJECTIVES, "random", 0)
+
+
+def test_regret_is_the_accuracy_points_below_the_true_front_at_its_costs(tmp_path):
+    table, index = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    # front A (10, 50), B (20, 70), C (30, 80); the table's worst top-1 is E's 30
+    assert truth.regret([index["A"]]) == pytest.approx({"mean": (0 + 20 + 30) / 3, "max": 30})
+    assert truth.regret([]) == pytest.approx({"mean": (20 + 40 + 50) / 3, "max": 50})
+    assert truth.regret([index["D"]]) == pytest.approx({"mean": (20 + 40 + 20) / 3, "max": 40})
+    assert truth.regret([index[n] for n in "ABCDE"]) == {"mean": 0.0, "max": 0.0}
+
+
+def test_a_median_carries_its_bootstrap_interval_and_the_seeds_that_make_it(tmp_path):
+    low, high = median_interval([10, 20, 30, 40, 50])
+    assert 10 <= low <= 30 <= high <= 50 and low < high
+    assert median_interval([5, 5, 5]) == [5.0, 5.0]
+    assert median_interval([1, None, None, None, None])[1] is None  # mostly beyond the budget: no upper bound
+    assert median_interval([3, 1, 2], seed=1) == median_interval([3, 1, 2], seed=1)  # seeded
+    table, index = _tiny(tmp_path)
+    run = Replay()
+    for k, name in enumerate("ABC"):
+        run.complete(index[name], 2 * (k + 1), 10.0 * (k + 1))
+    summary = search_quality.summarise([run, run], TrueFront(table, OBJECTIVES), 10)
+    assert summary["nadir"]["seconds_to_95"]["per_seed"] == [30.0, 30.0]
+    assert summary["nadir"]["epochs_to_95"]["per_seed"] == [6, 6] and summary["regret_max"]["median"] == 0.0
 
 
 def _doc_section() -> str:
