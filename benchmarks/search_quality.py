@@ -66,7 +66,9 @@ SPREAD_FLAG = "spread"  # the default initial spread (initial_design.default_spr
 # A replay's n_trials, per configuration of the table: each configuration once, and once more where early
 # stopping pruned it and it is retried when nothing new is left; the budget in epochs ends a replay first.
 TRIALS_PER_CONFIGURATION = 2
-STOPPING_FLAGS = {"moasha": "pareto", "asha-top1": "single"}  # early_stopping.mode each names
+# early_stopping.mode each names; "-ungated": without the rank gate (rank_gate: false, plain (MO-)ASHA)
+STOPPING_FLAGS = {"moasha": "pareto", "asha-top1": "single", "moasha-ungated": "pareto-ungated",
+                  "asha-top1-ungated": "single-ungated"}  # fmt: skip
 SYNE_METHODS = search_quality_syne.METHODS
 # Baselines that do no searching (issue 60): every configuration once, cheapest first (ascending in the
 # first cost objective), or in an order that visits the cost quantiles first (the cheapest, the dearest,
@@ -103,7 +105,8 @@ class TableSpace(SpaceFunction):
 
 
 def parse_method(method: str) -> tuple[str, str | None, int]:
-    """``SAMPLER[+spread][+moasha|+asha-top1]`` -> (sampler, early stopping: None | "pareto" | "single",
+    """``SAMPLER[+spread][+moasha|+asha-top1][-ungated]`` -> (sampler, early stopping: None | "pareto" | "single"
+    (| "...-ungated": without the rank gate),
     initial spread: 0, or :data:`SPREAD` trials with ``+spread``). The name says all that runs: no
     spread without ``+spread``, no early stopping without ``+moasha`` (MO-ASHA, the default early
     stopping of a multi-objective search) or ``+asha-top1`` (ASHA's cutoff on top-1 alone)."""
@@ -111,8 +114,8 @@ def parse_method(method: str) -> tuple[str, str | None, int]:
     canonical = [f for f in (SPREAD_FLAG, *STOPPING_FLAGS) if f in flags]
     stops = [f for f in flags if f in STOPPING_FLAGS]
     if sampler not in OUR_SAMPLERS or flags != canonical or len(stops) > 1:
-        raise TableError(f"--methods: unknown method {method!r}; use SAMPLER[+spread][+moasha|+asha-top1] with "
-                         f"SAMPLER one of {', '.join(OUR_SAMPLERS)} (e.g. tpe+spread+moasha), or "
+        raise TableError(f"--methods: unknown method {method!r}; use SAMPLER[+spread][+moasha|+asha-top1][-ungated] "
+                         f"with SAMPLER one of {', '.join(OUR_SAMPLERS)} (e.g. tpe+spread+moasha), or "
                          f"{', '.join(SYNE_METHODS)}")  # fmt: skip
     stopping = STOPPING_FLAGS[stops[0]] if stops else None
     return sampler, stopping, SPREAD if SPREAD_FLAG in flags else 0
@@ -205,7 +208,8 @@ def table_spec(
     n_trials = TRIALS_PER_CONFIGURATION * len(table)
     settings: dict[str, Any] = {"n_trials": n_trials, "concurrency": workers, "seed": seed}
     if stopping is not None:
-        settings["early_stopping"] = {"mode": stopping}
+        mode = stopping.removesuffix("-ungated")
+        settings["early_stopping"] = {"mode": mode, **({"rank_gate": False} if mode != stopping else {})}
     if spread is not None:  # None: what a spec that does not say gets
         settings["initial_spread"] = spread
     if sampler != "default":  # default: whatever SearchSettings gives a spec that names no sampler

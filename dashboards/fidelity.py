@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import distributions
 from typing import Any, Protocol
@@ -178,7 +178,9 @@ def rank_correlations(
 class Decider(Protocol):
     """One rung rule's state: ``observe`` is told a trial's values after each epoch, True: it goes on."""
 
-    def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any]) -> bool: ...
+    def observe(
+        self, trial_id: str, epoch: int, values: Mapping[str, Any], group: Hashable | None = None
+    ) -> bool: ...
 
 
 class PercentileDecider:
@@ -190,16 +192,21 @@ class PercentileDecider:
         self.metric, self.sign = metric, (1.0 if direction == "max" else -1.0)
         self.reduction_factor = float(reduction_factor)
         self.recorded: dict[int, dict[str, float]] = {int(m): {} for m in sorted(set(milestones), reverse=True)}
+        self.groups: dict[str, Hashable] = {}
 
-    def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any]) -> bool:
+    def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any], group: Hashable | None = None) -> bool:
+        """True: the trial goes on. ``group``: its architecture; its twins' values are not in its cutoff."""
         value = values.get(self.metric)
         reward = self.sign * float(value) if _number(value) is not None else math.nan
+        if group is not None:
+            self.groups[trial_id] = group
         for milestone, recorded in self.recorded.items():  # highest first, as Ray's rungs
             if epoch < milestone or trial_id in recorded:
                 continue
             goes_on = True
-            if recorded:
-                cutoff = np.nanpercentile(list(recorded.values()), (1 - 1 / self.reduction_factor) * 100)
+            others = [v for i, v in recorded.items() if group is None or self.groups.get(i) != group]
+            if others:
+                cutoff = np.nanpercentile(others, (1 - 1 / self.reduction_factor) * 100)
                 goes_on = not (reward < cutoff)  # NaN compares False: Ray lets it on
             recorded[trial_id] = reward
             return goes_on
@@ -218,13 +225,21 @@ class RungRule:
     reduction_factor: float
     decider: Callable[[Sequence[int]], Decider] = field(repr=False, compare=False)
     default: bool = False  # the study ran without early stopping: the rule it would get with it on
+    # The rule as the study's scheduler runs it at its own rungs: the decider behind its rank gate (a rung
+    # prunes only where the measured rank transfer holds; twins never rank each other), and a trial's
+    # group (its architecture) from its stored parameters. None: the rule runs ungated.
+    gated: Callable[[Sequence[int]], Decider] | None = field(default=None, repr=False, compare=False)
+    group_of: Callable[[Mapping[str, Any]], Hashable] | None = field(default=None, repr=False, compare=False)
 
     def describe(self) -> str:
         name = "MO-ASHA (mode pareto)" if self.mode == "pareto" else "ASHA (mode single)"
         ranks = ", ".join(self.objectives) if self.mode == "pareto" else self.metric
         rungs = ", ".join(map(str, self.rungs)) or "none below the last epoch"
         origin = "the default rule with early stopping on (the study ran without)" if self.default else "the study's"
-        return f"{name} on {ranks}, reduction factor {self.reduction_factor:g}, rungs at epochs {rungs}: {origin}"
+        gate = (f"; a rung prunes only once its measured rank transfer holds (tau's lower 95% bound >= {TAU_RELIABLE} "
+                f"over >= {MIN_TRIALS} completed trials), twins (the same architecture) never rank each other"
+                if self.gated is not None else "")  # fmt: skip
+        return f"{name} on {ranks}, reduction factor {self.reduction_factor:g}, rungs at epochs {rungs}{gate}: {origin}"
 
 
 RuleSource = Callable[[Mapping[str, Any]], RungRule]  # a stored spec -> the rule it ran (or would run)
@@ -242,19 +257,32 @@ def registered_rule_source(name: str = RULE_NAME) -> RuleSource:
 
 
 def replay(
-    rule: RungRule, rungs: Sequence[int], curves: Mapping[int, Mapping[int, Mapping[str, Any]]]
+    rule: RungRule,
+    rungs: Sequence[int],
+    curves: Mapping[int, Mapping[int, Mapping[str, Any]]],
+    *,
+    gated: bool = False,
+    groups: Mapping[int, Hashable] | None = None,
+    completed: Iterable[int] = (),
 ) -> dict[int, int]:
     """The trials ``rule`` would have stopped judging at ``rungs``: number -> the epoch it stops at.
 
     ``curves``: number -> epoch -> the values a rung ranks on. Trials go one after another in number
-    order, each through its epochs in order, as one worker would run them."""
-    decider = rule.decider(list(rungs))
+    order, each through its epochs in order, as one worker would run them. ``gated``: as the study's
+    scheduler runs the rule (:attr:`RungRule.gated`), told each trial of ``completed`` that it ran to its
+    end, ranking each trial against other ``groups`` only."""
+    decider = rule.gated(list(rungs)) if gated and rule.gated is not None else rule.decider(list(rungs))
+    finished = set(completed)
     stopped: dict[int, int] = {}
     for number in sorted(curves):
+        group = (groups or {}).get(number)
         for epoch in sorted(curves[number]):
-            if not decider.observe(str(number), int(epoch), curves[number][epoch]):
+            if not decider.observe(str(number), int(epoch), curves[number][epoch], group):
                 stopped[number] = int(epoch)
                 break
+        else:
+            if number in finished and curves[number] and hasattr(decider, "complete"):
+                decider.complete(str(number), curves[number][max(curves[number])])
     return stopped
 
 
@@ -348,9 +376,12 @@ class StudyFidelity:
         ]
         if self.rule is not None:
             lines.append(f"front_kept: the final front's members kept by {self.rule.describe()}, deciding at that "
-                         "epoch alone, replayed on the completed curves in trial order")  # fmt: skip
+                         "epoch alone on its ranking (no rank gate), replayed on the stored curves in trial order, "
+                         "the pruned trials with the epochs they reached")  # fmt: skip
             if self.rule_kept is not None:
-                lines.append(f"at its own rungs the rule keeps {self.rule_kept}/{self.front_total} front members")
+                gated = " (rank gate and twin rule as its scheduler runs them)" if self.rule.gated is not None else ""
+                lines.append(f"at its own rungs the rule keeps {self.rule_kept}/{self.front_total} front members"
+                             f"{gated}")  # fmt: skip
         else:
             lines.append(f"no early-stopping rule replayed: {self.no_rule}")
         return lines
@@ -398,6 +429,7 @@ class _Completed:
     pruned: list[int] = field(default_factory=list)
     pruned_costs: pd.DataFrame | None = None  # index number: the objectives' values known before training
     pruned_curves: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    pruned_parameters: dict[int, Any] = field(default_factory=dict)
 
 
 def _completed(
@@ -435,7 +467,9 @@ def _completed(
     pruned = [n for n in pruned if n in pruned_records]
     pruned_costs = pruned_rows.set_index(pruned_rows["number"].astype(int)).loc[pruned, list(objectives)]
     pruned_curves = {n: {int(e["epoch"]): e for e in pruned_records[n].get("epochs") or []} for n in pruned}
-    return _Completed(numbers, finals, curves, parameters, sampled_from, pruned, pruned_costs, pruned_curves)
+    pruned_parameters = {n: pruned_records[n].get("parameters") for n in pruned}
+    return _Completed(numbers, finals, curves, parameters, sampled_from, pruned, pruned_costs, pruned_curves,
+                      pruned_parameters)  # fmt: skip
 
 
 def study_fidelity(
@@ -476,7 +510,15 @@ def study_fidelity(
             stopped = replay(rule, [epoch], rung_values)
             kept = len(front - set(stopped))
         rows.append(EpochFidelity(epoch, len(have), tau, rho, kept, len(front)))
-    rule_kept = len(front - set(replay(rule, rule.rungs, rung_values))) if rule is not None and rule.rungs else None
+    rule_kept = None
+    if rule is not None and rule.rungs:  # the study's rule at its own rungs, as its scheduler runs it
+        groups = ({n: rule.group_of((data.parameters.get(n) or {}).get("sampled") or {}) for n in data.numbers}
+                  if rule.group_of is not None else None)  # fmt: skip
+        if groups is not None:
+            groups.update({n: rule.group_of((data.pruned_parameters.get(n) or {}).get("sampled") or {})
+                           for n in data.pruned})  # fmt: skip
+        stopped = replay(rule, rule.rungs, rung_values, gated=True, groups=groups, completed=data.numbers)
+        rule_kept = len(front - set(stopped))
     verdict = study_verdict(rows, last, len(data.numbers))
     return StudyFidelity(study, metric, len(data.numbers), data.sampled_from, len(front), rule, rule_kept, rows,
                          verdict, resamples, no_rule)  # fmt: skip

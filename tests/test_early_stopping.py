@@ -10,7 +10,8 @@ import pytest
 from harness.search.result_keys import RETRY_KEY
 from harness.search.simulate import SimulatedTrial
 from harness.search.stop.early_stopping import ParetoASHA, RungDecider, SingleASHA, make_scheduler, promotion_order
-from search_space.spec import SearchSpec, rung_epochs
+from harness.search.stop.rank_gate import RankGatedDecider, architecture_key
+from search_space.spec import TRAINING_FIELDS, SearchSpec, rung_epochs
 
 
 def test_rungs_are_grace_times_powers_of_the_reduction_factor_below_the_budget():
@@ -77,7 +78,10 @@ def _spec(**early_stopping) -> SearchSpec:
 def test_a_multi_objective_spec_gets_mo_asha_and_single_mode_warns_in_one_line(capsys):
     scheduler = make_scheduler(_spec())
     assert isinstance(scheduler, ParetoASHA) and scheduler.decider.rungs == [1, 2, 4]
-    assert list(scheduler.decider.objectives) == ["top1", "flops"]
+    assert isinstance(scheduler.decider, RankGatedDecider)  # the default: behind the rank gate
+    assert list(scheduler.decider.inner.objectives) == ["top1", "flops"] and scheduler.last_epoch == 8
+    plain = make_scheduler(_spec(rank_gate=False))
+    assert isinstance(plain.decider, RungDecider) and list(plain.decider.objectives) == ["top1", "flops"]
     assert capsys.readouterr().err == ""
     assert isinstance(make_scheduler(_spec(mode="single")), SingleASHA)
     lines = capsys.readouterr().err.splitlines()
@@ -87,13 +91,61 @@ def test_a_multi_objective_spec_gets_mo_asha_and_single_mode_warns_in_one_line(c
 
 
 def test_a_pruned_configuration_run_again_is_never_judged_at_a_rung():
-    scheduler = make_scheduler(_spec())
+    scheduler = make_scheduler(_spec(rank_gate=False))
     scheduler.on_trial_result(None, SimulatedTrial("a", {}), {"training_iteration": 1, "top1": 90.0, "flops": 1})
     retry = SimulatedTrial("b", {RETRY_KEY: 7})
     result = {"training_iteration": 1, "top1": 10.0, "flops": 5}
     assert scheduler.on_trial_result(None, retry, result) == "CONTINUE"
     assert scheduler.on_trial_result(None, SimulatedTrial("c", {}), result) == "STOP"
     assert set(scheduler.decider.recorded[1]) == {"a", "c"}
+
+
+def _run_to_the_end(scheduler, trial_id: str, params: dict, curve: list[float], flops: float = 1.0) -> str:
+    """One trial through the scheduler as Tune drives it: a result per epoch, on_trial_complete at its end."""
+    trial = SimulatedTrial(trial_id, dict(params))
+    for epoch, top1 in enumerate(curve, start=1):
+        result = {"training_iteration": epoch, "top1": top1, "flops": flops}
+        if scheduler.on_trial_result(None, trial, result) == "STOP":
+            return "STOP"
+    scheduler.on_trial_complete(None, trial, result)
+    return "COMPLETED"
+
+
+@pytest.mark.parametrize("transfer", ["holds", "reversed"])
+def test_a_rung_prunes_only_once_its_measured_rank_transfer_holds(transfer):
+    """Issue 60: before 5 completed trials a rung stops nothing; after, it prunes where epoch 1's order is the
+    end's (tau 1) and lets the laggard on where it is reversed (tau -1), saying so once per change."""
+    said: list[str] = []
+    spec = _spec()
+    scheduler = make_scheduler(spec.model_copy(update={"training": {"epochs": 3}}), said.append)
+    for k in range(6):  # epoch 1 ranks them as the end does, or in reverse
+        first = 10.0 + k if transfer == "holds" else 20.0 - k
+        assert _run_to_the_end(scheduler, f"t{k}", {"depth": k}, [first, first + 5, 50.0 + k]) == "COMPLETED"
+    # the fifth completed above measured nothing before it: a weak newcomer now meets a measured rung
+    transfer_at_1 = scheduler.decider.transfer(1)
+    assert transfer_at_1.trials == 6 and transfer_at_1.tau.value == pytest.approx(1.0 if transfer == "holds" else -1.0)
+    verdict = _run_to_the_end(scheduler, "weak", {"depth": 99}, [0.0, 1.0, 2.0])
+    assert verdict == ("STOP" if transfer == "holds" else "COMPLETED")
+    if transfer == "holds":  # each trial led at epoch 1 until the weak one, which the measured rung stops
+        assert len(said) == 1 and "rung 1: pruning (tau 1.00 [1.00, 1.00] over 6 completed trials" in said[0]
+    else:  # each trial trailed at epoch 1: let on, first unmeasured, then measured and closed
+        assert "rung 1: not pruning yet" in said[0] and any("rung 1: not pruning (tau -1.00" in line for line in said)
+    assert all(line.startswith("[es] early stopping, rung ") for line in said)
+    assert any(line.startswith("rung 1:") for line in scheduler.decider.describe())
+
+
+def test_twins_never_rank_each_other_at_a_rung():
+    """The same architecture at another learning rate is not among those a trial is ranked against."""
+    scheduler = make_scheduler(_spec(rank_gate=False))
+    decider = scheduler.decider
+    assert decider.observe("a", 1, {"top1": 90.0, "flops": 1}, group=("arch", 1))
+    # b, a's twin, trails it: ranked against nobody else, it goes on
+    assert decider.observe("b", 1, {"top1": 10.0, "flops": 1}, group=("arch", 1))
+    # c, another architecture as weak as b, is ranked against a and b: it stops
+    assert not decider.observe("c", 1, {"top1": 10.0, "flops": 1}, group=("arch", 2))
+    assert architecture_key({"depth": 4, "lr": 1e-3}, TRAINING_FIELDS) == architecture_key(
+        {"depth": 4, "lr": 2e-3}, TRAINING_FIELDS
+    ) != architecture_key({"depth": 6, "lr": 1e-3}, TRAINING_FIELDS)
 
 
 @pytest.mark.parametrize(

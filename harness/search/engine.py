@@ -93,4 +93,4 @@ def build_engine(
     rules = spec.search.stop.model_dump(exclude_none=True)
     if rules:
         stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules, session))
-    return Engine(session, searcher, make_scheduler(spec), callbacks, stoppers)
+    return Engine(session, searcher, make_scheduler(spec, session.say), callbacks, stoppers)

@@ -25,18 +25,20 @@ wraps it, and ``benchmarks.search_quality`` replays it against a table in simula
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import numpy as np
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from dashboards.fidelity import PercentileDecider
-from harness.search.result_keys import RETRY_KEY
-from search_space.spec import SearchSpec
+from harness.search.result_keys import RETRY_KEY, split_tune_config
+from harness.search.stop.rank_gate import GateAnnouncer, RankGatedDecider, architecture_key
+from search_space.spec import TRAINING_FIELDS, SearchSpec
 from trials.lazy import lazy_import
 
 moocore = lazy_import("moocore")
@@ -91,14 +93,18 @@ class RungDecider:
         self.rungs = list(rungs)
         self.reduction_factor = float(reduction_factor)
         self.recorded: dict[int, dict[str, list[float]]] = {rung: {} for rung in self.rungs}
+        self.groups: dict[str, Hashable] = {}
 
-    def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any]) -> bool:
-        """True: the trial goes on; False: stop it here (it trails the first 1/rf at this rung)."""
+    def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any], group: Hashable | None = None) -> bool:
+        """True: the trial goes on; False: stop it here (it trails the first 1/rf at this rung). ``group``: the
+        trial's architecture; the trials of its own group (its twins) are not among those it is ranked against."""
         if epoch not in self.recorded:
             return True
         at_rung = self.recorded[epoch]
         at_rung[trial_id] = [self._minimised(name, values.get(name)) for name in self.objectives]
-        ids = list(at_rung)
+        if group is not None:
+            self.groups[trial_id] = group
+        ids = [i for i in at_rung if i == trial_id or group is None or self.groups.get(i) != group]
         keep = math.ceil(len(ids) / self.reduction_factor)
         position = list(promotion_order(np.array([at_rung[i] for i in ids]))).index(ids.index(trial_id))
         return position < keep
@@ -112,17 +118,39 @@ class RungDecider:
 
 class RungScheduler(FIFOScheduler):
     """A Ray Tune scheduler that asks a rung rule (``decider.observe``) at each reported epoch: a
-    pruned configuration run again (its config carries :data:`RETRY_KEY`) is never judged."""
+    pruned configuration run again (its config carries :data:`RETRY_KEY`) is never judged.
+
+    With the rank gate (``search.early_stopping.rank_gate``, the default) the decider is a
+    :class:`harness.search.stop.rank_gate.RankGatedDecider`: it is told every trial that ran to its last
+    epoch (``on_trial_complete``) and each trial's architecture (``group``), and a retried trial's values
+    still measure the rank transfer."""
 
     decider: Any
+    last_epoch: int | None = None
+    group_of: Any = None  # a trial's params -> its architecture; None: no twin rule
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         epoch = result.get(TIME_ATTR)
         if (trial.config or {}).get(RETRY_KEY) is not None:  # a pruned configuration run again: to the end
+            if epoch is not None and hasattr(self.decider, "note"):
+                self.decider.note(trial.trial_id, int(epoch), result)
             return TrialScheduler.CONTINUE
-        if epoch is None or self.decider.observe(trial.trial_id, int(epoch), result):
+        if epoch is None or self.decider.observe(trial.trial_id, int(epoch), result, self._group(trial)):
             return TrialScheduler.CONTINUE
         return TrialScheduler.STOP
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        super().on_trial_complete(tune_controller, trial, result)
+        epoch = (result or {}).get(TIME_ATTR)
+        ran_to_the_end = epoch is not None and self.last_epoch is not None and int(epoch) >= self.last_epoch
+        if ran_to_the_end and hasattr(self.decider, "complete"):
+            self.decider.complete(trial.trial_id, result)
+
+    def _group(self, trial) -> Any:
+        if self.group_of is None:
+            return None
+        _, _, params = split_tune_config(dict(trial.config or {}))
+        return self.group_of(params)
 
     def debug_string(self) -> str:
         counts = ", ".join(f"{rung}: {len(v)}" for rung, v in sorted(self.decider.recorded.items()))
@@ -164,12 +192,26 @@ def early_stopping_mode(spec: SearchSpec) -> str | None:
     return es.mode or ("pareto" if len(spec.objectives) > 1 else "single")
 
 
-def make_scheduler(spec: SearchSpec) -> TrialScheduler | None:
-    """The Ray Tune scheduler for ``search.early_stopping`` (None without it)."""
+def make_scheduler(spec: SearchSpec, say: Callable[[str], None] | None = None) -> TrialScheduler | None:
+    """The Ray Tune scheduler for ``search.early_stopping`` (None without it), its rule behind the rank gate
+    unless ``rank_gate: false``; ``say``: where the gate says when a rung starts or stops pruning."""
     es, mode = spec.search.early_stopping, early_stopping_mode(spec)
     if es is None:
         return None
-    rungs = es.rungs(int(spec.training.get("epochs", 10)))
+    epochs = int(spec.training.get("epochs", 10))
+    rungs = es.rungs(epochs)
+    scheduler = _ungated_scheduler(spec, mode, rungs)
+    if es.rank_gate:
+        direction = rung_objectives(spec)[es.metric]
+        tell = GateAnnouncer(spec.name, say) if say is not None else None
+        scheduler.decider = RankGatedDecider(scheduler.decider, es.metric, direction, rungs, on_change=tell)
+        scheduler.last_epoch = epochs
+        scheduler.group_of = functools.partial(architecture_key, training_fields=TRAINING_FIELDS)
+    return scheduler
+
+
+def _ungated_scheduler(spec: SearchSpec, mode: str | None, rungs: list[int]) -> RungScheduler:
+    es = spec.search.early_stopping
     if mode == "pareto":
         return ParetoASHA(rung_objectives(spec), rungs, es.reduction_factor)
     if len(spec.objectives) > 1:

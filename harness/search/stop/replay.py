@@ -13,12 +13,13 @@ would get with ``search.early_stopping`` on at its defaults, said so in the rule
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from dashboards.fidelity import FidelityError, PercentileDecider, RungRule
 from harness.search.stop.early_stopping import RungDecider, early_stopping_mode, rung_objectives
-from search_space.spec import EarlyStopping, SearchSpec
+from harness.search.stop.rank_gate import RankGatedDecider, architecture_key
+from search_space.spec import TRAINING_FIELDS, EarlyStopping, SearchSpec
 
 
 def rung_rule(spec: Mapping[str, Any]) -> RungRule:
@@ -43,4 +44,11 @@ def rung_rule(spec: Mapping[str, Any]) -> RungRule:
             return RungDecider(objectives, list(at), es.reduction_factor)
         return PercentileDecider(es.metric, objectives[es.metric], list(at), es.reduction_factor)
 
-    return RungRule(mode, es.metric, objectives, tuple(rungs), es.reduction_factor, decider, default)
+    def gated(at: Sequence[int]) -> RankGatedDecider:
+        return RankGatedDecider(decider(at), es.metric, objectives[es.metric], list(at))
+
+    def group_of(params: Mapping[str, Any]) -> Hashable:
+        return architecture_key(params, TRAINING_FIELDS)
+
+    return RungRule(mode, es.metric, objectives, tuple(rungs), es.reduction_factor, decider, default,
+                    gated if es.rank_gate else None, group_of if es.rank_gate else None)  # fmt: skip

@@ -1,0 +1,155 @@
+"""Early stopping that asks the fidelity first: a rung prunes only where the study's own trials show
+that ranks at that rung carry to the end.
+
+MO-ASHA and ASHA stop a trial that trails the first 1/rf at a rung. That is only as good as the rung's
+ranking: on a table where epoch 1 ranks the configurations against their final order at Kendall's tau
+-0.17, MO-ASHA pruned 60-80% of the true front (issue 60). :class:`RankGatedDecider` wraps a rung
+decider and lets it stop a trial at a rung only while the rank transfer measured on this study's
+completed trials, tau between the rung's value and the final one with its 95% bootstrap interval (as
+``archsearch fidelity`` computes it: :func:`dashboards.fidelity.rank_correlations`), has its lower bound
+at or above :data:`dashboards.fidelity.TAU_RELIABLE`, over at least :data:`dashboards.fidelity.MIN_TRIALS`
+completed trials. Until then the rung records every trial (so that later decisions compare with it) and
+stops none: the trial waits for a later rung, whose transfer may hold, or runs to the end.
+
+Twins, configurations that differ only in training hyperparameters (the same architecture at another
+learning rate), never decide each other's fate: a rung compares a trial with the trials of other
+architectures only (``group``, passed to the inner decider), because at an early rung the faster-starting
+learning rate leads and the one that ends ahead is pruned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dashboards.fidelity import MIN_TRIALS, SEED, TAU_RELIABLE, Correlation, rank_correlations
+from dashboards.fidelity import _number as finite_number
+
+GATE_RESAMPLES = 500  # bootstrap resamples per check: recomputed only when a trial completes
+
+
+@dataclass(frozen=True)
+class RankTransfer:
+    """What a rung's gate knows: the completed trials with a value there, and their tau with its interval."""
+
+    rung: int
+    trials: int
+    tau: Correlation | None  # None below MIN_TRIALS
+
+    @property
+    def open(self) -> bool:
+        return self.tau is not None and math.isfinite(self.tau.low) and self.tau.low >= TAU_RELIABLE
+
+    def text(self) -> str:
+        if self.tau is None:
+            return f"rung {self.rung}: not pruning yet ({self.trials} of {MIN_TRIALS} completed trials to measure tau)"
+        verb = "pruning" if self.open else "not pruning"
+        relation = ">=" if self.open else "<"
+        return (f"rung {self.rung}: {verb} ({self.tau.text()} over {self.trials} completed trials; lower bound "
+                f"{relation} {TAU_RELIABLE})")  # fmt: skip
+
+
+class RankGatedDecider:
+    """A rung decider (``inner``: MO-ASHA's ``RungDecider`` or ASHA's ``PercentileDecider``) that stops a trial
+    only at a rung whose measured rank transfer holds (the module docstring). ``complete`` is told each trial
+    that ran to the end, with its final values; ``note`` records a trial the rule does not judge (a retried
+    configuration) so that its values still measure the transfer."""
+
+    def __init__(
+        self,
+        inner: Any,
+        metric: str,
+        direction: str,
+        rungs: Sequence[int],
+        *,
+        resamples: int = GATE_RESAMPLES,
+        on_change: Callable[[RankTransfer], None] | None = None,
+    ):
+        self.inner = inner
+        self.metric = metric
+        self.sign = 1.0 if direction == "max" else -1.0
+        self.rungs = sorted({int(r) for r in rungs})
+        self.resamples = resamples
+        self.on_change = on_change
+        self.at_rung: dict[int, dict[str, float]] = {rung: {} for rung in self.rungs}
+        self.finals: dict[str, float] = {}
+        self.spared = {rung: 0 for rung in self.rungs}  # trials the rule would have stopped, let on
+        self.stopped = {rung: 0 for rung in self.rungs}
+        self._cache: dict[int, RankTransfer] = {}
+        self._said: dict[int, bool | None] = {}
+
+    @property
+    def recorded(self) -> Mapping[int, Any]:  # the inner rule's rungs (a scheduler's debug string reads them)
+        return self.inner.recorded
+
+    def note(self, trial_id: str, epoch: int, values: Mapping[str, Any]) -> None:
+        value = finite_number(values.get(self.metric))
+        if epoch in self.at_rung and value is not None:
+            self.at_rung[epoch][trial_id] = value
+
+    def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any], group: Hashable | None = None) -> bool:
+        """True: the trial goes on. The inner rule decides; a stop stands only where the rung's gate is open."""
+        self.note(trial_id, epoch, values)
+        if self.inner.observe(trial_id, epoch, values, group):
+            return True
+        rung = max((r for r in self.rungs if r <= epoch), default=None)
+        if rung is None:
+            return False
+        transfer = self.transfer(rung)
+        self._say(transfer)
+        if transfer.open:
+            self.stopped[rung] += 1
+            return False
+        self.spared[rung] += 1
+        return True
+
+    def complete(self, trial_id: str, values: Mapping[str, Any]) -> None:
+        value = finite_number(values.get(self.metric))
+        if value is not None:
+            self.finals[trial_id] = value
+            self._cache.clear()
+
+    def transfer(self, rung: int) -> RankTransfer:
+        """The rung's measured rank transfer, from the completed trials with a value there (cached until the
+        next completion)."""
+        if rung not in self._cache:
+            pairs = [(value, self.finals[t]) for t, value in self.at_rung.get(rung, {}).items() if t in self.finals]
+            tau = None
+            if len(pairs) >= MIN_TRIALS:
+                x, y = zip(*pairs, strict=True)
+                tau, _ = rank_correlations(x, y, resamples=self.resamples, seed=SEED)
+            self._cache[rung] = RankTransfer(rung, len(pairs), tau)
+        return self._cache[rung]
+
+    def describe(self) -> list[str]:
+        """One line per rung: whether it prunes, on what evidence, and what it stopped and spared."""
+        return [f"{self.transfer(rung).text()}; stopped {self.stopped[rung]}, let on {self.spared[rung]} it would "
+                "have stopped" for rung in self.rungs]  # fmt: skip
+
+    def _say(self, transfer: RankTransfer) -> None:
+        """Tell ``on_change`` when a rung's gate first decides or changes state (not at every trial)."""
+        state = transfer.open if transfer.tau is not None else None
+        if self.on_change is not None and self._said.get(transfer.rung, "unsaid") != state:
+            self._said[transfer.rung] = state
+            self.on_change(transfer)
+
+
+@dataclass(frozen=True)
+class GateAnnouncer:
+    """Says, in the search's own lines, when a rung starts or stops pruning (a plain object, not a closure:
+    the scheduler is pickled with Tune's experiment state)."""
+
+    study: str
+    say: Callable[[str], None]
+
+    def __call__(self, transfer: RankTransfer) -> None:
+        self.say(f"[{self.study}] early stopping, {transfer.text()}")
+
+
+def architecture_key(params: Mapping[str, Any], training_fields: Sequence[str]) -> Hashable:
+    """What makes two configurations twins: the same sampled values of everything but the training
+    hyperparameters (``training_fields``: the searchable training fields, e.g. ``lr``)."""
+    training = set(training_fields)
+    return tuple(sorted((k, repr(v)) for k, v in params.items() if k not in training))
