@@ -24,8 +24,8 @@ what a NAS search needs:
    tried ends the search with one line. TPE and NSGA-II re-propose points of small discrete
    spaces; without this a GPU would spend a whole trial, or a slot of the budget, on a result the
    study already has.
-   Once nothing new is left (every configuration tried, or the sampler proposing only duplicates,
-   :data:`MAX_INFEASIBLE_IN_A_ROW` in a row), configurations that early stopping pruned are
+   As soon as the sampler has nothing better (it proposes a configuration already trained), or once
+   nothing new is left (every configuration tried), a configuration that early stopping pruned is
    dispatched again while the budget allows (:data:`READMIT_PRUNED`), each once, to the end of its
    budget (the config carries :data:`harness.search.result_keys.RETRY_KEY`: the scheduler never
    judges it), those that got furthest first (then MO-ASHA's order of their last values); while
@@ -72,7 +72,7 @@ MAX_INFEASIBLE_IN_A_ROW = 200
 STATUS_ATTR = "archsearch_status"  # Optuna user attribute: what archsearch calls an infeasible trial
 REASON_ATTR = "archsearch_reason"  # and why it never trained (its constraint or build error)
 MAX_REASON = 500
-READMIT_PRUNED = True  # pruned configurations run again once nothing new is left (module docstring, item 4)
+READMIT_PRUNED = True  # pruned configurations run again when nothing better is proposed (module docstring, 4)
 
 
 class ArchsearchSearch(SessionBound, Searcher):
@@ -240,6 +240,9 @@ class ArchsearchSearch(SessionBound, Searcher):
                     return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced}
                 self._record_duplicate(ot_trial, config, params, original)
                 rejected = TrialStatus.DUPLICATE
+                if READMIT_PRUNED and self._pruned:  # the sampler has nothing better: a pruned one comes back
+                    self._forget(trial_id)
+                    return self._retry_pruned(trial_id)
             else:
                 self._record_infeasible(ot_trial, params, feasibility)
                 self._infeasible_keys.add(config_key(params))
