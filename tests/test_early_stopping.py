@@ -76,22 +76,22 @@ def _spec(**early_stopping) -> SearchSpec:
 
 
 def test_a_multi_objective_spec_gets_mo_asha_and_single_mode_warns_in_one_line(capsys):
-    scheduler = make_scheduler(_spec())
+    scheduler = make_scheduler(_spec(), "es")
     assert isinstance(scheduler, ParetoASHA) and scheduler.decider.rungs == [1, 2, 4]
     assert isinstance(scheduler.decider, RankGatedDecider)  # the default: behind the rank gate
     assert list(scheduler.decider.inner.objectives) == ["top1", "flops"] and scheduler.last_epoch == 8
-    plain = make_scheduler(_spec(rank_gate=False))
+    plain = make_scheduler(_spec(rank_gate=False), "es")
     assert isinstance(plain.decider, RungDecider) and list(plain.decider.objectives) == ["top1", "flops"]
     assert capsys.readouterr().err == ""
-    assert isinstance(make_scheduler(_spec(mode="single")), SingleASHA)
+    assert isinstance(make_scheduler(_spec(mode="single"), "es"), SingleASHA)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "prunes the cheap end of the front" in lines[0]
     one = SearchSpec.model_validate({**_spec().model_dump(mode="json"), "objectives": {"top1": "max"}})
-    assert isinstance(make_scheduler(one), SingleASHA) and capsys.readouterr().err == ""
+    assert isinstance(make_scheduler(one, "es"), SingleASHA) and capsys.readouterr().err == ""
 
 
 def test_a_pruned_configuration_run_again_is_never_judged_at_a_rung():
-    scheduler = make_scheduler(_spec(rank_gate=False))
+    scheduler = make_scheduler(_spec(rank_gate=False), "es")
     scheduler.on_trial_result(None, SimulatedTrial("a", {}), {"training_iteration": 1, "top1": 90.0, "flops": 1})
     retry = SimulatedTrial("b", {RETRY_KEY: 7})
     result = {"training_iteration": 1, "top1": 10.0, "flops": 5}
@@ -117,7 +117,7 @@ def test_a_rung_prunes_only_once_its_measured_rank_transfer_holds(transfer):
     end's (tau 1) and lets the laggard on where it is reversed (tau -1), saying so once per change."""
     said: list[str] = []
     spec = _spec()
-    scheduler = make_scheduler(spec.model_copy(update={"training": {"epochs": 3}}), said.append)
+    scheduler = make_scheduler(spec.model_copy(update={"training": {"epochs": 3}}), "es", said.append)
     for k in range(6):  # epoch 1 ranks them as the end does, or in reverse
         first = 10.0 + k if transfer == "holds" else 20.0 - k
         assert _run_to_the_end(scheduler, f"t{k}", {"depth": k}, [first, first + 5, 50.0 + k]) == "COMPLETED"
@@ -136,7 +136,7 @@ def test_a_rung_prunes_only_once_its_measured_rank_transfer_holds(transfer):
 
 def test_twins_never_rank_each_other_at_a_rung():
     """The same architecture at another learning rate is not among those a trial is ranked against."""
-    scheduler = make_scheduler(_spec(rank_gate=False))
+    scheduler = make_scheduler(_spec(rank_gate=False), "es")
     decider = scheduler.decider
     assert decider.observe("a", 1, {"top1": 90.0, "flops": 1}, group=("arch", 1))
     # b, a's twin, trails it: ranked against nobody else, it goes on
@@ -163,7 +163,7 @@ def test_one_rung_schedule_for_both_schedulers_the_replay_and_fidelity(grace, fa
         spec = spec.model_copy(update={"training": {**spec.training, "epochs": epochs}})
         expected = es.rungs(epochs)
         assert expected == rung_epochs(grace, factor, epochs) and all(rung < epochs for rung in expected)
-        scheduler = make_scheduler(spec)
+        scheduler = make_scheduler(spec, "es")
         assert sorted(scheduler.decider.recorded) == expected, mode
         rule = rung_rule(spec.model_dump(mode="json"))
         assert list(rule.rungs) == expected and sorted(rule.decider(rule.rungs).recorded) == expected

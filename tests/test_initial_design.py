@@ -52,7 +52,7 @@ def test_the_searcher_dispatches_the_spread_first(tmp_path):
     Store.open(url).create_study("spread", spec.model_dump(mode="json"), dict(spec.objectives))
     searcher = ArchsearchSearch(spec, url, "spread", optuna.storages.RDBStorage(url), make_sampler(spec))
     expected = initial_design.spread(spec, SpaceFunction(spec), 5)
-    assert initial_design.apply(searcher, spec, quiet=True) == 5
+    assert initial_design.apply(searcher, spec, spec.name, quiet=True) == 5
     for i, params in enumerate(expected):
         _, _, dispatched = split_tune_config(searcher.suggest(f"t{i}"))
         assert {k: dispatched[k] for k in params} == params

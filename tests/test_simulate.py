@@ -11,6 +11,7 @@ drives the hooks ``harness.search.engine.build_engine`` builds for a search, thr
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from test_search_quality import EPOCHS, _unseen_table
@@ -29,20 +30,22 @@ from trials.status import TrialStatus
 ROOT = Path(__file__).parents[1]
 
 
-def _engine(tmp_path: Path, table, spec: SearchSpec, clock: SimulatedClock):
-    url = f"sqlite:///{tmp_path / 'replay.db'}"
+def _engine(tmp_path: Path, table, spec: SearchSpec, clock: SimulatedClock, name: str | None = None, quiet=True):
+    """The engine of ``spec`` run as study ``name`` (the spec's name by default); ``quiet=False``: with
+    its progress line and every line the hooks print."""
+    url, name = f"sqlite:///{tmp_path / 'replay.db'}", name or spec.name
     with Store.open(url) as store:
-        store.create_study(spec.name, spec.model_dump(mode="json"), dict(spec.objectives))
-    session = SearchSession(spec.name, clock=clock)
+        store.create_study(name, spec.model_dump(mode="json"), dict(spec.objectives))
+    session = SearchSession(name, clock=clock)
     engine = build_engine(
         spec,
         url,
-        spec.name,
+        name,
         session,
         searcher_factory=lambda *args: search_quality.TableSearch(*args, table=table),
         signals=False,
-        progress=False,
-        quiet=True,
+        progress=not quiet,
+        quiet=quiet,
         build=search_quality.table_trial_config,
     )
     return url, session, engine
@@ -91,6 +94,34 @@ def test_the_store_writer_records_each_trial_of_a_replay(tmp_path):
         counts = store.counts(spec.name, epochs=False)
     assert counts[TrialStatus.COMPLETED] == completed and counts[TrialStatus.PRUNED] == pruned
     assert counts[TrialStatus.RUNNING] == 0
+
+
+def test_every_line_of_a_search_names_the_study_not_the_spec(tmp_path, capsys):
+    """Issue 61: ``run_search(spec, name="my-search")`` printed ``[quickstart] initial spread`` (the spec's
+    name) before ``[my-search] starting``. Every line a hook prints, the initial spread, single-mode ASHA's
+    warning, the progress lines, a stop rule's, and a warm start's, names the study."""
+    table = load_table(_unseen_table(tmp_path / "t.csv.gz"))
+    spec = search_quality.table_spec(table, "spec-name", "random", 0, 2, {"top1": "max", "flops": "min"}, 3, "single")
+    settings = {**spec.search.model_dump(mode="json"), "stop": {"max_hours": 0.01}}
+    spec = SearchSpec.model_validate({**spec.model_dump(mode="json"), "search": settings})
+    clock = SimulatedClock()
+    url, _, engine = _engine(tmp_path, table, spec, clock, name="study-name", quiet=False)
+    simulate(engine, _evaluate(table, seconds=60.0), workers=2, clock=clock)
+    warm = {**settings, "warm_start": {"study": "study-name"}, "initial_spread": None}
+    warm_spec = SearchSpec.model_validate({**spec.model_dump(mode="json"), "search": warm})
+    with Store.open(url) as store:
+        store.create_study("warm-name", warm_spec.model_dump(mode="json"), dict(spec.objectives))
+    build_engine(warm_spec, url, "warm-name", SearchSession("warm-name"), signals=False, progress=False,
+                 searcher_factory=lambda *args: search_quality.TableSearch(*args, table=table),
+                 build=search_quality.table_trial_config)  # fmt: skip
+    optuna_log = re.compile(r"^\[[DIWEC] \d{4}-")  # Optuna's own logging ("A new study created in memory")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not optuna_log.match(line)]
+    said = {kind for kind in ("initial spread", "warning: early_stopping", "starting", "done ", "stopping", "warm")
+            if any(kind in line for line in lines)}  # fmt: skip
+    assert len(said) == 6, f"the hooks said only {said}: the test no longer sees every line"
+    assert "spec-name" not in "\n".join(lines)
+    odd = [line for line in lines if not line.startswith(("[study-name] ", "[warm-name] "))]
+    assert not odd
 
 
 def test_the_benchmark_wires_no_hook_of_its_own():

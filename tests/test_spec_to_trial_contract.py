@@ -315,7 +315,7 @@ def test_a_warm_start_enqueues_what_the_earlier_trials_trained_and_reuses_them_w
     store = Store.open(url)
     store.create_study("later", spec.model_dump(mode="json"), dict(spec.objectives))
     searcher = ArchsearchSearch(spec, url, "later", optuna.storages.RDBStorage(url), make_sampler(spec))
-    report = warm_start.apply(searcher, spec, url)
+    report = warm_start.apply(searcher, spec, url, spec.name)
     assert report.enqueued >= 1 and report.skipped == 0
     for i in range(report.enqueued):
         tune_config = searcher.suggest(f"w{i}")
@@ -327,14 +327,14 @@ def test_a_warm_start_enqueues_what_the_earlier_trials_trained_and_reuses_them_w
     again = _with_warm_start(again, study="earlier", top=0, reuse_results=True)
     store.create_study("again", again.model_dump(mode="json"), dict(again.objectives))
     searcher = ArchsearchSearch(again, url, "again", optuna.storages.RDBStorage(url), make_sampler(again))
-    assert len(warm_start.apply(searcher, again, url).reusable) >= 1
+    assert len(warm_start.apply(searcher, again, url, again.name).reusable) >= 1
     # Another seed trains other models: nothing of the earlier study is reusable, and none is promised.
     search = {**again.search.model_dump(mode="json", exclude_none=True), "seed": 1}
     reseeded = SearchSpec.model_validate({**again.model_dump(mode="json", exclude_none=True), "name": "reseeded",
                                           "search": search})  # fmt: skip
     store.create_study("reseeded", reseeded.model_dump(mode="json"), dict(reseeded.objectives))
     other = ArchsearchSearch(reseeded, url, "reseeded", optuna.storages.RDBStorage(url), make_sampler(reseeded))
-    assert warm_start.apply(other, reseeded, url).reusable == {}
+    assert warm_start.apply(other, reseeded, url, reseeded.name).reusable == {}
     searcher.suggest("r0")  # every proposal is copied or a duplicate: nothing is dispatched to train
     rows = store.trials("again", flatten_config=False)
     reused = rows[rows["status"] == "completed"]

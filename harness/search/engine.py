@@ -70,9 +70,9 @@ def build_engine(
     """
     searcher = searcher_factory(spec, store_url, name, storage, make_sampler(spec), session)
     if spec.search.warm_start is not None:
-        warm_start.apply(searcher, spec, store_url)
+        warm_start.apply(searcher, spec, store_url, name)
     elif initial_design.planned_spread(spec):
-        initial_design.apply(searcher, spec, quiet=quiet)
+        initial_design.apply(searcher, spec, name, quiet=quiet)
     spec_dict = spec.model_dump(mode="json")
     callbacks: list[Callback] = [InterruptCallback(session)] if signals else []
     callbacks.append(StoreCallback(store_url, name, spec_dict, session, build))
@@ -93,4 +93,4 @@ def build_engine(
     rules = spec.search.stop.model_dump(exclude_none=True)
     if rules:
         stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules, session))
-    return Engine(session, searcher, make_scheduler(spec, session.say), callbacks, stoppers)
+    return Engine(session, searcher, make_scheduler(spec, name, session.say), callbacks, stoppers)

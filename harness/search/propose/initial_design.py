@@ -120,8 +120,10 @@ def _fixed(spec: SearchSpec) -> dict[str, Any]:
     return {name: d.fixed for name, d in spec.params.items() if isinstance(d, FixedDomain)}
 
 
-def apply(searcher: Any, spec: SearchSpec, quiet: bool = False) -> int:
-    """Enqueue the spread as the study's first trials; how many were enqueued."""
+def apply(searcher: Any, spec: SearchSpec, study_name: str, quiet: bool = False) -> int:
+    """Enqueue the spread as the study's first trials; how many were enqueued. The line it prints names
+    ``study_name``, the study's (``--name``, ``run_search(name=...)``), not the spec's: every progress line
+    of a search carries the one name the reader gives ``trials``, ``pareto`` or ``load_study``."""
     count = planned_spread(spec)
     chosen = spread(spec, searcher.space, count)
     study = searcher.study
@@ -129,7 +131,7 @@ def apply(searcher: Any, spec: SearchSpec, quiet: bool = False) -> int:
         study.enqueue_trial(params, user_attrs={"initial_spread": True})
     if chosen and not quiet:
         print(
-            f"[{spec.name}] initial spread: {len(chosen)} first trials at evenly spaced {cost_objective(spec)} "
+            f"[{study_name}] initial spread: {len(chosen)} first trials at evenly spaced {cost_objective(spec)} "
             "quantiles of the space",
             file=sys.stderr,
             flush=True,

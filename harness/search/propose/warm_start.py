@@ -108,8 +108,9 @@ def _proposable(spec: SearchSpec, config: dict[str, Any], searched: list[str]) -
         return False
 
 
-def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
-    """Enqueue the earlier study's trials in the searcher's Optuna study; return the counts."""
+def apply(searcher, spec: SearchSpec, store_url: str, study_name: str) -> WarmStartReport:
+    """Enqueue the earlier study's trials in the searcher's Optuna study; return the counts. The line it
+    prints names ``study_name`` (the study's name, which ``--name`` may have made other than the spec's)."""
     warm = spec.search.warm_start
     source_url = warm.store or store_url
     report = WarmStartReport(source=warm.study if warm.store is None else f"{warm.study} in {mask_url(source_url)}")
@@ -148,5 +149,5 @@ def apply(searcher, spec: SearchSpec, store_url: str) -> WarmStartReport:
         if _proposable(spec, record["config"], searched):
             report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
     searcher.set_reusable(report.reusable)
-    print(report.line(spec.name), file=sys.stderr, flush=True)
+    print(report.line(study_name), file=sys.stderr, flush=True)
     return report

@@ -192,31 +192,35 @@ def early_stopping_mode(spec: SearchSpec) -> str | None:
     return es.mode or ("pareto" if len(spec.objectives) > 1 else "single")
 
 
-def make_scheduler(spec: SearchSpec, say: Callable[[str], None] | None = None) -> TrialScheduler | None:
+def make_scheduler(
+    spec: SearchSpec, study_name: str, say: Callable[[str], None] | None = None
+) -> TrialScheduler | None:
     """The Ray Tune scheduler for ``search.early_stopping`` (None without it), its rule behind the rank gate
-    unless ``rank_gate: false``; ``say``: where the gate says when a rung starts or stops pruning."""
+    unless ``rank_gate: false``; ``say``: where the gate says when a rung starts or stops pruning. Its lines
+    name ``study_name``, the study's name (which ``--name`` may have made other than the spec's), as every
+    line of the search does."""
     es, mode = spec.search.early_stopping, early_stopping_mode(spec)
     if es is None:
         return None
     epochs = int(spec.training.get("epochs", 10))
     rungs = es.rungs(epochs)
-    scheduler = _ungated_scheduler(spec, mode, rungs)
+    scheduler = _ungated_scheduler(spec, study_name, mode, rungs)
     if es.rank_gate:
         direction = rung_objectives(spec)[es.metric]
-        tell = GateAnnouncer(spec.name, say) if say is not None else None
+        tell = GateAnnouncer(study_name, say) if say is not None else None
         scheduler.decider = RankGatedDecider(scheduler.decider, es.metric, direction, rungs, on_change=tell)
         scheduler.last_epoch = epochs
         scheduler.group_of = functools.partial(architecture_key, training_fields=TRAINING_FIELDS)
     return scheduler
 
 
-def _ungated_scheduler(spec: SearchSpec, mode: str | None, rungs: list[int]) -> RungScheduler:
+def _ungated_scheduler(spec: SearchSpec, study_name: str, mode: str | None, rungs: list[int]) -> RungScheduler:
     es = spec.search.early_stopping
     if mode == "pareto":
         return ParetoASHA(rung_objectives(spec), rungs, es.reduction_factor)
     if len(spec.objectives) > 1:
         print(
-            f"[{spec.name}] warning: early_stopping mode single ranks trials on {es.metric} alone, which "
+            f"[{study_name}] warning: early_stopping mode single ranks trials on {es.metric} alone, which "
             "prunes the cheap end of the front; mode pareto (MO-ASHA, the default) keeps it",
             file=sys.stderr,
             flush=True,
