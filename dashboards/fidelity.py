@@ -44,6 +44,7 @@ import pandas as pd
 from scipy import stats
 
 from dashboards.compare import differing_spec_keys
+from dashboards.filters import FilterError, Where
 from dashboards.multiobjective import hypervolume
 from dashboards.pareto import ParetoError, front_mask, query_front
 from dashboards.reader import StudyReader
@@ -436,13 +437,13 @@ def _completed(
     reader: StudyReader,
     study: str,
     objectives: Mapping[str, str],
-    where: Mapping[str, str] | None,
+    where: Where,
     max_trials: int | None,
     seed: int,
 ) -> _Completed:
     try:
         query = query_front(reader, [study], objectives, where, with_configs=False)
-    except ParetoError as error:
+    except (ParetoError, FilterError) as error:
         raise FidelityError(str(error)) from None
     trials = query.trials
     points = np.column_stack([pd.to_numeric(trials[m], errors="coerce") for m in objectives])
@@ -477,7 +478,7 @@ def study_fidelity(
     study: str,
     rule: RuleSource | RungRule | None = None,
     *,
-    where: Mapping[str, str] | None = None,
+    where: Where = None,
     resamples: int = RESAMPLES,
     max_trials: int | None = MAX_TRIALS,
     seed: int = SEED,
@@ -775,7 +776,7 @@ def cross_fidelity(
     cheap: str,
     expensive: str,
     *,
-    where: Mapping[str, str] | None = None,
+    where: Where = None,
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> CrossFidelity:

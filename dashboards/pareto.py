@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from dashboards.filters import Filter, FilterError, Where, WhereKey, check_index, filter_mask, parse_filters
 from dashboards.multiobjective import DIRECTIONS, ObjectiveError, hypervolume, hypervolume_history, non_dominated
 from dashboards.reader import StudyReader
 from trials.errors import DataError
@@ -25,9 +26,12 @@ from trials.status import TrialStatus
 __all__ = [
     "DIRECTIONS",
     "FINISHED_STATUSES",
+    "Filter",
+    "FilterError",
     "FrontQuery",
     "ParetoError",
     "WhereKey",
+    "check_index",
     "front_mask",
     "hypervolume",
     "hypervolume_progress",
@@ -63,21 +67,10 @@ def parse_objectives(text: str) -> dict[str, str]:
     return objectives
 
 
-def parse_where(items: Iterable[str]) -> dict[str, str]:
-    """``["layout=CCTT"]`` -> ``{"layout": "CCTT"}``. A key given twice is refused: the filters are
-    ANDed, and two values of one key would match nothing (keeping the last one silently did)."""
-    where: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ParetoError(f"filter {item!r} is not KEY=VALUE (e.g. layout=CCTT)")
-        key = key.strip()
-        if key in where:
-            raise ParetoError(
-                f"filter key {key!r} given twice ({key}={where[key]}, {key}={value.strip()}): one value per key"
-            )
-        where[key] = value.strip()
-    return where
+def parse_where(items: Where) -> list[Filter]:
+    """``["layout=CCTT", "lr>0.002"]`` -> the filters (:func:`dashboards.filters.parse_filters`): ``KEY=VALUE``,
+    ``!=``, ``<``, ``<=``, ``>``, ``>=`` and ``KEY in V1,V2``, ANDed; a key given twice with ``=`` refused."""
+    return parse_filters(items)
 
 
 def resolve_color_by(key: str, columns: Sequence[str]) -> str:
@@ -140,24 +133,21 @@ def _resolve_config_key(key: str, columns: Sequence[str]) -> str:
 _INDEXED = re.compile(r"^(?P<base>.+)\[(?P<index>\d+)\]$")  # ``depths[3]``: one stage of a list, as a spec names it
 
 
-@dataclass(frozen=True)
-class WhereKey:
-    """A ``--where`` key resolved: the config column it reads and, for ``depths[3]``, the list index."""
-
-    key: str  # as given
-    column: str  # config.model.depths
-    index: int | None = None
-
-
-def resolve_where(where: Mapping[str, str], columns_by_study: Mapping[str, Sequence[str]]) -> dict[str, WhereKey]:
-    """Each filter key resolved against the union of the studies' config columns, so one key means one
-    column in every study: ``layout`` is ``config.model.layout`` wherever it is found, or the key is
-    refused as ambiguous, naming the columns and the studies that hold each. A spec's indexed key
-    (``depths[3]``) filters on that element of the list. A key none of the studies has is refused,
-    with some of the keys they have."""
+def resolve_where(
+    where: Iterable[str] | Sequence[Filter],
+    columns_by_study: Mapping[str, Sequence[str]],
+    metrics_by_study: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, WhereKey]:
+    """Each filter key (of ``where``: keys, or filters) resolved against the union of the studies' config
+    columns, so one key means one column in every study: ``layout`` is ``config.model.layout`` wherever
+    it is found, or the key is refused as ambiguous, naming the columns and the studies that hold each.
+    A spec's indexed key (``depths[3]``) filters on that element of the list. A key that is no config
+    key but a metric of the studies (``metrics_by_study``: ``params``, ``flops``, ``top1``, ...) filters
+    on that metric. A key none of the studies has is refused, with some of the keys they have."""
     union = sorted({c for columns in columns_by_study.values() for c in columns})
+    metrics = sorted({m for names in (metrics_by_study or {}).values() for m in names})
     resolved = {}
-    for key in where:
+    for key in dict.fromkeys(f.key if isinstance(f, Filter) else f for f in where):
         indexed = _INDEXED.match(key)
         base, index = (indexed["base"], int(indexed["index"])) if indexed else (key, None)
         try:
@@ -169,53 +159,18 @@ def resolve_where(where: Mapping[str, str], columns_by_study: Mapping[str, Seque
                     f"{c} ({', '.join(s for s, cols in columns_by_study.items() if c in cols)})" for c in matches
                 )
                 raise ParetoError(f"filter key {key!r} is ambiguous: {held}; give the whole key") from None
+            if index is None and key in metrics:
+                resolved[key] = WhereKey(key, key, None, metric=True)
+                continue
             known = sorted({c.removeprefix("config.") for c in union})[:12]
             studies = "these studies" if len(columns_by_study) > 1 else "this study"
+            shown_metrics = f"; or a metric: {', '.join(metrics[:8])}" if metrics else ""
             raise ParetoError(
                 f"unknown filter key {key!r}: no config key of {studies}; e.g. {', '.join(known) or 'none recorded'}"
+                + shown_metrics
             ) from None
         resolved[key] = WhereKey(key, column, index)
     return resolved
-
-
-def _matches(series, value: str):
-    as_text = (series.map(_as_text) == value) | (series.map(str) == value)  # a list also as Python writes it
-    try:
-        number = float(value)
-    except ValueError:
-        return as_text
-    numeric = series.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
-    return (numeric & (series.where(numeric, np.nan).astype(float) == number)) | as_text
-
-
-def _as_text(value) -> str:
-    """A config value as a filter compares it: ``None``, ``CCTT``, and a list as the tables show it (``2/2/3/2``)."""
-    if value is None:
-        return "None"
-    if isinstance(value, (list, tuple)):
-        return "/".join(map(str, value))
-    return str(value)
-
-
-def check_index(name: str, key: WhereKey, values, study: str) -> None:
-    """An indexed filter key (``depths[3]``) against the shape of what the study stored: refused, naming
-    it, where the key holds no lists or the index is past the end of every one of them (an index out of
-    range matched nothing and read as "no trial matches")."""
-    lengths = [len(v) for v in values if isinstance(v, (list, tuple))]
-    shown = key.column.removeprefix("config.")
-    if not lengths and len(values):
-        raise ParetoError(f"filter key {name!r}: {shown} is not a list in study {study}; filter it without an index")
-    if lengths and key.index >= max(lengths):
-        index = str(key.index) if len(str(key.index)) <= 20 else f"{str(key.index)[:20]}..."
-        raise ParetoError(
-            f"filter key {name!r}: index {index} is past the end of {shown}, whose lists hold at most "
-            f"{max(lengths)} elements in study {study} (indices 0 to {max(lengths) - 1})"
-        )
-
-
-def _element(series, index: int):
-    """Element ``index`` of each list value (None where the value is no list or too short)."""
-    return series.map(lambda v: v[index] if isinstance(v, (list, tuple)) and index < len(v) else None)
 
 
 @dataclass
@@ -231,23 +186,19 @@ def _study_outcomes(
     study: str,
     objectives: Mapping[str, str],
     keys: Mapping[str, WhereKey],
-    where: Mapping[str, str],
+    where: Sequence[Filter],
     lacking: Sequence[str],
 ):
     known = store.metric_names(study)
     for metric in objectives:
         if metric not in known:
             raise ParetoError(f"unknown metric {metric!r}; known: {', '.join(known)}")
-    present = sorted({k.column for name, k in keys.items() if name not in lacking})
-    frame = store.outcomes(study, list(objectives), config_keys=present)
+    present = sorted({k.column for name, k in keys.items() if name not in lacking and not k.metric})
+    filtered = [k.column for name, k in keys.items() if name not in lacking and k.metric]
+    frame = store.outcomes(study, list(dict.fromkeys([*objectives, *filtered])), config_keys=present)
     if lacking:  # a study without a filtered key has no trial that matches it
         frame = frame.iloc[0:0].assign(**{keys[name].column: [] for name in lacking})
-    for name, key in keys.items():
-        if key.index is not None and name not in lacking:
-            check_index(name, key, frame[key.column], study)
-    for name, value in where.items():
-        column = frame[keys[name].column]
-        frame = frame[_matches(column if keys[name].index is None else _element(column, keys[name].index), value)]
+    frame = frame[filter_mask(frame, where, keys, study)]
     return frame.assign(study=study)
 
 
@@ -255,11 +206,12 @@ def query_front(
     store: StudyReader,
     studies: Sequence[str],
     objectives: Mapping[str, str],
-    where: Mapping[str, str] | None = None,
+    where: Where = None,
     *,
     with_configs: bool = True,
 ) -> FrontQuery:
-    """The front of ``objectives`` over the trials of ``studies`` that match ``where``.
+    """The front of ``objectives`` over the trials of ``studies`` that match ``where`` (filters as
+    :func:`parse_where` reads them: ``{"layout": "CCTT"}``, ``"lr>0.002"``, ``["params<1e6", "layout in CCTT,CTTT"]``).
 
     Reads only number, status and costs and the objectives (plus filtered config keys) of every
     trial; the configs of the front's members are added when ``with_configs``. The filter keys are
@@ -267,15 +219,15 @@ def query_front(
     contributes no trial, and :attr:`FrontQuery.lacking` names it.
     """
     studies = list(dict.fromkeys(studies))  # a study named twice is one study, not each trial twice
-    where = dict(where or {})
+    where = parse_filters(where)
     for study in studies:
         if not store.study_counts(study).total:
             raise ParetoError(f"study {study!r} has no trials yet")
     columns_by_study = {study: store.config_columns(study) for study in studies} if where else {}
-    keys = resolve_where(where, columns_by_study) if where else {}
-    lacking = {
-        study: [name for name, key in keys.items() if key.column not in columns_by_study[study]] for study in studies
-    }
+    metrics_by_study = {study: store.metric_names(study) for study in studies} if where else {}
+    keys = resolve_where(where, columns_by_study, metrics_by_study) if where else {}
+    held = {study: [*columns_by_study[study], *metrics_by_study[study]] for study in columns_by_study}
+    lacking = {study: [name for name, key in keys.items() if key.column not in held[study]] for study in held}
     lacking = {study: names for study, names in lacking.items() if names}
     frames = [_study_outcomes(store, s, objectives, keys, where, lacking.get(s, [])) for s in studies]
     kept = [frame for frame in frames if len(frame)] or frames[:1]  # no empty frame in a concat (dtypes)

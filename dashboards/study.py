@@ -38,7 +38,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards.pareto import hypervolume_progress, parse_objectives, query_front
+from dashboards.filters import Where, filter_mask, parse_filters
+from dashboards.pareto import hypervolume_progress, parse_objectives, query_front, resolve_where
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
 from search_space.url_secrets import sqlite_url_of_path
@@ -265,14 +266,24 @@ class Study:
         extra = [c for c in table.columns if c.endswith("_verified") or c == "on_verified_front"]
         return front.merge(table[["number", *extra]], on="number", how="left")
 
-    def trials(self, status: str | Sequence[str] | None = None) -> pd.DataFrame:
+    def trials(self, status: str | Sequence[str] | None = None, where: Where = None) -> pd.DataFrame:
         """One row per trial (of ``status``, one or several, when given): number, status, costs,
         final metrics and the config as ``config.*`` columns (``sampled.*``/``fixed.*``: the values
-        the search drew and those the spec fixed)."""
+        the search drew and those the spec fixed).
+
+        ``where``: filters as ``pareto --where`` takes them, ANDed: ``"lr>0.002"``, a list of them
+        (``["params<1e6", "layout in CCTT,CTTT"]``), or ``{"layout": "CCTT"}``; a key is a config key
+        (``layout``, ``config.model.layout``, ``depths[3]``) or a column of the frame (``params``, ``top1``)."""
         statuses = [status] if isinstance(status, str) else (list(status) if status is not None else None)
+        filters = parse_filters(where)
         frame = self._reader.trials(self.name, statuses=statuses)
         self._warn_left_out()
-        return frame
+        if not filters:
+            return frame
+        config = [c for c in frame.columns if c.startswith("config.")]
+        other = [c for c in frame.columns if not c.startswith(("config.", "sampled.", "fixed."))]
+        keys = resolve_where(filters, {self.name: config}, {self.name: other})
+        return frame[filter_mask(frame, filters, keys, self.name)].reset_index(drop=True)
 
     def learning_curves(self, numbers: Iterable[int] | None = None) -> pd.DataFrame:
         """Per-epoch metrics (one row per epoch: number, status, epoch, top1, losses, ...) of every
@@ -318,7 +329,7 @@ class Study:
         expensive: str | None = None,
         *,
         rule: Any = None,
-        where: Mapping[str, str] | None = None,
+        where: Where = None,
         resamples: int | None = None,
     ) -> Any:
         """Does a cheap signal predict the expensive one (``archsearch fidelity``, :mod:`dashboards.fidelity`)?
@@ -330,7 +341,8 @@ class Study:
 
         With ``expensive`` (another study of the same store, this one the cheap one): tau on the
         configurations both completed, the expensive front members this front holds, the expensive
-        hypervolume it recovers: a ``CrossFidelity``. ``where``: config filters, as ``pareto --where``."""
+        hypervolume it recovers: a ``CrossFidelity``. ``where``: filters, as ``pareto --where`` and
+        :meth:`trials` take them."""
         kwargs: dict[str, Any] = {"where": where}
         if resamples is not None:
             kwargs["resamples"] = int(resamples)

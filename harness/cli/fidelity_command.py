@@ -32,8 +32,9 @@ CROSS_COLUMNS = ["scope", "expensive_front_held", "untrained_by_cheap", "cheap_f
     "--where",
     "where",
     multiple=True,
-    metavar="KEY=VALUE",
-    help="Only the trials whose config matches, as pareto --where (repeatable, ANDed).",
+    metavar="FILTER",
+    help="Only the trials that match, as pareto --where: KEY=VALUE, !=, <, <=, >, >= or 'KEY in V1,V2' "
+    "(repeatable, ANDed).",
 )
 @click.option(
     "--resamples",
@@ -77,7 +78,7 @@ def fidelity_command(
                 )
             else:
                 result = fidelity.cross_fidelity(store, studies[0], studies[1], where=filters, resamples=resamples)
-    except (fidelity.FidelityError, pareto.ParetoError, store_package.StoreError) as error:
+    except (fidelity.FidelityError, pareto.ParetoError, pareto.FilterError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
     warn_damaged(store)  # on stderr: --json stays parseable
     if fmt == "json":

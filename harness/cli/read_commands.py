@@ -214,9 +214,11 @@ def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
     "--where",
     "where",
     multiple=True,
-    metavar="KEY=VALUE",
-    help="Filter by a config value, e.g. layout=CCTT or depths[3]=2 (repeatable, ANDed; over several studies "
-    "a key names one column in all, and a study without it matches nothing).",
+    metavar="FILTER",
+    help="Filter by a config value or a metric: KEY=VALUE, KEY!=VALUE, KEY<VALUE, KEY<=VALUE, KEY>VALUE, "
+    "KEY>=VALUE or 'KEY in V1,V2', e.g. layout=CCTT, depths[3]=2, 'lr>0.002', 'params<1e6', "
+    "'layout in CCTT,CTTT' (repeatable, ANDed; numbers compare as numbers, text as text; over several "
+    "studies a key names one column in all, and a study without it matches nothing).",
 )
 @store_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
@@ -231,7 +233,7 @@ def pareto_command(
             wanted = pareto.parse_objectives(objectives) if objectives else _studies_objectives(store, studies)
             result = pareto.query_front(store, list(studies), wanted, filters)
             specs = {name: store.study(name)["spec"] for name in dict.fromkeys(studies)}
-    except (pareto.ParetoError, store_package.StoreError) as error:
+    except (pareto.ParetoError, pareto.FilterError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
     # Before the table and on stderr, so --format json/csv on stdout stays parseable.
     warn_damaged(store)
