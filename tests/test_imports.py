@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -195,3 +196,56 @@ def test_the_project_modules_import_one_another_without_a_cycle():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def _documented_imports() -> list[tuple[str, str, str]]:
+    """``(doc, module, name)`` for every ``from MODULE import NAME`` of a project package in the Python
+    blocks of the README and the manual (docs/*.md; the committed reproductions hold no Python)."""
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```python\n(.*?)```", doc.read_text(), re.DOTALL):
+            for node in ast.walk(ast.parse(block)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
+                    found += [(doc.name, node.module, alias.name) for alias in node.names]
+    return found
+
+
+def test_every_public_name_the_docs_use_imports_from_harness_the_one_home():
+    """Issue 61: ``from harness import run_search, load_study`` was an ImportError (load_study lived in
+    dashboards). Every name the README and the manual import from Python imports from ``harness``, and
+    they import it from there; so does every name ``harness`` declares public."""
+    import harness
+
+    documented = _documented_imports()
+    assert {name for _, _, name in documented} >= {"run_search", "load_study", "run_trial", "build_model", "Store"}
+    elsewhere = [f"{doc}: from {module} import {name}" for doc, module, name in documented if module != "harness"]
+    assert elsewhere == [], "the docs import these from outside the one home"
+    for name in {*harness.__all__, *(name for _, _, name in documented)}:
+        assert name in harness.__all__, name
+        assert getattr(importlib.import_module("harness"), name) is not None
+    from dashboards.study import Study, load_study
+    from harness import Study as HomeStudy
+    from harness import load_study as home_load_study
+
+    assert HomeStudy is Study and home_load_study is load_study
+
+
+def test_import_harness_stays_light_and_a_reading_name_starts_no_search_machinery():
+    assert _heavy_after("import harness") == []
+    loaded = _heavy_after("from harness import load_study, Study, StudyNotFound")
+    assert "pandas" in loaded and not {"ray", "optuna", "torch", "sqlalchemy"} & set(loaded), loaded
+
+
+def test_dashboards_points_to_harness_for_the_names_it_does_not_define():
+    import dashboards
+    import harness
+
+    assert set(dashboards.ELSEWHERE) == {*harness.__all__} - {"load_study"}
+    for name in dashboards.ELSEWHERE:
+        with pytest.raises(ImportError, match=rf"from harness import {name}\)"):
+            exec(f"from dashboards import {name}", {})
+    from dashboards import load_study  # its own: still there
+
+    assert callable(load_study)
+    with pytest.raises(AttributeError):
+        _ = dashboards.no_such_name

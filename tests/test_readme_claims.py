@@ -159,7 +159,7 @@ def test_the_report_thresholds_are_the_readmes():
 
 def test_trial_configs_are_frozen_dataclasses():
     """docs/fronts-and-reports.md: a study's ``trial_config`` is a frozen ``TrialConfig``."""
-    _says("docs/fronts-and-reports.md", "a frozen `TrialConfig` that `trials.runner.run_trial` takes")
+    _says("docs/fronts-and-reports.md", "a frozen `TrialConfig` that `run_trial` takes")
     from trials.config.trial_config import load_trial_config
 
     config = load_trial_config({"model": "cait_tiny32"})
