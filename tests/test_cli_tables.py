@@ -3,6 +3,8 @@ shape everywhere, the searched parameters always shown, and why a trial failed."
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -107,3 +109,37 @@ def test_trials_flags_a_stored_config_that_disagrees_with_its_spec(tmp_path):
     assert rows[0]["spec_mismatch"] == "" and rows[1]["spec_mismatch"].startswith("ca_depth: 2")
     assert (rows[0]["sampled.depth"], rows[0]["fixed.ca_depth"], rows[0]["fixed.mlp_ratio"]) == (2, 1, 2.0)
     assert rows[1]["fixed.ca_depth"] is None  # an older trial: no record of its parameters
+
+
+def test_csv_and_json_keep_whole_number_columns_whole_even_with_a_missing_value(tmp_path):
+    """Issue 61: ``trials --format csv`` wrote ``seed`` 1.0, ``params`` 156606.0, ``batch_size`` 32.0: a
+    failed trial's missing values had made pandas turn those columns into floats. Stored integer
+    columns, whole-number final metrics and integer config values round-trip as integers (a missing
+    one empty or null); a float stays a float (top1 50.0, lr 0.002)."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("s", {"name": "s"}, {"top1": "max", "flops": "min"})
+        store.finish_trial(
+            "s", 0, status="completed", seed=1,
+            config={"seed": 1, "data": {"batch_size": 32}, "training": {"lr": 0.002}},
+            measurement={"flops": 4_000_000, "params": 156_606, "batch_size": 32},
+            final={"top1": 50.0, "epochs": 4, "steps": 188},
+        )  # fmt: skip
+        store.finish_trial("s", 1, status="failed", config={"training": {"lr": 0.001}}, error="boom")
+    whole = ["seed", "params", "flops", "batch_size", "epochs", "steps", "config.seed", "config.data.batch_size"]
+    for command in (["trials", "s"], ["pareto", "s"]):
+        done = CliRunner().invoke(main, [*command, "--store", url, "--format", "csv"])
+        assert done.exit_code == 0, done.output
+        rows = {row["number"]: row for row in csv.DictReader(io.StringIO(done.stdout))}
+        first = rows["0"]
+        for column in [c for c in whole if c in first]:
+            assert first[column].isdigit(), f"{command[0]}: {column}={first[column]!r}"
+        assert first["config.data.batch_size"] == "32" and first["flops"] == "4000000"
+        assert first["top1"] == "50.0"
+        if "1" in rows:  # the failed trial (trials only: pareto shows the front)
+            assert rows["1"]["seed"] == "" and rows["1"]["config.data.batch_size"] == ""
+            assert rows["1"]["config.training.lr"] == "0.001"
+    done = CliRunner().invoke(main, ["trials", "s", "--store", url, "--format", "json"])
+    first, failed = json.loads(done.stdout)
+    assert [type(first[c]) for c in whole] == [int] * len(whole), {c: first[c] for c in whole}
+    assert failed["seed"] is None and failed["params"] is None and isinstance(first["top1"], float)

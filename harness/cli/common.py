@@ -18,6 +18,7 @@ from trials.errors import cut_at_word
 from trials.lazy import lazy_import
 
 store_package = lazy_import("harness.store")  # SQLAlchemy: only for the commands that open a store
+store_schema = lazy_import("harness.store.schema")  # which stored columns hold whole numbers
 
 
 class UsageError(click.ClickException):
@@ -123,8 +124,32 @@ def warn_damaged(store, study: str | None = None) -> int:
     return sum(problem.trial is not None for problem in damaged)
 
 
+def integer_columns(frame) -> set[str]:
+    """The columns of ``frame`` that hold whole numbers although pandas made them floats (a missing
+    value turns a column of ints into floats: ``seed`` 1.0, ``params`` 156606.0): every stored
+    integer column (:data:`harness.store.schema.INTEGER_FIELDS`), the whole-number final metrics, and
+    a config value (``config.*``, ``sampled.*``, ``fixed.*``) whose every present value is whole while
+    another trial lacks it. A float column with no missing value stays as it is: pandas kept its type."""
+    names = {*store_schema.INTEGER_FIELDS, *store_schema.INTEGER_METRICS}
+    found = set()
+    for column in frame.columns:
+        series = frame[column]
+        if series.dtype.kind != "f":
+            continue
+        present = series.dropna()
+        if not bool((present % 1 == 0).all()):  # a fraction or an infinity: a float column
+            continue
+        name = str(column)
+        if name in names or (name.startswith(("config.", "sampled.", "fixed.")) and len(present) < len(series)):
+            found.add(name)
+    return found
+
+
 def records(frame) -> list[dict]:
-    """DataFrame rows as plain dicts: NaN -> None, numpy scalars -> Python, times -> ISO strings."""
+    """DataFrame rows as plain dicts: NaN -> None, numpy scalars -> Python, times -> ISO strings, and
+    whole numbers as ints where pandas made their column floats (:func:`integer_columns`), so CSV and
+    JSON write ``seed`` 1, not 1.0."""
+    integers = integer_columns(frame)
     records = []
     for record in frame.to_dict(orient="records"):
         clean = {}
@@ -135,6 +160,8 @@ def records(frame) -> list[dict]:
                 value = value.isoformat()
             if isinstance(value, float) and math.isnan(value):
                 value = None
+            if key in integers and isinstance(value, float):
+                value = int(value)
             clean[key] = value
         records.append(clean)
     return records

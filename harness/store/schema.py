@@ -174,4 +174,16 @@ MEASUREMENT_FIELDS = tuple(c.name for c in Measurement.__table__.columns if c.na
 NUMERIC_MEASUREMENT_FIELDS = tuple(
     c.name for c in Measurement.__table__.columns if c.name != "trial_id" and c.type.python_type in (int, float)
 )
+# Whole-number columns of a trial, its cost and its epochs (ids and keys aside): a read frame turns one
+# into floats where a value is missing (pandas), and the CSV and JSON writers turn it back.
+INTEGER_FIELDS = tuple(
+    dict.fromkeys(
+        c.name
+        for table in (Trial.__table__, Measurement.__table__, EpochRecord.__table__)
+        for c in table.columns
+        if c.type.python_type is int and c.name not in ("id", "trial_id", "study_id")
+    )
+)
+# Whole-number final metrics (trials.runner.final_metrics): the epochs and optimiser steps a trial ran.
+INTEGER_METRICS = ("epochs", "steps")
 EPOCH_FIELDS = tuple(c.name for c in EpochRecord.__table__.columns if c.name not in ("id", "trial_id"))
