@@ -43,8 +43,7 @@ def __getattr__(name: str) -> object:
     """``from dashboards import run_search``: an ImportError naming the one home of the Python API."""
     if name in ELSEWHERE:
         raise ImportError(
-            f"{name} is not imported from dashboards: the Python API's home is harness "
-            f"(from harness import {name})",
+            f"{name} is not imported from dashboards: the Python API's home is harness (from harness import {name})",
             name=name,
         )
     raise AttributeError(f"module 'dashboards' has no attribute {name!r}")

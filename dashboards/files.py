@@ -23,7 +23,7 @@ import contextlib
 import os
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from trials.atomic import write_beside
@@ -101,10 +101,19 @@ def _is_standard_output(path: str | Path) -> bool:
     return (target.st_dev, target.st_ino) == (out.st_dev, out.st_ino)
 
 
-def check_output(path: str | Path, *, reads: Iterable[str | Path] = (), option: str = "--output") -> Path | None:
+def check_output(
+    path: str | Path,
+    *,
+    reads: Iterable[str | Path] = (),
+    option: str = "--output",
+    extensions: Sequence[str] = (),
+    writes: str = "",
+) -> Path | None:
     """The file an output goes to, looked at before anything is written: None for standard output.
 
     ``reads``: files the command reads (the SQLite store, a spec); the output may be none of them.
+    ``extensions`` (``(".html", ".htm")``) with ``writes`` (``"the report is HTML"``): the names the
+    output's format takes; a name whose extension is another (:func:`check_extension`) is refused.
     Raises :class:`OutputRefused` naming ``option`` and the path.
     """
     reads = list(reads)
@@ -125,6 +134,8 @@ def check_output(path: str | Path, *, reads: Iterable[str | Path] = (), option: 
     for read in reads:  # by (device, inode), or by name where absent (a store's -wal before SQLite makes one)
         if _same_file(target, read):
             raise OutputRefused(f"{option} {shown}: is {_shown(read)}, which this command reads; write elsewhere")
+    if extensions:
+        check_extension(path, extensions, writes, option=option)
     try:
         mode = os.stat(target).st_mode
     except OSError:  # nothing there (or no way there: the write says why, as it always did)
@@ -133,6 +144,20 @@ def check_output(path: str | Path, *, reads: Iterable[str | Path] = (), option: 
         kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
         raise OutputRefused(f"{option} {shown}: is {kind}; give a file path, or - for standard output")
     return target
+
+
+def check_extension(path: str | Path, extensions: Sequence[str], writes: str, *, option: str = "--output") -> None:
+    """Refuse an output name whose extension says another format than the one written: ``report -o
+    h1.png`` wrote HTML into a ``.png``, which an image viewer then refuses and a file manager shows as a
+    broken picture. An extension is a final suffix of letters only (``.png``, ``.json``); a name without
+    one (``report``, ``run.2024``) is written as asked. Nothing is written when refused."""
+    suffix = Path(str(path)).suffix
+    if suffix[1:].isalpha() and suffix.lower() not in {e.lower() for e in extensions}:
+        accepted = " or ".join(extensions)
+        raise OutputRefused(
+            f"{option} {_shown(path)}: the extension {_shown(suffix)} does not match what is written "
+            f"({writes}); use {accepted}"
+        )
 
 
 def check_output_dir(path: str | Path, *, option: str) -> Path:

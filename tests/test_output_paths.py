@@ -261,8 +261,38 @@ def test_the_report_is_never_one_of_its_own_figures(tmp_path, store_url):
     figure = png / "s-pareto.png"
     figure.write_bytes(b"\x89PNG an earlier figure")
     result = CliRunner().invoke(main, ["report", "s", "-o", str(figure), "--png", str(png), "--store", store_url])
-    assert result.exit_code == 2 and len(_error_lines(result.output)) == 1 and "--png" in result.output
+    assert result.exit_code == 2 and len(_error_lines(result.output)) == 1 and "extension .png" in result.output
     assert figure.read_bytes() == b"\x89PNG an earlier figure"
+
+
+EXTENSIONS = {  # command -> (a name of another format, the extensions its message lists, a name it takes)
+    "report": (lambda out, url: ["report", "s", "-o", out, "--store", url], "h1.png", ".html or .htm", "r.htm"),
+    "export": (lambda out, url: ["export", "s", "0", "-o", out, "--store", url], "t.json", ".yaml or .yml", "t.yml"),
+    "export --weights": (
+        lambda out, url: ["export", "s", "0", "-o", "-", "--weights", out, "--store", url],
+        "w.yaml",
+        ".pt or .pth or .ckpt",
+        None,  # written only where the search kept a checkpoint (tests/test_export.py)
+    ),
+}
+
+
+@pytest.mark.parametrize("command", sorted(EXTENSIONS))
+def test_an_output_named_for_another_format_is_refused_and_nothing_is_written(tmp_path, store_url, command):
+    """Issue 61: ``report -o reports/h1.png`` wrote HTML into a .png. An output whose extension says
+    another format is refused in one line naming the extension and the ones it takes, before anything
+    is written (its folder included); the format's own extensions, and a name without one, are written."""
+    args, wrong, accepted, right = EXTENSIONS[command]
+    out = tmp_path / "reports" / wrong
+    result = CliRunner().invoke(main, args(str(out), store_url))
+    assert result.exit_code == 2, result.output
+    (line,) = _error_lines(result.output)
+    assert f"the extension {out.suffix} does not match what is written" in line and f"use {accepted}" in line
+    assert not out.parent.exists()
+    if right is not None:
+        for name in (right, right.upper(), "no-extension", "run.2024"):
+            result = CliRunner().invoke(main, args(str(tmp_path / name), store_url))
+            assert result.exit_code == 0 and (tmp_path / name).is_file(), (name, result.output)
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

@@ -44,6 +44,8 @@ store_package = lazy_import("harness.store")  # SQLAlchemy
 checkpoints = lazy_import("harness.search.checkpoints")  # torch, for --weights
 
 # Where the original run was placed: dropped from an export (see the module docstring).
+YAML_EXTENSIONS = (".yaml", ".yml")  # export -o: a trial YAML
+WEIGHTS_EXTENSIONS = (".pt", ".pth", ".ckpt")  # export --weights: torch.save's file
 PLACEMENT_KEYS = ("cpus", "gpu_memory_fraction", "device", "distributed")
 
 
@@ -80,7 +82,9 @@ def exported_config(
 @click.command("export")
 @click.argument("study")
 @click.argument("number", type=int)
-@click.option("-o", "--output", "output", required=True, help="Trial YAML to write (- for standard output).")
+@click.option(
+    "-o", "--output", "output", required=True, help="Trial YAML to write, named .yaml or .yml (- for standard output)."
+)
 @click.option(
     "--epochs",
     type=click.IntRange(min=1),
@@ -132,7 +136,9 @@ def export_command(
         raise UsageError("--results-dir goes with --weights (where the search kept the trial's checkpoint)")
     store_files = store_package.sqlite_files(store_package.resolve_store_url(store_url))
     try:  # looked at before anything is read or written: never the store, never a device or a link
-        target = check_output(output, reads=store_files, option="--output")
+        target = check_output(
+            output, reads=store_files, option="--output", extensions=YAML_EXTENSIONS, writes="a trial YAML"
+        )
         weights_target = _weights_output(weights, target, store_files)
     except OutputRefused as error:
         raise UsageError(str(error)) from None
@@ -213,7 +219,9 @@ def _weights_output(weights: str | None, yaml_target: Path | None, reads: list) 
     binary: never standard output), never the YAML the export writes, nor a file the command reads."""
     if weights is None:
         return None
-    target = check_output(weights, reads=reads, option="--weights")
+    target = check_output(
+        weights, reads=reads, option="--weights", extensions=WEIGHTS_EXTENSIONS, writes="the weights are a torch file"
+    )
     if target is None:
         raise OutputRefused(
             f"--weights {printable(weights)}: the weights are binary; give a file path, not standard output"

@@ -190,6 +190,8 @@ def _parse_sort(text: str, store, study: str) -> tuple[str, bool]:
     return metric, store.objectives(study).get(metric) == "max"
 
 
+REPORT_EXTENSIONS = (".html", ".htm")  # report -o: the report is one HTML file
+
 _METRIC_COLUMNS = ("top1", "top5", "eval_loss", "train_loss", "best_top1", "epochs")
 
 
@@ -282,7 +284,12 @@ def _with_verified(store_url: str | None, front, objectives: dict[str, str]):
 @click.command("report")
 @click.argument("studies", nargs=-1, required=True)
 @click.option(
-    "-o", "--output", "output", default="report.html", show_default=True, help="HTML file (- for standard output)."
+    "-o",
+    "--output",
+    "output",
+    default="report.html",
+    show_default=True,
+    help="HTML file, named .html or .htm (- for standard output).",
 )
 @click.option("--objectives", default=None, help="METRIC:max|min,... (default: each study's own objectives).")
 @click.option("--png", "png_dir", default=None, help="Also write the figures here, as PNGs.")
@@ -304,10 +311,12 @@ def report_command(
         wanted = pareto.parse_objectives(objectives) if objectives else None
         # Looked at before anything is read or written: never the store, never a device or a link.
         store_files = store_package.sqlite_files(store_package.resolve_store_url(store_url))
-        target = check_output(output, reads=store_files, option="--output")
+        target = check_output(
+            output, reads=store_files, option="--output", extensions=REPORT_EXTENSIONS, writes="the report is HTML"
+        )
         if png_dir is not None:
             check_output_dir(png_dir, option="--png")
-            _clear_of_figures(png_dir, output, target, store_files)
+            _clear_of_figures(png_dir, store_files)
         with open_store(store_url, create=False, read_only=True) as store:
             for study in studies:
                 store.study(study)  # unknown study: a one-line error before any work
@@ -335,19 +344,16 @@ def report_command(
         click.echo(f"report written to {printable(str(Path(path).resolve()))}")
 
 
-def _clear_of_figures(png_dir: str, output: str, target: Path | None, store_files: list) -> None:
-    """Neither the report (``-o``) nor the store is a file ``--png`` may write: a ``.png`` name in
-    the --png directory is the figures' (``<study>-<figure>.png``, ``studies-pareto.png``)."""
+def _clear_of_figures(png_dir: str, store_files: list) -> None:
+    """The store is no file ``--png`` may write: a ``.png`` name in the --png directory is the figures'
+    (``<study>-<figure>.png``, ``studies-pareto.png``). (The report itself is never a ``.png``: its
+    extension is checked first.)"""
 
     def in_png_dir(path) -> bool:
         return Path(path).suffix.lower() == ".png" and os.path.realpath(os.path.dirname(os.path.abspath(path))) == (
             os.path.realpath(png_dir)
         )
 
-    if target is not None and in_png_dir(target):
-        raise OutputRefused(
-            f"--output {printable(output)}: a .png in the --png directory, where the figures go; write elsewhere"
-        )
     for read in store_files:
         if in_png_dir(read) and os.path.lexists(read):
             raise OutputRefused(
