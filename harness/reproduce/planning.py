@@ -8,19 +8,15 @@ time here, from one timed training step of each variant on this machine.
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
-
-import torch
 
 from harness.reproduce.cluster_scale import ClusterRun
 from harness.reproduce.cluster_scale import cost as cluster_cost
 from harness.reproduce.studies import Run, variant_config
 from search_space.cost_model import estimate_flops, estimate_params
-from trials.models import build_model
+from trials.measurement.timing import training_step_seconds
 from trials.models.config import CaiTConfig, CoAtNetConfig
 
-TIMED_STEPS = 2  # after one warm-up step
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
 RUN_OVERHEAD_S = 5.0  # building, measuring params/FLOPs/throughput, writing the record
 
@@ -36,24 +32,7 @@ def grids(config: CaiTConfig | CoAtNetConfig) -> list[list[int]]:
 
 def _step_seconds(config: CaiTConfig | CoAtNetConfig, batch_size: int) -> float:
     """Median seconds of one training step at ``batch_size`` on one CPU thread (a trial's share here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model = build_model(config.replace(num_classes=10))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        images = torch.randn(batch_size, 3, config.image_size, config.image_size)
-        labels = torch.randint(0, 10, (batch_size,))
-        times = []
-        for _ in range(TIMED_STEPS + 1):
-            started = time.perf_counter()
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            times.append(time.perf_counter() - started)
-        return sorted(times[1:])[len(times[1:]) // 2]
-    finally:
-        torch.set_num_threads(threads)
+    return training_step_seconds(config.replace(num_classes=10), batch_size)
 
 
 def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:

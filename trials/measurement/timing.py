@@ -1,4 +1,6 @@
-"""Wall-clock timing of device work: synchronised, warmed up, repeated; medians and spreads."""
+"""Wall-clock timing of device work: synchronised, warmed up, repeated; medians and spreads; and the
+seconds of one training step of a model config, the unit the plans of ``reproduce --plan`` and
+``archsearch check`` multiply by the steps a run takes."""
 
 from __future__ import annotations
 
@@ -8,6 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from trials.models.build import build_model
+from trials.models.config import ModelConfig
+
+TIMED_STEPS = 2  # of a training step's timing, after one warm-up step
 
 
 def synchronize(device: torch.device) -> None:
@@ -62,3 +69,32 @@ def time_repeated(fn: Callable[[], object], device: torch.device, warmup: int = 
         fn()
     synchronize(device)
     return Timing(tuple(time_once(fn, device) for _ in range(repeats)))
+
+
+def training_step_seconds(config: ModelConfig, batch_size: int, *, threads: int = 1) -> float:
+    """Seconds of one AdamW training step of ``config`` at ``batch_size`` on this machine's CPU, on
+    ``threads`` intra-op threads (a CPU trial's share: one by default): the upper median of
+    :data:`TIMED_STEPS` steps after a warm-up step, on random images of the config's size and channels.
+
+    One helper for every plan made before anything trains (``archsearch reproduce --plan``,
+    ``archsearch check``), so their estimates of the same model agree."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        model = build_model(config)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        channels = getattr(config, "in_chans", 3)
+        images = torch.randn(batch_size, channels, config.image_size, config.image_size)
+        labels = torch.randint(0, config.num_classes, (batch_size,))
+        times = []
+        for _ in range(TIMED_STEPS + 1):
+            started = time.perf_counter()
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            times.append(time.perf_counter() - started)
+        timed = sorted(times[1:])
+        return timed[len(timed) // 2]
+    finally:
+        torch.set_num_threads(previous)
