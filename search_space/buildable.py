@@ -120,6 +120,16 @@ class Buildability:
     def nothing_builds(self) -> bool:
         return bool(self.errors) and self.failures == len(self.errors)
 
+    def failure_groups(self) -> list[tuple[str, set[int]]]:
+        """The configs that do not build, grouped by the key their error names: ``(key, rows of
+        tried)``, the commonest first (ties: the one met first). :meth:`reasons` explains the first
+        :data:`MAX_REASONS` of them in this order; ``archsearch check`` counts and shows each."""
+        by_key: dict[str, set[int]] = {}
+        for i, error in enumerate(self.errors):
+            if error is not None:
+                by_key.setdefault(error.field, set()).add(i)
+        return sorted(by_key.items(), key=lambda item: (-len(item[1]), min(item[1])))
+
     def reasons(self, spec: SearchSpec) -> list[str]:
         """Why configs do not build: up to :data:`MAX_REASONS` errors (by the key they name, commonest
         first), each with the values or pairs of values of discrete parameters whose every tried config
@@ -138,12 +148,8 @@ class Buildability:
             for pattern, rows in candidates.items()
             if len(rows) >= minimum and all(self.errors[i] is not None for i in rows)
         }
-        by_key: dict[str, set[int]] = {}
-        for i, error in enumerate(self.errors):
-            if error is not None:
-                by_key.setdefault(error.field, set()).add(i)
         found = []
-        for _, rows in sorted(by_key.items(), key=lambda item: (-len(item[1]), min(item[1])))[:MAX_REASONS]:
+        for _, rows in self.failure_groups()[:MAX_REASONS]:
             error = self.errors[min(rows)]
             uncovered, texts = set(rows), []
             while uncovered and len(texts) < MAX_REASONS:

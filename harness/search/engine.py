@@ -47,6 +47,27 @@ class Engine:
     stoppers: list[Stopper] = field(default_factory=list)
 
 
+def build_searcher(
+    spec: SearchSpec,
+    store_url: str,
+    name: str,
+    session: SearchSession,
+    *,
+    storage: Any = None,
+    factory: SearcherFactory = ArchsearchSearch,
+    quiet: bool = False,
+) -> ArchsearchSearch:
+    """The searcher of a search: the spec's sampler, and its first trials enqueued (the warm start's, or
+    the initial spread over the cost). A search's engine and ``archsearch check``'s dry run
+    (:mod:`harness.search.dry_run`) build it here, so the dry run proposes what the search would."""
+    searcher = factory(spec, store_url, name, storage, make_sampler(spec), session)
+    if spec.search.warm_start is not None:
+        warm_start.apply(searcher, spec, store_url, name)
+    elif initial_design.planned_spread(spec):
+        initial_design.apply(searcher, spec, name, quiet=quiet)
+    return searcher
+
+
 def build_engine(
     spec: SearchSpec,
     store_url: str,
@@ -68,11 +89,7 @@ def build_engine(
     live progress line; ``quiet``: the initial design says nothing; ``build``: the trial config the
     store records for a proposal (a replay's table configurations are looked up, never built).
     """
-    searcher = searcher_factory(spec, store_url, name, storage, make_sampler(spec), session)
-    if spec.search.warm_start is not None:
-        warm_start.apply(searcher, spec, store_url, name)
-    elif initial_design.planned_spread(spec):
-        initial_design.apply(searcher, spec, name, quiet=quiet)
+    searcher = build_searcher(spec, store_url, name, session, storage=storage, factory=searcher_factory, quiet=quiet)
     spec_dict = spec.model_dump(mode="json")
     callbacks: list[Callback] = [InterruptCallback(session)] if signals else []
     callbacks.append(StoreCallback(store_url, name, spec_dict, session, build))

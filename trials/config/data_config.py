@@ -70,6 +70,8 @@ MAX_LOADER_PROCESSES = 1024
 
 
 TRAIN_SIZE_CAPPED = ("synthetic", "mnist5k")  # the datasets whose training split ``train_size`` sets or caps
+DIGITS_SIZE = 1797  # scikit-learn's digits
+CIFAR_TRAIN_SIZE = 50_000  # CIFAR-10's and CIFAR-100's official training split
 
 
 def step_batch(name: str, batch_size: int, train_size: int) -> int:
@@ -212,3 +214,16 @@ class DataConfig:
     def uses_loader(self) -> bool:
         """Whether training batches come from a DataLoader (per-sample transforms) or the tensor path."""
         return not self.in_memory or self.augment.randaugment is not None
+
+
+def training_images(config: DataConfig) -> int | None:
+    """How many images one epoch of ``config`` trains on, known without loading anything (None: an image
+    folder's, counted where it is read). What ``archsearch check`` multiplies into a trial's steps; the
+    splits :mod:`trials.data.loading` builds hold exactly this many (``tests/test_search_check.py``)."""
+    if config.name == "imagefolder":
+        return None
+    if config.name == "mnist5k":  # val_fraction does not apply: its validation split is fixed in size
+        return min(config.train_size, MNIST5K_SIZE - MNIST5K_TEST_SIZE - MNIST5K_VAL_SIZE)
+    size = {"synthetic": config.train_size, "digits": DIGITS_SIZE}.get(config.name, CIFAR_TRAIN_SIZE)
+    fraction = config.val_fraction or (DIGITS_VAL_FRACTION if config.name == "digits" else 0.0)
+    return size - max(1, round(size * fraction)) if fraction > 0 else size

@@ -124,7 +124,16 @@ def worker_trial_config(search_spec: SearchSpec, tune_config: dict[str, Any]) ->
 
 
 def place_trial(config: dict[str, Any], wanted: Resources, assigned_cpus: float | None) -> None:
-    """Fit the trial config to what the trial asked Ray for (``search.resources``), in place."""
+    """Fit the trial config to what the trial asked Ray for (``search.resources``), in place, and hide
+    the GPUs from a CPU trial's process (:func:`fit_to_resources` is the config's part alone)."""
+    fit_to_resources(config, wanted, assigned_cpus)
+    if wanted.gpus == 0:  # and the trial's DataLoader workers see none either
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def fit_to_resources(config: dict[str, Any], wanted: Resources, assigned_cpus: float | None) -> None:
+    """The trial config fitted to ``search.resources``, in place, touching nothing else: what a worker
+    trains, and what ``archsearch check`` shows of a proposal without running it."""
     if 0 < wanted.gpus < 1:  # packed trials: each keeps to its share, so one's OOM never kills a neighbour
         config["gpu_memory_fraction"] = wanted.gpus
         if wanted.mps:  # a client of the node's MPS daemon, capped by MPS itself
@@ -133,7 +142,6 @@ def place_trial(config: dict[str, Any], wanted: Resources, assigned_cpus: float 
         # No GPU asked for means the CPU, on any node: Ray 2.60 no longer hides a GPU node's GPUs
         # from zero-GPU workers, so ``device: auto`` would put every such trial on cuda:0, uncapped.
         config["device"] = "cpu"
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # and the trial's DataLoader workers see none either
     config["cpus"] = assigned_cpus or wanted.cpus
     if wanted.workers > 1:  # rank 0 here, the other ranks Ray tasks in this trial's placement group
         config["distributed"] = {"workers": wanted.workers}
