@@ -454,5 +454,7 @@ def _concerns(field: str, param: str) -> bool:
     """Whether a config error on ``field`` (e.g. model.embed_dim) is about parameter ``param``."""
     leaf = field.rsplit(".", 1)[-1]
     base = _INDEXED.match(param)
+    if base and "[" in leaf:  # one stage's error is that stage's parameter's: dims[9]'s is not dims[3]'s
+        return leaf == param
     name = base["field"] if base else param.rsplit(".", 1)[-1]
     return leaf.split("[")[0] == name

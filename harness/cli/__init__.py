@@ -1,10 +1,10 @@
 """The ``archsearch`` command line.
 
 Commands live by what they touch: :mod:`.trial_commands` (one model or trial, no store),
-:mod:`.read_commands` (read studies), :mod:`.run_commands` (run studies, write the store);
-:mod:`.common` holds what they share. Heavy packages are bound lazily (``trials.lazy``), so
-``archsearch --help`` imports neither torch nor Ray. Bad input exits with code 2 and a one-line
-message naming the offending value.
+:mod:`.read_commands` (read studies), :mod:`.run_commands` (run studies, write the store),
+:mod:`.check_command` (what a search would do, writing nothing); :mod:`.common` holds what they share.
+Heavy packages are bound lazily (``trials.lazy``), so ``archsearch --help`` imports neither torch nor Ray.
+Bad input exits with code 2 and a one-line message naming the offending value.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import click
 
 from harness import __version__
 from harness.cli.admin_commands import export_command
+from harness.cli.check_command import check_command
 from harness.cli.common import crash_log, one_line
 from harness.cli.fidelity_command import fidelity_command
 from harness.cli.read_commands import pareto_command, report_command, studies_command, trials_command
@@ -172,6 +173,7 @@ for _command in (
     bench_command,
     studies_command,
     trials_command,
+    check_command,
     search_command,
     pareto_command,
     report_command,

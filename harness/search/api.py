@@ -12,6 +12,10 @@ returns the study instead of printing it. A search that ends early (Ctrl-C, a st
 :class:`harness.search.interrupts.SearchInterrupted`, which says how to resume; a search whose
 trials all failed returns its study, whose ``record["status"]`` is ``failed`` with the reason in
 ``record["status_message"]``, as Optuna returns a study whose trials failed.
+
+With ``dry_run=True`` it does what ``archsearch check`` does: nothing runs or is written, Ray is not
+started, and it returns a :class:`harness.search.dry_run.SearchCheck` (the space, its infeasible share,
+the priced costs, the time here, the first proposals as their trials would run them).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from dashboards.study import Study, load_study, store_url_of
 from harness.search import driver
+from harness.search import dry_run as _dry_run
 from harness.search.cluster.ray_setup import check_study_name
 from harness.store import Store, resolve_store_url
 from search_space.spec import SearchSpec
@@ -37,8 +42,12 @@ def _store_url(store: Any) -> str | None:
     return store_url_of(store, "run_search")
 
 
+SpecSource = str | Path | Mapping[str, Any] | SearchSpec | None
+
+
+@overload
 def run_search(
-    spec: str | Path | Mapping[str, Any] | SearchSpec | None = None,
+    spec: SpecSource = None,
     *,
     store: str | os.PathLike | Store | None = None,
     name: str | None = None,
@@ -46,7 +55,35 @@ def run_search(
     results_dir: str | Path | None = None,
     resume: bool = False,
     verbose: bool = False,
-) -> Study:
+    dry_run: Literal[False] = False,
+) -> Study: ...
+
+
+@overload
+def run_search(
+    spec: SpecSource = None,
+    *,
+    store: str | os.PathLike | Store | None = None,
+    name: str | None = None,
+    address: str | None = None,
+    results_dir: str | Path | None = None,
+    resume: bool = False,
+    verbose: bool = False,
+    dry_run: Literal[True],
+) -> _dry_run.SearchCheck: ...
+
+
+def run_search(
+    spec: SpecSource = None,
+    *,
+    store: str | os.PathLike | Store | None = None,
+    name: str | None = None,
+    address: str | None = None,
+    results_dir: str | Path | None = None,
+    resume: bool = False,
+    verbose: bool = False,
+    dry_run: bool = False,
+) -> Study | _dry_run.SearchCheck:
     """Run the search ``spec`` describes and return its study (read-only, like ``load_study``).
 
     ``spec``: a YAML path, a mapping, or a :class:`SearchSpec`; with ``resume=True`` it may be left
@@ -54,10 +91,13 @@ def run_search(
     :class:`Store` (what ``load_study`` takes), else ``$ARCHSEARCH_STORE``, else
     ``sqlite:///archsearch.db``. ``name``: the study (default: the spec's name). ``address``: a Ray
     cluster to join (default: a local Ray). ``results_dir``: where Ray Tune keeps checkpoints.
+    ``dry_run``: run nothing, write nothing, start no Ray; return what ``archsearch check`` prints, a
+    :class:`harness.search.dry_run.SearchCheck` (its ``proposals`` are the trials the search would
+    start with, as they would train).
     Arguments of another type are a ``TypeError`` naming the argument.
     Bad input raises the same errors, naming the same keys, as the command line reports.
     """
-    _check_arguments(spec, address, resume, verbose)
+    _check_arguments(spec, address, resume, verbose, dry_run)
     url = resolve_store_url(_store_url(store))
     if name is not None:
         if not isinstance(name, str):
@@ -73,6 +113,8 @@ def run_search(
             spec = load_spec(opened.study(name)["spec"], check_paths=address is None)
     elif not isinstance(spec, SearchSpec):
         spec = load_spec(spec if isinstance(spec, Mapping) else Path(spec), check_paths=address is None)
+    if dry_run:
+        return _dry_run.check_search(spec, url, name=name)
     summary = driver.run_search(
         spec,
         url,
@@ -85,7 +127,7 @@ def run_search(
     return load_study(summary.study, url)
 
 
-def _check_arguments(spec: Any, address: Any, resume: Any, verbose: Any) -> None:
+def _check_arguments(spec: Any, address: Any, resume: Any, verbose: Any, dry_run: Any) -> None:
     """A ``TypeError`` naming the argument, before anything runs: ``spec=5`` reached ``Path(5)`` and
     ``address=5`` Ray, each failing without naming it, and ``resume="no"`` resumed (a non-empty
     string is true). Flags are ``bool`` only, as Optuna's and Tune's keyword flags are used."""
@@ -96,9 +138,11 @@ def _check_arguments(spec: Any, address: Any, resume: Any, verbose: Any) -> None
         raise TypeError(f"run_search: address must be a Ray address (str, e.g. 'auto'), not {type(address).__name__}")
     if isinstance(address, str) and not address.strip():
         raise ValueError("run_search: address is empty: give a Ray address ('auto'), or leave it out for a local Ray")
-    for flag, value in (("resume", resume), ("verbose", verbose)):
+    for flag, value in (("resume", resume), ("verbose", verbose), ("dry_run", dry_run)):
         if not isinstance(value, bool):
             raise TypeError(f"run_search: {flag} must be True or False, not {type(value).__name__} {value!r}")
+    if dry_run and resume:
+        raise ValueError("run_search: dry_run checks a new search and resume=True continues one: drop one of them")
 
 
 SPEC_TYPES = (str, os.PathLike, Mapping, SearchSpec)
