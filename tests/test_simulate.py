@@ -14,12 +14,14 @@ import ast
 import re
 from pathlib import Path
 
+import optuna
 from test_search_quality import EPOCHS, _unseen_table
 
 from benchmarks import search_quality
 from benchmarks.front_quality import TrueFront
 from benchmarks.table import load_table
 from harness.search.engine import build_engine
+from harness.search.propose.searcher import STATUS_ATTR
 from harness.search.result_keys import NUMBER_KEY, STATUS_KEY, split_tune_config
 from harness.search.session import SearchSession
 from harness.search.simulate import SimulatedClock, simulate
@@ -138,3 +140,23 @@ def test_the_two_benchmark_modules_do_not_import_each_other():
     imported = {node.module for node in ast.walk(syne) if isinstance(node, ast.ImportFrom)}
     assert "benchmarks.search_quality" not in imported
     assert TrueFront is search_quality.TrueFront  # both read the measures from benchmarks.front_quality
+
+
+def test_a_multi_objective_tpe_search_goes_on_after_early_stopping_prunes(tmp_path):
+    """Optuna's TPE ranks PRUNED trials by their last intermediate value, asking a multi-objective study for
+    its single direction, which raises: every proposal after the first pruned trial failed. A
+    multi-objective study's curves now reach Optuna only when a trial completes, never for a pruned one."""
+    table = load_table(_unseen_table(tmp_path / "t.csv.gz"))
+    objectives = {"top1": "max", "flops": "min"}
+    spec = search_quality.table_spec(table, "tpe-pruned", "tpe", 3, 2, objectives, 0, "pareto-ungated")
+    clock = SimulatedClock()
+    _, _, engine = _engine(tmp_path, table, spec, clock)
+    run = simulate(engine, _evaluate(table), workers=2, clock=clock)
+    assert run.stopped_by == "searcher"
+    assert any(stopped for _, _, stopped in run.ended)  # pruned trials, and TPE proposed after them
+    trials = engine.searcher.study.trials  # a replay keeps Optuna in memory
+    states = optuna.trial.TrialState
+    pruned = [t for t in trials if t.state == states.PRUNED and t.user_attrs.get(STATUS_ATTR) == "pruned"]
+    complete = [t for t in trials if t.user_attrs.get(STATUS_ATTR) == "completed"]  # duplicates: no curve
+    assert pruned and all(not t.intermediate_values for t in pruned)
+    assert complete and all(sorted(t.intermediate_values) == list(range(1, table.epochs + 1)) for t in complete)

@@ -102,6 +102,8 @@ class ArchsearchSearch(SessionBound, Searcher):
         self._pruned: dict[int, tuple[int, list[float]]] = {}  # pruned, not yet retried: (epochs, last values)
         self._nothing_new = False  # the sampler proposed only duplicates MAX_INFEASIBLE_IN_A_ROW times in a row
         self._retries: set[int] = set()  # Optuna numbers of pruned configurations run again (never twice)
+        # A multi-objective study's learning curves, held until the trial completes (on_trial_result)
+        self._curves: dict[str, dict[int, float]] = {}
         self._counted_on_resume: set[int] = set()  # trials the store had beyond Ray's snapshot (see _sync_with_store)
         self._exhausted_said = False  # "every configuration has been tried" was said
         self.space: Any = SpaceFunction(spec)  # the define-by-run function that fills an asked trial
@@ -439,6 +441,9 @@ class ArchsearchSearch(SessionBound, Searcher):
             stored = (result or {}).get(STATUS_KEY)  # diverged is FAIL to Optuna: the attribute says which
             known = stored in {status.value for status in TrialStatus}
             ot_trial.set_user_attr(STATUS_ATTR, str(stored) if known and not error else str(outcome.status))
+            curve = self._curves.pop(trial_id, None)
+            if curve and outcome.state is optuna.trial.TrialState.COMPLETE:  # a multi-objective curve (on_trial_result)
+                self._report_intermediate(ot_trial.number, curve)
             outcome.tell(self.study, ot_trial.number)
             number = ot_trial.number
             retriable = number in self._params_of and number not in self._retries
@@ -464,7 +469,13 @@ class ArchsearchSearch(SessionBound, Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Each epoch's value of the first objective that training reports (``top1``, not a cost known
         before it) reaches Optuna as the trial's intermediate value at that epoch, so optuna-dashboard
-        and ``optuna.load_study(...).trials[n].intermediate_values`` show the learning curves."""
+        and ``optuna.load_study(...).trials[n].intermediate_values`` show the learning curves.
+
+        In a multi-objective study (every archsearch study with a cost) they are held here and written
+        when the trial completes, never for a pruned one: Optuna supports intermediate values only in
+        single-objective studies, and its TPE sampler, which ranks PRUNED trials by their last
+        intermediate value, then asks for the study's single direction and raises (every proposal after
+        the first trial early stopping pruned failed)."""
         ot_trial = self._asked.get(trial_id)
         metric = next((m for m in self.spec.objectives if m not in COST_METRICS), None)
         value, epoch = result.get(metric), result.get("epoch")
@@ -472,13 +483,21 @@ class ArchsearchSearch(SessionBound, Searcher):
             return
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             return
-        try:
-            self._verify_lease()  # an intermediate value is Optuna's record of the study too
-            fields.report_intermediate(self.study, ot_trial.number, epoch, float(value))
-        except optuna.exceptions.UpdateFinishedTrialError:  # told already (reconciled on resume): its curve is kept
+        if len(self.metric) > 1:
+            self._curves.setdefault(trial_id, {})[epoch] = float(value)
             return
-        except store_failures() as failure:
-            self._session().stop_on_store_failure(f"recording trial {ot_trial.number}'s epoch {epoch}", failure)
+        self._report_intermediate(ot_trial.number, {epoch: float(value)})
+
+    def _report_intermediate(self, number: int, values: dict[int, float]) -> None:
+        for epoch, value in sorted(values.items()):
+            try:
+                self._verify_lease()  # an intermediate value is Optuna's record of the study too
+                fields.report_intermediate(self.study, number, epoch, value)
+            except optuna.exceptions.UpdateFinishedTrialError:  # told already (reconciled on resume): kept
+                return
+            except store_failures() as failure:
+                self._session().stop_on_store_failure(f"recording trial {number}'s epoch {epoch}", failure)
+                return
 
     def _verify_lease(self) -> None:
         """:class:`LeaseLost` where this driver's lease on its study is gone (found by any hook, or
@@ -521,7 +540,7 @@ _FIELD_DEFAULTS: dict[str, Callable[[], Any]] = {
     "_asked": dict, "_told": set, "_seen": dict, "_outcomes": dict, "_waiting": dict, "_reusable": dict,
     "_infeasible_keys": set, "_params_of": dict, "_pruned": dict, "_retries": set, "_counted_on_resume": set,
     "_synced": bool, "_nothing_new": bool, "_exhausted_said": bool, "infeasible": int, "duplicates": int,
-    "dispatched": int,
+    "dispatched": int, "_curves": dict,
 }  # fmt: skip
 
 
