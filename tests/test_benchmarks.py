@@ -22,6 +22,7 @@ def test_every_benchmark_is_listed_here():
         "fronts",
         "gpu",
         "gpu_search_check",
+        "loader_rate",
         "measure",
         "models",
         "report_page",
