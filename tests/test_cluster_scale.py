@@ -137,11 +137,83 @@ def test_the_measured_throughput_is_the_committed_benchmark_rows():
                   and r["compile"] == "eager" and r.get("softmax", "input dtype") == "input dtype"]  # fmt: skip
         assert row["train img/s"] == measured.images_per_s and row["GMACs/img"] * 1e9 == pytest.approx(measured.macs)
         assert row["dtype"] == "bfloat16" and row["batch"] == 128, family
-    # A model at half the reference's MACs trains twice as fast: 100 epochs of ImageNet-1k at CoAtNet-0's
-    # 224-px MACs is 100 x (1,281,167 + 50,000 / 3) / 2,129.8 s.
-    hours = cluster_scale.gpu_hours(4.168849408e9, "coatnet", 1_281_167, 50_000, 100, 1)
-    assert hours == pytest.approx(100 * (1_281_167 + 50_000 / 3) / 2129.814907985583 / 3600)
-    assert cluster_scale.gpu_hours(4.168849408e9 / 2, "coatnet", 1_281_167, 50_000, 100, 1) == pytest.approx(hours / 2)
+
+
+def test_the_loader_rates_are_the_committed_benchmark_rows_of_the_studies_own_pipelines(folder):
+    """Issue 59 (5): the per-core loader rates the plan reads are benchmarks/results/loader_rate.json's rows,
+    and each row measured the recipe its family's studies train with now (a changed recipe fails here until
+    ``python -m benchmarks.loader_rate`` is run again)."""
+    from benchmarks.loader_rate import augment_of, study_data
+
+    result = json.loads((ROOT / "benchmarks/results/loader_rate.json").read_text())
+    rows = {row["pipeline"]: row for row in result["rows"]}
+    for rate in (*cluster_scale.LOADER_RATE.values(), cluster_scale.EVAL_LOADER_RATE):
+        assert rows[rate.pipeline]["img/s per core"] == rate.images_per_s > 0 and f"'{rate.pipeline}'" in rate.source
+    assert result["torch_threads"] == 1 and result["loader_processes"] == 0 and "time.process_time" in result["rate"]
+    for family, rate in cluster_scale.LOADER_RATE.items():
+        data = study_data(family, folder)
+        assert rows[rate.pipeline]["recipe"] == augment_of(data), family
+        assert data.resolved_image_size == cluster_scale.IMAGE_SIZE == rows["validation"]["recipe"]["image_size"]
+    assert rows["cait train"]["recipe"]["randaugment"] == [2, 9]
+    assert rows["coatnet train"]["recipe"]["randaugment"] is None
+
+
+def test_a_variant_trains_at_the_slower_of_its_gpu_and_its_loader():
+    """The min() rule, both ways: a model the GPU runs faster than 7 loader processes decode is loader-bound,
+    a model 20x CoAtNet-0's MACs GPU-bound; the hours follow the slower rate, validation's too."""
+    gpu, loader = cluster_scale.THROUGHPUT["coatnet"], cluster_scale.LOADER_RATE["coatnet"]
+    processes = cluster_scale.loader_processes()
+    assert processes == 7  # 8 CPUs per trial, one for the training process (auto_loader_processes' rule)
+    feeding = processes * loader.images_per_s
+    eval_feeding = processes * cluster_scale.EVAL_LOADER_RATE.images_per_s
+    small = gpu.macs / 10  # the GPU would train it at 10x the reference's rate: the loader cannot keep up
+    rates = cluster_scale.rates(small, "coatnet")
+    assert rates.limit == "loader" and rates.train == feeding < rates.gpu == pytest.approx(10 * gpu.images_per_s)
+    hours = cluster_scale.gpu_hours(small, "coatnet", 1_281_167, 50_000, 100, 2)
+    eval_rate = min(10 * gpu.images_per_s * 3, eval_feeding)
+    assert hours == pytest.approx(2 * 100 * (1_281_167 / feeding + 50_000 / eval_rate) / 3600)
+    note = rates.note("CCTT")
+    assert note == (f"training rate CCTT: loader-bound: 7 loader processes x {loader.images_per_s:,.0f} img/s/core = "
+                    f"{feeding:,.0f} img/s < GPU {10 * gpu.images_per_s:,.0f} img/s at 160 px")  # fmt: skip
+    large = gpu.macs * 20  # a twentieth of the reference's rate: far below what the loader delivers
+    rates = cluster_scale.rates(large, "coatnet")
+    assert rates.limit == "gpu" and rates.train == pytest.approx(gpu.images_per_s / 20) and rates.train < feeding
+    hours = cluster_scale.gpu_hours(large, "coatnet", 1_281_167, 50_000, 100, 1)
+    assert hours == pytest.approx(100 * (1_281_167 + 50_000 / 3) / (gpu.images_per_s / 20) / 3600)
+    said = f"training rate X: GPU-bound: GPU {gpu.images_per_s / 20:,.0f} img/s at 160 px <= 7 loader processes x "
+    assert rates.note("X").startswith(said)
+
+
+def test_the_loader_processes_are_the_ones_a_trial_with_those_cpus_gets(monkeypatch):
+    """The plan's count is ``auto_loader_processes``' on an accelerator (which this machine's cores would bound)."""
+    from trials.data import bundle
+
+    monkeypatch.setattr(bundle, "usable_cpus", lambda: 64)  # a cluster node's cores, not this machine's
+    for cpus in (1, 2, 8, 16):
+        monkeypatch.setitem(cluster_scale.TRIAL_RESOURCES, "cpus", cpus)
+        assert cluster_scale.loader_processes() == bundle.auto_loader_processes(cpus, accelerator=True), cpus
+
+
+def test_the_readme_quotes_the_h100_hours_the_plan_computes_now():
+    """The H100-hours and rates quoted in docs/reproductions/README.md are regenerated from the code: a change of
+    rates or recipe that moves them fails here until the page is updated."""
+    text = " ".join((ROOT / "docs/reproductions/README.md").read_text().split())
+    totals, gpu, loader = [], {"cait": [], "coatnet": []}, {}
+    studied = (("coatnet-layouts", ("generalisation",)), ("cait-depth", ()), ("cait-residual-schemes", ()))
+    for study, protocols in studied:
+        (run,) = plan(study, "imagenet", DEFAULT_SEEDS["imagenet"], protocols, "imagefolder", "/nonexistent")
+        notes = cluster_scale.cost(run, None)["notes"]
+        (line,) = [n for n in notes if n.startswith("estimated GPU-hours at ImageNet-1k")]
+        totals.append(line.rsplit("= ", 1)[1].removesuffix(" H100-hours"))
+        rates = [n for n in notes if n.startswith("training rate ")]
+        assert rates and all(": loader-bound: " in n for n in rates), study  # as the page says
+        for rate in cluster_scale.cost(run, None)["rates"].values():
+            gpu[run.family].append(rate["gpu_img_s"])
+            loader[run.family] = rate["loader_img_s"]
+    for family, words in (("cait", "CaiT {} img/s vs GPU {}-{}"), ("coatnet", "CoAtNet {} vs {}-{}")):
+        quoted = words.format(*(f"{x:,.0f}" for x in (loader[family], min(gpu[family]), max(gpu[family]))))
+        assert quoted in text, quoted
+    assert f"the H100-hours ({totals[0]}, {totals[1]} and {totals[2]} for coatnet-layouts, cait-depth and" in text
 
 
 # -- the plan -----------------------------------------------------------------------------------
@@ -207,6 +279,13 @@ def test_the_coatnet_plan_has_real_attention_grids_matched_layouts_powered_seeds
     assert 10 * hours["ImageNet-100"]["total"] == pytest.approx(hours["ImageNet-1k"]["total"], rel=0.02)
     assert "estimated GPU-hours at ImageNet-1k, 1,281,167 training images: pilot" in output
     assert "H100-hours" in output and "an estimate, not a measurement" in output
+    # Both rates of every variant, and which one limits (issue 59 item 5).
+    for name, rates in study["training_rates"].items():
+        line = next(line for line in output.splitlines() if line.startswith(f"note: training rate {name}: "))
+        assert f"GPU {rates['gpu_img_s']:,.0f} img/s at 160 px" in line
+        assert f"7 loader processes x {cluster_scale.LOADER_RATE['coatnet'].images_per_s:,.0f} img/s/core" in line
+        assert line.split(": ")[2] == {"loader": "loader-bound", "gpu": "GPU-bound"}[rates["limit"]]
+    assert "data loading assumed never to limit" not in output
     assert "pilot coatnet-layouts-generalisation-imagenet-imagefolder-lr-pilot: 15 runs, first" in output
     assert f"{seeds} seeds per variant, {5 * seeds} runs" in output.splitlines()[0]
 

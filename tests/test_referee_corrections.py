@@ -65,8 +65,8 @@ CORRECTIONS = {
     "an order of means": "an order of means, not of decided claims: under the generalisation protocol no pair of "
     "layouts is decided after Holm",
     "CaiT at 32 px": "(`mnist5k`; CoAtNet at 64 px, CaiT at 32 px)",
-    "imagenet's limits": "its GPU-hours are lower bounds: the rate it plans with is the eager 224-px H100 row scaled "
-    "by MACs",
+    "imagenet's limits": "Its GPU-hours take each variant's slower rate, the GPU's (H100 at 224 px, scaled by MACs) "
+    "or its 7 loader processes' (measured per core)",
 }
 
 

@@ -20,13 +20,17 @@ start until every pilot run has an outcome (:func:`pilot_step`, called by
 :func:`harness.reproduce.run.reproduce`), then run at each variant's lr, written into the study's
 grid (one sub-grid per variant) and its frozen protocol; the choice is written beside the summary
 (``<study>-lr-pilot.json``). Seeds come from a power calculation (:mod:`.power`) at an assumed
-spread; the GPU-hours ``--plan`` prints come from the cost model's FLOPs and the H100 throughput
-measured in ``benchmarks/results/gpu-h100-a.json`` (:func:`gpu_hours`). The study runs in parts of
-4 seeds each (every variant in each part, so every finished part is a balanced, paired set).
+spread; the GPU-hours ``--plan`` prints take each variant's training rate as the slower of the GPU
+(the H100 throughput measured in ``benchmarks/results/gpu-h100-a.json`` scaled by the cost model's
+MACs at 160 px) and its loader processes (the per-core rate of the study's own input pipeline measured
+in ``benchmarks/results/loader_rate.json``, times the processes a trial's CPUs give) (:func:`rates`,
+:func:`gpu_hours`). The study runs in parts of 4 seeds each (every variant in each part, so every
+finished part is a balanced, paired set).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -89,6 +93,31 @@ THROUGHPUT = {
                        "gpu-h100-a.json row cait_s24 (archsearch, eager, softmax in input dtype, bf16, batch 128)"),
 }  # fmt: skip
 EVAL_COST = 1 / 3  # a forward pass (validation) costs about a third of a training step
+
+
+@dataclass(frozen=True)
+class LoaderRate:
+    """A measured input-pipeline rate: images one DataLoader process decodes and transforms per second of
+    its CPU core (``pipeline``: the row of ``benchmarks/results/loader_rate.json``)."""
+
+    pipeline: str
+    images_per_s: float
+    source: str
+
+
+# Measured on one core of this project's CPU machine (benchmarks/results/loader_rate.json, medians of images
+# per CPU-second; a test holds these to the file and each row's recipe to the studies'): JPEG decode and the
+# study's per-sample transforms at 160 px, collated, on the CPU. A cluster node's cores may be faster or
+# slower; the JPEGs there decode on the CPU with ``data.gpu_decode: false`` (on CUDA the default decodes them
+# with nvJPEG and runs the per-sample transforms on the GPU in the training process: not measured yet).
+LOADER_RATE = {
+    "cait": LoaderRate("cait train", 320.1, "loader_rate.json row 'cait train' (decode, RandomResizedCrop 160, flip, "
+                       "RandAugment (2, 9); MixUp/CutMix run on the GPU)"),
+    "coatnet": LoaderRate("coatnet train", 449.1, "loader_rate.json row 'coatnet train' (decode, resize 183, centre "
+                          "crop 160: no augmentation)"),
+}  # fmt: skip
+EVAL_LOADER_RATE = LoaderRate("validation", 467.8,
+                              "loader_rate.json row 'validation' (decode, resize 183, centre crop 160)")  # fmt: skip
 
 COATNET: dict[str, Any] = {
     "epochs": 100,  # the paper's Fig. 1: 300; the endpoint is read at a training loss, not at the end
@@ -510,20 +539,73 @@ def choose_lrs(trials, pilot: dict[str, Any]) -> tuple[dict[str, float], list[di
 # -- cost -------------------------------------------------------------------------------------
 
 
-def gpu_hours(macs: float, family: str, train_images: int, val_images: int, epochs: int, runs: int) -> float:
-    """Estimated H100-hours of ``runs`` runs of a model at ``macs`` per image: the measured bf16
-    training throughput of the family's reference row scaled by the MACs ratio (an estimate: a
-    smaller model's utilisation is lower, so this is optimistic for it), plus a validation forward
-    pass over ``val_images`` each epoch at a third of a step."""
+def loader_processes() -> int:
+    """DataLoader processes of a cluster trial: its CPUs (:data:`TRIAL_RESOURCES`) less the one the training
+    process keeps, at least one (:func:`trials.data.bundle.auto_loader_processes`' rule on an accelerator, not
+    imported: it bounds the count by this machine's cores, not the cluster node's)."""
+    return max(1, math.floor(TRIAL_RESOURCES.get("cpus", 1)) - 1)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """A variant's training and validation images/s on one GPU: each the slower of the GPU's and the loader's."""
+
+    gpu: float  # training images/s the GPU sustains at the variant's MACs
+    loader: float  # training images/s the trial's loader processes deliver
+    eval_gpu: float  # validation images/s of the GPU (a forward pass: a third of a step)
+    eval_loader: float  # validation images/s of the loader processes
+    family: str
+
+    @property
+    def train(self) -> float:
+        return min(self.gpu, self.loader)
+
+    @property
+    def eval(self) -> float:
+        return min(self.eval_gpu, self.eval_loader)
+
+    @property
+    def limit(self) -> str:
+        """Which of the two sets the training rate: ``"loader"`` or ``"gpu"`` (a tie goes to the GPU)."""
+        return "loader" if self.loader < self.gpu else "gpu"
+
+    def note(self, variant: str) -> str:
+        """The line ``--plan`` prints: both rates, and which one limits."""
+        processes, per_core = loader_processes(), LOADER_RATE[self.family].images_per_s
+        loader = f"{processes} loader processes x {per_core:,.0f} img/s/core = {self.loader:,.0f} img/s"
+        gpu = f"GPU {self.gpu:,.0f} img/s at {IMAGE_SIZE} px"
+        if self.limit == "loader":
+            return f"training rate {variant}: loader-bound: {loader} < {gpu}"
+        return f"training rate {variant}: GPU-bound: {gpu} <= {loader}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu_img_s": round(self.gpu, 1), "loader_img_s": round(self.loader, 1), "limit": self.limit,
+                "eval_gpu_img_s": round(self.eval_gpu, 1), "eval_loader_img_s": round(self.eval_loader, 1)}  # fmt: skip
+
+
+def rates(macs: float, family: str) -> Rates:
+    """A variant's rates at ``macs`` multiply-adds per image: the GPU's, the family's reference row scaled by
+    the MACs ratio (an estimate: a smaller model's utilisation is lower, so this is optimistic for it); the
+    loader's, the measured per-core rate of the family's pipeline x :func:`loader_processes`."""
     measured = THROUGHPUT[family]
-    images_per_s = measured.images_per_s * measured.macs / macs
-    seconds = epochs * (train_images + EVAL_COST * val_images) / images_per_s
+    gpu = measured.images_per_s * measured.macs / macs
+    processes = loader_processes()
+    return Rates(gpu=gpu, loader=LOADER_RATE[family].images_per_s * processes, eval_gpu=gpu / EVAL_COST,
+                 eval_loader=EVAL_LOADER_RATE.images_per_s * processes, family=family)  # fmt: skip
+
+
+def gpu_hours(macs: float, family: str, train_images: int, val_images: int, epochs: int, runs: int) -> float:
+    """Estimated H100-hours of ``runs`` runs of a model at ``macs`` per image: each epoch ``train_images`` at
+    the slower of the GPU's and the loader's training rate (:func:`rates`), and a validation pass over
+    ``val_images`` at the slower of the GPU's forward rate and the loader's evaluation rate."""
+    rate = rates(macs, family)
+    seconds = epochs * (train_images / rate.train + val_images / rate.eval)
     return runs * seconds / 3600
 
 
 def cost(run: ClusterRun, data_dir: str | None) -> dict[str, Any]:
     """GPU-hours of the pilot and the study, at the folder's counted size (where it exists) and at
-    ImageNet-1k's and ImageNet-100's; and the lines ``--plan`` prints."""
+    ImageNet-1k's and ImageNet-100's; each variant's rates; and the lines ``--plan`` prints."""
     macs = {v: estimate_flops(variant_config(run, v)) for v in run.spec["variants"]}
     pilot_runs = len(run.pilot["params"]["lr"]["choice"]) * len(PILOT_SEEDS)
     sizes = dict(REFERENCE_SIZES)
@@ -531,8 +613,10 @@ def cost(run: ClusterRun, data_dir: str | None) -> dict[str, Any]:
     if counted and counted["train_images"]:
         sizes = {f"your folder ({counted['classes']:,} classes)": (counted["train_images"], counted["val_images"]),
                  **sizes}  # fmt: skip
-    measured = THROUGHPUT[run.family]
-    out: dict[str, Any] = {"gpu_hours": {}, "notes": []}
+    measured, loader = THROUGHPUT[run.family], LOADER_RATE[run.family]
+    variant_rates = {v: rates(m, run.family) for v, m in macs.items()}
+    out: dict[str, Any] = {"gpu_hours": {}, "rates": {v: r.to_dict() for v, r in variant_rates.items()},
+                           "notes": [r.note(v) for v, r in variant_rates.items()]}  # fmt: skip
     for label, (train, val) in sizes.items():
         study = sum(gpu_hours(m, run.family, train, val, run.protocol.epochs, run.protocol.seeds_of(v))
                     for v, m in macs.items())  # fmt: skip
@@ -546,10 +630,16 @@ def cost(run: ClusterRun, data_dir: str | None) -> dict[str, Any]:
             f"= {pilot + study:,.0f} H100-hours"
         )
     out["notes"].append(
-        f"GPU-hours: an estimate, not a measurement: the cost model's MACs per image of each variant, the measured "
-        f"{measured.images_per_s:,.0f} img/s at {measured.macs / 1e9:.2f} GMACs of {measured.source} scaled by the "
-        f"MACs ratio, x epochs x images (+ a validation pass at a third of a step) x runs; regional compilation "
-        f"measured 1.35x (coatnet_0) and 1.41x (cait_s24) faster on these rows, data loading assumed never to "
-        "limit; one trial per GPU"
+        f"GPU-hours: an estimate, not a measurement: each variant trains at the slower of two rates (the lines "
+        f"above). The GPU's: the measured {measured.images_per_s:,.0f} img/s at {measured.macs / 1e9:.2f} GMACs of "
+        f"{measured.source} scaled by the cost model's MACs ratio at {IMAGE_SIZE} px (optimistic for a smaller "
+        "model; regional compilation measured 1.35x (coatnet_0) and 1.41x (cait_s24) faster on these rows, which a "
+        f"loader-bound variant does not gain). The loader's: {loader.images_per_s:,.0f} img/s per core, "
+        f"{loader.source}, measured on one core of this project's CPU machine, not a cluster node's, x "
+        f"{loader_processes()} loader processes ({TRIAL_RESOURCES.get('cpus', 1):g} CPUs per trial less the training "
+        "process's), JPEGs decoded on the CPU (`data.gpu_decode: false`; on CUDA the default decodes them with "
+        "nvJPEG and transforms each sample on the GPU in the training process, a path not measured yet). Then x "
+        f"epochs x images, + a validation pass (the GPU at a third of a step, the loader at "
+        f"{EVAL_LOADER_RATE.images_per_s:,.0f} img/s per core), x runs; one trial per GPU"
     )
     return out

@@ -66,7 +66,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         costs = cluster_cost(run, run.spec["data"].get("data_dir"))
         notes += costs["notes"]
         cluster = {"pilot": {"study": run.pilot["name"], "runs": run.pilot["search"]["n_trials"]},
-                   "gpu_hours": costs["gpu_hours"]}  # fmt: skip
+                   "gpu_hours": costs["gpu_hours"], "training_rates": costs["rates"]}  # fmt: skip
     return {
         "study": run.protocol.study,
         "runs": run.spec["search"]["n_trials"],
