@@ -35,7 +35,8 @@ CONTROLS = {
 
 @pytest.fixture(autouse=True)
 def _untimed(monkeypatch):
-    monkeypatch.setattr(planning, "_step_seconds", lambda config, batch: 0.01)
+    steps = lambda configs, batch: {name: planning.StepTimes((0.01,)) for name in configs}  # noqa: E731
+    monkeypatch.setattr(planning, "_step_times", steps)
 
 
 def _one(study: str, scale: str = "cpu", seeds: int = 7):

@@ -23,11 +23,14 @@ from search_space.sampling import grid_points
 from search_space.validation import load_spec
 from trials.status import TrialStatus
 
+STEP_TIMES = planning._step_times  # the real timer, before the autouse fixture stands in for it
+
 
 @pytest.fixture(autouse=True)
 def _untimed(monkeypatch):
-    """The plan times one training step per variant; the tests read its shape, not the time."""
-    monkeypatch.setattr(planning, "_step_seconds", lambda config, batch: 0.01)
+    """The plan times a few training steps per variant; the tests read its shape, not the time."""
+    steps = lambda configs, batch: {name: planning.StepTimes((0.01,)) for name in configs}  # noqa: E731
+    monkeypatch.setattr(planning, "_step_times", steps)
 
 
 def _plan(*args: str) -> str:
@@ -175,3 +178,49 @@ def test_every_study_plans_at_the_tiny_scale_and_every_variant_builds(study):
         assert named <= set(run.spec["variants"]), study
         for variant in run.spec["variants"]:
             build_model(studies.variant_config(run, variant))
+
+
+def test_the_plan_shows_each_estimate_with_the_range_of_the_steps_it_timed(monkeypatch):
+    """Issue 61 (5): the estimate swung 2x between two plans with no range shown. Each run_s and the wall
+    time carry the estimate at the fastest and the slowest timed step, in the table and in the JSON."""
+    spread = lambda configs, batch: {name: planning.StepTimes((0.01, 0.02, 0.04)) for name in configs}  # noqa: E731
+    monkeypatch.setattr(planning, "_step_times", spread)
+    output = _plan("cait-depth", "--scale", "cpu")
+    rows = _table(output)
+    for cells in rows.values():
+        run_s = re.fullmatch(r"([\d,]+) \(([\d,]+)-([\d,]+)\)", cells[-1])
+        assert run_s, cells
+        middle, low, high = (int(x.replace(",", "")) for x in run_s.groups())
+        assert low < middle < high
+    wall = re.search(r"estimated wall time here: ([\d,]+) min \(([\d,]+)-([\d,]+)\)", output)
+    assert wall, output
+    middle, low, high = (int(x.replace(",", "")) for x in wall.groups())
+    assert low < middle < high
+    report = json.loads(CliRunner().invoke(main, ["reproduce", "cait-depth", "--scale", "cpu", "--plan",
+                                                  "--format", "json"]).output)  # fmt: skip
+    (study,) = report["studies"]
+    for variant in study["variants"]:
+        low_s, high_s = variant["estimated_run_s_range"]
+        assert low_s < variant["estimated_run_s"] < high_s
+        # The median step (0.02 s) is twice the fastest: the run's time less its fixed overhead doubles too.
+        overhead = planning.RUN_OVERHEAD_S
+        assert variant["estimated_run_s"] - overhead == pytest.approx(2 * (low_s - overhead), rel=0.01)
+    low_w, high_w = study["estimated_wall_time_s_range"]
+    assert low_w < study["estimated_wall_time_s"] < high_w
+    assert report["estimated_wall_time_s_range"] == study["estimated_wall_time_s_range"]
+
+
+def test_the_steps_are_timed_interleaved_across_variants_a_few_each(monkeypatch):
+    """The real timer: every variant gets TIMED_ROUNDS steps after a warm-up, one round of all variants at a
+    time (so a neighbour's burst slows them alike), and each range holds its median."""
+    (run,) = plan("cait-depth", "tiny", 1, (), "mnist5k", None)
+    configs = {name: planning.variant_config(run, name) for name in list(run.spec["variants"])[:2]}
+    order: list[int] = []
+    step = planning._Stepper.step
+    monkeypatch.setattr(planning._Stepper, "step", lambda self: order.append(id(self)) or step(self))
+    times = STEP_TIMES(configs, 4)
+    assert order[0] != order[1] and order == order[:2] * (planning.TIMED_ROUNDS + 1)
+    assert set(times) == set(configs)
+    for name, measured in times.items():
+        assert len(measured.seconds) == planning.TIMED_ROUNDS >= 3, name
+        assert 0 < measured.low <= measured.median <= measured.high

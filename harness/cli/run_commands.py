@@ -286,13 +286,25 @@ def _metric_words(protocol) -> str:
     return {"capacity": "final training loss"}.get(protocol.kind, protocol.kind)
 
 
-def _wall_time(seconds: float | None) -> str:
+def _wall_time(seconds: float | None, span: list[float] | None = None) -> str:
+    """``16 min (12-21)``: the estimate and its range (the plan at its fastest and slowest timed steps)."""
     if seconds is None:
         return "not estimated at this scale (its training set's size is not fixed here)"
-    if seconds < 60:
+    low, high = span or (seconds, seconds)
+    if high < 60:
         return "under a minute"
-    minutes = round(seconds / 60)
-    return f"{minutes:,} min" + (f" ({seconds / 3600:.1f} h)" if minutes >= 120 else "")
+    minutes, lowest, highest = (round(s / 60) for s in (seconds, low, high))
+    spread = f" ({lowest:,}-{highest:,})" if lowest != highest else ""
+    return f"{minutes:,} min{spread}" + (f", {seconds / 3600:.1f} h" if minutes >= 120 else "")
+
+
+def _run_s(variant: dict) -> str | None:
+    """A variant's ``run_s`` cell: ``157 (120-190)``, the estimate and its range; None where not estimated."""
+    seconds = variant.get("estimated_run_s")
+    if seconds is None:
+        return None
+    low, high = (round(s) for s in variant.get("estimated_run_s_range") or (seconds, seconds))
+    return f"{round(seconds):,}" + (f" ({low:,}-{high:,})" if low != high else "")
 
 
 def _print_plan(
@@ -327,7 +339,7 @@ def _print_plan(
                    f"metric: {_metric_words(protocol)}")  # fmt: skip
         rows = [
             {"variant": v["name"], "seeds": v["seeds"], "params": v["params"], "flops": v["flops"],
-             "grids": "/".join("x".join(map(str, grid)) for grid in v["grids"]), "run_s": v.get("estimated_run_s")}
+             "grids": "/".join("x".join(map(str, grid)) for grid in v["grids"]), "run_s": _run_s(v)}
             for v in entry["variants"]
         ]  # fmt: skip
         click.echo(render(rows, "table", ["variant", "seeds", "params", "flops", "grids", "run_s"]))
@@ -340,7 +352,8 @@ def _print_plan(
                        "pilot's own grid study; never pooled into the summary)")  # fmt: skip
         for part in entry["parts"]:
             click.echo(f"part {part['study']}: {part['runs']} runs (its own grid study; the summary pools the parts)")
-        click.echo(f"estimated wall time here: {_wall_time(entry['estimated_wall_time_s'])}\n")
+        wall = _wall_time(entry["estimated_wall_time_s"], entry["estimated_wall_time_s_range"])
+        click.echo(f"estimated wall time here: {wall}\n")
 
 
 @click.command("verify")

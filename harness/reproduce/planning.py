@@ -2,21 +2,28 @@
 
 For every variant: parameters and FLOPs (closed-form cost model), the token grid of each attention
 stage (or each stage), and for the study its pre-registered protocol and an estimate of the wall
-time here, from one timed training step of each variant on this machine.
+time here, from a few timed training steps of each variant on this machine, with a range: the estimate
+at the fastest and at the slowest of those steps (on a shared machine the same plan has swung 2x between
+two invocations; the range shows how far it moved while this one timed).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from harness.reproduce.cluster_scale import ClusterRun
 from harness.reproduce.cluster_scale import cost as cluster_cost
 from harness.reproduce.studies import Run, variant_config
 from search_space.cost_model import estimate_flops, estimate_params
-from trials.measurement.timing import training_step_seconds
+from trials.measurement.timing import TrainingStepper
 from trials.models.config import CaiTConfig, CoAtNetConfig
 
+TIMED_ROUNDS = 3  # timed steps per variant, interleaved across variants, after one warm-up step each
 EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
 RUN_OVERHEAD_S = 5.0  # building, measuring params/FLOPs/throughput, writing the record
 
@@ -30,35 +37,76 @@ def grids(config: CaiTConfig | CoAtNetConfig) -> list[list[int]]:
     return [[side, side]]
 
 
-def _step_seconds(config: CaiTConfig | CoAtNetConfig, batch_size: int) -> float:
-    """Median seconds of one training step at ``batch_size`` on one CPU thread (a trial's share here)."""
-    return training_step_seconds(config.replace(num_classes=10), batch_size)
+@dataclass(frozen=True)
+class StepTimes:
+    """One variant's timed training steps (seconds): the estimate's middle (the median) and its range."""
+
+    seconds: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def low(self) -> float:
+        return min(self.seconds)
+
+    @property
+    def high(self) -> float:
+        return max(self.seconds)
+
+
+def _step_times(configs: dict[str, CaiTConfig | CoAtNetConfig], batch_size: int) -> dict[str, StepTimes]:
+    """Each variant's seconds per training step at ``batch_size`` on one CPU thread (a trial's share here).
+
+    One warm-up step each, then :data:`TIMED_ROUNDS` rounds of one step of every variant in turn: interleaved,
+    so a neighbour that loads this shared machine for a while slows every variant alike, and the spread of a
+    variant's steps (its range) shows how much the machine moved while the plan timed it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        steps = {name: TrainingStepper(config.replace(num_classes=10), batch_size) for name, config in configs.items()}
+        for stepper in steps.values():
+            stepper.step()  # warm-up: the first step allocates and is slower
+        times: dict[str, list[float]] = {name: [] for name in steps}
+        for _ in range(TIMED_ROUNDS):
+            for name, stepper in steps.items():
+                times[name].append(stepper.step())
+        return {name: StepTimes(tuple(seconds)) for name, seconds in times.items()}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_seconds(step: float, run: Run, train_size: int) -> float:
+    """One run's estimated seconds here at ``step`` seconds per training step: every epoch's steps, its
+    evaluation passes at a third of a step per batch, and the per-run overhead."""
+    data, training = run.spec["data"], run.spec["training"]
+    batch = data.get("batch_size", 64)
+    evaluated = data.get("val_size", 1000) + (2 * train_size if training.get("recalibrate_batchnorm") else 0)
+    epoch = step * (math.ceil(train_size / batch) + EVAL_COST * math.ceil(evaluated / batch))
+    return round(RUN_OVERHEAD_S + training["epochs"] * epoch, 1)
 
 
 def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
-    """One study of the plan: its variants, its protocol, and the estimated wall time here."""
-    data, training = run.spec["data"], run.spec["training"]
-    batch = data.get("batch_size", 64)
+    """One study of the plan: its variants, its protocol, and the estimated wall time here, with its range
+    (from the fastest and the slowest of each variant's timed steps)."""
     train_size = run.protocol.train_size or 0
-    val_size = data.get("val_size", 1000)
     concurrency = run.spec["search"]["concurrency"]
-    variants, seconds = [], 0.0
-    for name in run.spec["variants"]:
-        config = variant_config(run, name)
-        entry = {
-            "name": name,
-            "seeds": run.protocol.seeds_of(name),
-            "params": estimate_params(config),
-            "flops": estimate_flops(config),
-            "grids": grids(config),
-        }
-        if timed and train_size:
-            step = _step_seconds(config, batch)
-            steps = math.ceil(train_size / batch)
-            evaluated = val_size + (2 * train_size if training.get("recalibrate_batchnorm") else 0)
-            epoch = step * (steps + EVAL_COST * math.ceil(evaluated / batch))
-            entry["estimated_run_s"] = round(RUN_OVERHEAD_S + training["epochs"] * epoch, 1)
-            seconds += entry["estimated_run_s"] * run.protocol.seeds_of(name)
+    configs = {name: variant_config(run, name) for name in run.spec["variants"]}
+    times = _step_times(configs, run.spec["data"].get("batch_size", 64)) if timed and train_size else {}
+    variants, seconds, low, high = [], 0.0, 0.0, 0.0
+    for name, config in configs.items():
+        seeds = run.protocol.seeds_of(name)
+        entry = {"name": name, "seeds": seeds, "params": estimate_params(config), "flops": estimate_flops(config),
+                 "grids": grids(config)}  # fmt: skip
+        if name in times:
+            step = times[name]
+            entry["estimated_run_s"] = _run_seconds(step.median, run, train_size)
+            entry["estimated_run_s_range"] = [_run_seconds(step.low, run, train_size),
+                                              _run_seconds(step.high, run, train_size)]  # fmt: skip
+            seconds += entry["estimated_run_s"] * seeds
+            low += entry["estimated_run_s_range"][0] * seeds
+            high += entry["estimated_run_s_range"][1] * seeds
         variants.append(entry)
     notes = [note for note in (run.protocol.more_seeds_note(), run.protocol.selection_note()) if note]
     cluster = {}
@@ -75,6 +123,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         "protocol": run.protocol.to_dict(),
         "notes": notes,
         "estimated_wall_time_s": round(seconds / concurrency, 0) if seconds else None,
+        "estimated_wall_time_s_range": [round(low / concurrency, 0), round(high / concurrency, 0)] if seconds else None,
         **cluster,
     }
 
@@ -83,11 +132,14 @@ def plan_report(runs: list[Run], *, timed: bool = True, scale: str | None = None
     """The whole reproduction: ``variants`` and ``protocol`` of the first study (every layout study
     shares its variants), and ``studies`` with each one's own; ``scale`` as asked (or defaulted)."""
     studies = [describe(run, timed=timed) for run in runs]
-    total = [s["estimated_wall_time_s"] for s in studies]
+    estimated = all(s["estimated_wall_time_s"] is not None for s in studies)
     return {
         "scale": scale,
         "variants": studies[0]["variants"],
         "protocol": studies[0]["protocol"],
         "studies": studies,
-        "estimated_wall_time_s": sum(total) if all(t is not None for t in total) else None,
+        "estimated_wall_time_s": sum(s["estimated_wall_time_s"] for s in studies) if estimated else None,
+        "estimated_wall_time_s_range": [sum(s["estimated_wall_time_s_range"][i] for s in studies) for i in (0, 1)]
+        if estimated
+        else None,
     }

@@ -71,29 +71,36 @@ def time_repeated(fn: Callable[[], object], device: torch.device, warmup: int = 
     return Timing(tuple(time_once(fn, device) for _ in range(repeats)))
 
 
+class TrainingStepper:
+    """A model of ``config``, its AdamW optimiser and a batch of random images of the config's size and
+    channels: :meth:`step` trains one step and returns its seconds (on the caller's torch threads). What
+    every plan made before anything trains times (``archsearch reproduce --plan``, ``archsearch check``)."""
+
+    def __init__(self, config: ModelConfig, batch_size: int):
+        self.model = build_model(config)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        channels = getattr(config, "in_chans", 3)
+        self.images = torch.randn(batch_size, channels, config.image_size, config.image_size)
+        self.labels = torch.randint(0, config.num_classes, (batch_size,))
+
+    def step(self) -> float:
+        started = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(self.model(self.images), self.labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return time.perf_counter() - started
+
+
 def training_step_seconds(config: ModelConfig, batch_size: int, *, threads: int = 1) -> float:
     """Seconds of one AdamW training step of ``config`` at ``batch_size`` on this machine's CPU, on
     ``threads`` intra-op threads (a CPU trial's share: one by default): the upper median of
-    :data:`TIMED_STEPS` steps after a warm-up step, on random images of the config's size and channels.
-
-    One helper for every plan made before anything trains (``archsearch reproduce --plan``,
-    ``archsearch check``), so their estimates of the same model agree."""
+    :data:`TIMED_STEPS` steps after a warm-up step (:class:`TrainingStepper`)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        model = build_model(config)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        channels = getattr(config, "in_chans", 3)
-        images = torch.randn(batch_size, channels, config.image_size, config.image_size)
-        labels = torch.randint(0, config.num_classes, (batch_size,))
-        times = []
-        for _ in range(TIMED_STEPS + 1):
-            started = time.perf_counter()
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            times.append(time.perf_counter() - started)
+        stepper = TrainingStepper(config, batch_size)
+        times = [stepper.step() for _ in range(TIMED_STEPS + 1)]
         timed = sorted(times[1:])
         return timed[len(timed) // 2]
     finally:
