@@ -216,8 +216,8 @@ def test_the_steps_are_timed_interleaved_across_variants_a_few_each(monkeypatch)
     (run,) = plan("cait-depth", "tiny", 1, (), "mnist5k", None)
     configs = {name: planning.variant_config(run, name) for name in list(run.spec["variants"])[:2]}
     order: list[int] = []
-    step = planning._Stepper.step
-    monkeypatch.setattr(planning._Stepper, "step", lambda self: order.append(id(self)) or step(self))
+    step = planning.TrainingStepper.step
+    monkeypatch.setattr(planning.TrainingStepper, "step", lambda self: order.append(id(self)) or step(self))
     times = STEP_TIMES(configs, 4)
     assert order[0] != order[1] and order == order[:2] * (planning.TIMED_ROUNDS + 1)
     assert set(times) == set(configs)
