@@ -77,7 +77,8 @@ SYNE_METHODS = search_quality_syne.METHODS
 BASELINES = ("cheapest-first", "cost-quantile")
 DEFAULT_METHODS = (
     *BASELINES, "random", "random+spread", "tpe", "tpe+spread", "nsga2", "nsga2+spread",
-    "random+moasha", "random+spread+moasha", "tpe+moasha", "tpe+spread+moasha", "random+asha-top1",
+    "random+moasha", "random+spread+moasha", "tpe+moasha", "tpe+spread+moasha", "tpe+spread+moasha-ungated",
+    "random+asha-top1",
     *SYNE_METHODS,
 )  # fmt: skip
 # The command that writes the committed results and the table in docs/benchmarks.md (a test holds the
