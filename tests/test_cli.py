@@ -82,6 +82,23 @@ def test_trial_command_table(tmp_path):
     assert "status: completed" in result.output and "train_loss" in result.output
 
 
+def test_trial_command_shows_an_epoch_bar_with_loss_and_top1_on_stderr_only_when_asked(tmp_path):
+    path = tmp_path / "trial.yaml"
+    path.write_text(TINY_TRIAL_YAML.replace("epochs: 1", "epochs: 2"))
+    shown = CliRunner().invoke(main, ["trial", str(path), "--format", "json", "--progress"])
+    assert shown.exit_code == 0, shown.output
+    out = json.loads(shown.stdout)  # the result on stdout stays JSON
+    bar = shown.stderr.replace("\r", "\n").splitlines()
+    last_epoch = out["epochs"][-1]
+    assert any(line.startswith("trial: 100%") and " 2/2 " in line for line in bar), bar
+    assert f"loss {last_epoch['train_loss']:.4g}  top1 {last_epoch['top1']:.1f}%" in shown.stderr
+    assert any(line.startswith("epoch 2/2: ") for line in bar)  # each epoch's steps, under it
+    # Not a terminal (CliRunner's stderr) and not asked: no bar; --no-progress: none either.
+    for flags in ([], ["--no-progress"]):
+        quiet = CliRunner().invoke(main, ["trial", str(path), "--format", "json", *flags])
+        assert quiet.exit_code == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["status"] == "completed"
+
+
 def test_trial_command_bad_input_exits_2(tmp_path):
     bad_key = tmp_path / "bad.yaml"
     bad_key.write_text(TINY_TRIAL_YAML.replace("lr: 1.0e-3", "lr: -1"))

@@ -15,7 +15,17 @@ import pytest
 from ray.tune.experiment import Trial
 
 from dashboards.multiobjective import plateau_check
-from harness.search.record.progress import ProgressCallback, compact_duration, compact_number, eta_seconds, eta_text
+from harness import run_search
+from harness.search.record.progress import (
+    EpochClock,
+    ProgressCallback,
+    compact_duration,
+    compact_number,
+    epoch_eta_seconds,
+    eta_seconds,
+    eta_text,
+)
+from harness.search.result_keys import EPOCHS_KEY, NUMBER_KEY, STATUS_KEY
 from harness.search.session import SearchSession
 from harness.search.stop.rules import StopRulesStopper
 from harness.store import Store
@@ -152,6 +162,120 @@ def test_the_eta_is_unknown_until_a_trial_ended_then_waves_of_the_typical_trial(
     # More running than the concurrency (a resize): every one of them is a slot.
     assert eta_seconds(3, 100.0, [0.0, 0.0, 0.0], 1) == 100.0
     assert [eta_text(e) for e in (None, 0.0, 0.4, 59.0, 245.0)] == ["?", "0s", "<1m", "<1m", "4m05s"]
+
+
+def test_before_any_trial_ended_the_eta_is_the_epochs_left_times_the_seconds_per_epoch_over_the_slots():
+    assert epoch_eta_seconds(4, [], None, 5, 2) is None  # no epoch has ended yet
+    assert epoch_eta_seconds(4, [], 10.0, None, 2) is None  # no budget known
+    assert epoch_eta_seconds(0, [], None, None, 2) == 0.0
+    # Two running trials with 3 epochs of 10 s left each, two more of 5 epochs to start, 2 slots:
+    # (30 + 30 + 2 * 50) / 2.
+    assert epoch_eta_seconds(4, [(3, 0.0), (3, 0.0)], 10.0, 5, 2) == 80.0
+    # The last trial, 4 s into its last epoch: the rest of that epoch, whatever the slots.
+    assert epoch_eta_seconds(1, [(1, 4.0)], 10.0, 5, 2) == 6.0
+    # Past its epoch's length it is late, not done: 5% of an epoch, at least a second.
+    assert epoch_eta_seconds(1, [(1, 50.0)], 10.0, 5, 2) == 1.0
+    assert epoch_eta_seconds(1, [(1, 500.0)], 100.0, 5, 2) == 5.0
+    # Nothing running: the trials to start share the slots, never less than one whole trial.
+    assert epoch_eta_seconds(3, [], 10.0, 5, 2) == 75.0
+    assert epoch_eta_seconds(1, [], 10.0, 5, 4) == 50.0
+    # One long running trial bounds it from below however many slots are free.
+    assert epoch_eta_seconds(2, [(9, 0.0), (1, 0.0)], 10.0, 10, 8) == 90.0
+
+
+def test_the_epoch_clock_spreads_each_trials_start_up_over_its_epochs_and_skips_repeats():
+    clock = EpochClock()
+    clock.start("a", 0.0)
+    clock.start("b", 0.0)
+    assert clock.seen == 0 and clock.epoch_s is None and clock.budget(7) == 7  # the spec's, until a trial says
+    assert clock.epoch("a", 1, 5, 0, 30.0) and clock.epoch("a", 2, 5, 0, 40.0) and clock.epoch("b", 1, None, 0, 35.0)
+    assert not clock.epoch("a", 2, 5, 0, 41.0)  # a failed trial's last result repeats its last epoch
+    assert not clock.epoch("z", 1, 5, 0, 41.0)  # a trial this driver did not see start
+    assert clock.seen == 3 and clock.epoch_s == (40.0 + 35.0) / 3 and clock.budget(7) == 5
+    assert clock.left(45.0, 7) == [(3, 5.0), (4, 10.0)]  # b's budget: the mean the trials reported
+    clock.end("a")
+    assert clock.seen == 3 and clock.epoch_s == 25.0 and list(clock.running) == ["b"]
+    clock.start("c", 100.0)  # retried from its checkpoint of epoch 3: only this attempt's epochs count
+    assert clock.epoch("c", 4, 5, 3, 110.0)
+    assert clock.seen == 4 and clock.epoch_s == (40.0 + 35.0 + 10.0) / 4
+
+
+def _epoch_result(number: int, epoch: int, *, status: str | None = None, loss: float = 1.5, top1: float = 40.0):
+    result = {"epoch": epoch, "train_loss": loss, "top1": top1, "epoch_time": 20.0, NUMBER_KEY: number, EPOCHS_KEY: 4}
+    return {**result, STATUS_KEY: status} if status else result
+
+
+def test_epoch_lines_come_as_epochs_end_at_most_one_per_10_s_with_an_eta_before_any_trial_ended(
+    store_url, monkeypatch
+):
+    clock = [0.0]
+    monkeypatch.setattr("harness.search.record.progress.time.monotonic", lambda: clock[0])
+    stream, records = io.StringIO(), []
+    a, b = Trial("__fake", stub=True), Trial("__fake", stub=True)
+    with Store.open(store_url) as store:
+        store.create_study("progress", {}, OBJECTIVES)
+        session = SearchSession("progress", on_epoch=records.append)
+        progress = ProgressCallback(
+            store_url, "progress", OBJECTIVES, stream=stream, n_trials=4, concurrency=2, session=session
+        )
+        progress.setup()
+        for number, trial in enumerate((a, b)):
+            store.start_trial("progress", number, {"lr": 0.001 * (number + 1)})
+            progress.on_trial_start(0, [a, b], trial)
+
+        def result(trial, at: float, **kwargs) -> None:
+            clock[0] = at
+            progress.on_trial_result(0, [a, b], trial, _epoch_result(**kwargs))
+
+        result(a, 30.0, number=0, epoch=1)
+        # 30 s per epoch so far (start-up included); a has 3 epochs left, b (30 s in, none ended) 4 less
+        # its 30 s, two trials of 4 epochs are to start: (90 + 90 + 240) / 2 slots.
+        assert _lines(stream)[-1] == (
+            "[progress] trial 0 epoch 1/4  loss 1.5  top1 40.0%  30s in  elapsed 30s  eta ~3m30s (from 1 epoch)"
+        )
+        result(b, 35.0, number=1, epoch=1, top1=30.0)
+        result(a, 39.0, number=0, epoch=2)
+        assert len(_lines(stream)) == 2  # within 10 s of the last epoch line: none
+        result(b, 45.0, number=1, epoch=2, loss=0.25, top1=55.5)
+        assert _lines(stream)[-1].startswith("[progress] trial 1 epoch 2/4  loss 0.25  top1 55.5%  45s in  elapsed 45s")
+        assert " eta ~" in _lines(stream)[-1] and _lines(stream)[-1].endswith(" (from 4 epochs)")
+        result(a, 60.0, number=0, epoch=3, status="completed")  # its last: the trial-end line says it
+        result(b, 61.0, number=1, epoch=2, status="failed")  # a failed trial's last result repeats an epoch
+        assert len(_lines(stream)) == 3
+        assert [(r.trial, r.epoch, r.epochs, r.top1) for r in records] == [
+            (0, 1, 4, 40.0), (1, 1, 4, 30.0), (0, 2, 4, 40.0), (1, 2, 4, 55.5), (0, 3, 4, 40.0)
+        ]  # fmt: skip
+        assert records[0].elapsed_s == 30.0 and records[0].epoch_s == 20.0 and records[3].train_loss == 0.25
+        _finish(store, 0, top1=40.0, flops=2.0)
+        progress.on_trial_complete(0, [a, b], a)
+        assert " eta ~" not in _lines(stream)[-1] and " eta " in _lines(stream)[-1]  # a trial's length from now on
+        progress._store.close()
+
+
+def test_an_on_epoch_that_raises_is_one_warning_and_the_search_goes_on(store_url, monkeypatch):
+    monkeypatch.setattr("harness.search.record.progress.time.monotonic", lambda: 0.0)
+    calls = []
+
+    def broken(record) -> None:
+        calls.append(record.epoch)
+        raise ValueError("no figure to draw on")
+
+    stream = io.StringIO()
+    trial = Trial("__fake", stub=True)
+    with Store.open(store_url) as store:
+        store.create_study("progress", {}, OBJECTIVES)
+        session = SearchSession("progress", on_epoch=broken)
+        progress = ProgressCallback(store_url, "progress", OBJECTIVES, stream=stream, n_trials=2, session=session)
+        progress.on_trial_start(0, [trial], trial)
+        with pytest.warns(RuntimeWarning, match=r"on_epoch callback .*broken raised ValueError: no figure to draw on "
+                                                r"\(at epoch 1 of trial 0\); the run goes on") as caught:  # fmt: skip
+            for epoch in (1, 2, 3):
+                progress.on_trial_result(0, [trial], trial, _epoch_result(0, epoch))
+        assert calls == [1, 2, 3] and len(caught) == 1  # called every epoch, said once
+        assert _lines(stream)[0].startswith("[progress] trial 0 epoch 1/4  ")  # the line came all the same
+        progress._store.close()
+    with pytest.raises(TypeError, match="run_search: on_epoch must be a callable taking an EpochProgress, not int"):
+        run_search({"name": "x"}, on_epoch=5)
 
 
 def _counted_line(stream: io.StringIO) -> dict[str, str]:

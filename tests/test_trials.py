@@ -92,6 +92,33 @@ def test_a_trial_reports_cost_and_per_epoch_metrics():
     assert set(result.final) >= {"top1", "top5", "eval_loss", "train_loss", "best_top1", "epochs", "steps"}
 
 
+def test_on_epoch_gets_each_epochs_record_and_its_errors_are_one_warning_not_a_failed_trial():
+    records = []
+    result = run_trial(tiny_trial(training={"epochs": 3}), on_epoch=records.append)
+    assert result.status == "completed", result.error
+    assert [(r.trial, r.epoch, r.epochs) for r in records] == [(None, 1, 3), (None, 2, 3), (None, 3, 3)]
+    assert [(r.train_loss, r.top1, r.epoch_s) for r in records] == [
+        (m.train_loss, m.top1, m.epoch_time) for m in result.epochs
+    ]
+    assert 0 < records[0].elapsed_s < records[1].elapsed_s < records[2].elapsed_s <= result.wall_time_s
+    calls = []
+
+    def broken(record) -> None:
+        calls.append(record.epoch)
+        raise KeyError("top5")
+
+    # With the trainer's callback too (it stops the trial after epoch 2): both run, the trial stops as told.
+    said = r"on_epoch callback .*broken raised KeyError: 'top5' \(at epoch 1\)"
+    with pytest.warns(RuntimeWarning, match=said) as caught:
+        stopped = run_trial(tiny_trial(training={"epochs": 3}), on_epoch=broken,
+                            callback=lambda metrics, trainer: metrics.epoch == 2)  # fmt: skip
+    assert stopped.status == "completed" and stopped.stopped_early and calls == [1, 2]
+    assert len([w for w in caught if "on_epoch" in str(w.message)]) == 1  # said once, called every epoch
+    assert [m.train_loss for m in stopped.epochs] == [m.train_loss for m in result.epochs[:2]]  # the same run
+    with pytest.raises(TypeError, match="run_trial: on_epoch must be a callable taking an EpochProgress, not str"):
+        run_trial(tiny_trial(), on_epoch="print")
+
+
 def test_same_seed_same_metrics():
     first, second = run_trial(tiny_trial()), run_trial(tiny_trial())
     assert first.status == second.status == "completed"

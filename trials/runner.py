@@ -42,6 +42,7 @@ from trials.devices.gpu import (
     release_memory,
 )
 from trials.devices.sync_batchnorm import synchronise_batchnorm
+from trials.epoch_progress import EpochProgress, GuardedCallback, OnEpoch, check_on_epoch
 from trials.errors import EnvironmentProblem
 from trials.measurement.measure import CostMeasurement, measure_cost
 from trials.models import build_model
@@ -173,8 +174,14 @@ def run_trial(
     launcher: PeerLauncher | None = None,
     group_rank: tuple[int, Rendezvous] | None = None,
     preflight: Preflight | None = None,
+    on_epoch: OnEpoch | None = None,
 ) -> TrialResult:
     """Run one trial end to end. ``callback(metrics, trainer)`` runs after each epoch (True: stop).
+
+    ``on_epoch(record)`` runs after each epoch too, before ``callback``, with an
+    :class:`trials.epoch_progress.EpochProgress` (epoch k of E, training loss, validation top-1, seconds):
+    a watcher, which cannot stop the trial and whose errors are one warning, never a failed trial
+    (:class:`trials.epoch_progress.GuardedCallback`).
 
     ``resume_state`` is a :meth:`Trainer.state_dict` from an earlier attempt of the same trial
     (or a function returning one, so that the caller keeps no reference to it): training continues
@@ -188,6 +195,8 @@ def run_trial(
     harness's memory pre-flight, which needs the cost model this package may not import).
     """
     started = time.perf_counter()
+    if check_on_epoch(on_epoch, "run_trial") is not None:
+        callback = _watched(callback, GuardedCallback(on_epoch), started)
     raw = config.to_dict() if isinstance(config, TrialConfig) else dict(config)
     result = TrialResult(status=TrialStatus.FAILED, config=raw)
     try:
@@ -207,6 +216,18 @@ def run_trial(
         finally:
             close_group()
     return _run_lead(trial, result, callback, progress, resume_state, launcher, started, preflight)
+
+
+def _watched(callback: EpochCallback | None, on_epoch: GuardedCallback, started: float) -> EpochCallback:
+    """``callback`` with ``on_epoch`` told about each epoch first (rank 0 only: peers get no callback)."""
+
+    def each_epoch(metrics, trainer) -> bool | None:
+        elapsed = time.perf_counter() - started
+        on_epoch(EpochProgress(None, metrics.epoch, trainer.total_epochs, metrics.train_loss, metrics.top1,
+                               metrics.epoch_time, elapsed))  # fmt: skip
+        return callback(metrics, trainer) if callback is not None else None
+
+    return each_epoch
 
 
 def run_peer(

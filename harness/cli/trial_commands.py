@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -25,6 +26,7 @@ measure = lazy_import("trials.measurement.measure")
 runner = lazy_import("trials.runner")
 train = lazy_import("trials.training.train")
 gpu = lazy_import("trials.devices.gpu")  # the device a config names, checked before anything runs
+tqdm_std = lazy_import("tqdm.std")  # the epoch bar: only when a trial runs with it
 
 
 @click.command("models")
@@ -90,7 +92,11 @@ def _key_settings(config) -> dict[str, str]:
 @click.argument("config_path", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--device", default=None, help="Override the config's device (auto, cpu, cuda, cuda:N).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal only).")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bars on stderr: epochs (with loss and top-1) and each epoch's steps (default: on a terminal only).",
+)
 @click.option(
     "--init-from",
     "init_from",
@@ -126,7 +132,13 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
         raise config_error(error) from None
     except gpu.DeviceError as error:
         raise UsageError(f"device: {error}") from None
-    result = runner.run_trial(config, progress=progress, preflight=memory_preflight)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = EpochBar(config.training.epochs if config.training.steps is None else None) if show else None
+    try:
+        result = runner.run_trial(config, progress=show, preflight=memory_preflight, on_epoch=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     refused = result.status == TrialStatus.FAILED and result.config_key is not None  # the input, not the run
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
@@ -136,6 +148,27 @@ def trial_command(config_path: str, fmt: str, device: str | None, progress: bool
         raise UsageError(one_line((result.error or "").removeprefix("ConfigError: ")))
     if result.status == TrialStatus.FAILED:
         raise SystemExit(1)
+
+
+class EpochBar:
+    """``archsearch trial``'s bar: one tick per epoch, the last epoch's training loss and validation top-1 as
+    its postfix, on stderr (stdout keeps the result, a JSON or a table). It appears as the trial starts (0 of E
+    while the data and the model are built, measured and compiled); the trainer's bar of the epoch's steps
+    sits under it and goes when the epoch ends. ``epochs``: the budget, or None until the first epoch
+    says it (a ``training.steps`` budget is counted in epochs by the trainer)."""
+
+    def __init__(self, epochs: int | None, stream=None):
+        self.bar = tqdm_std.tqdm(total=epochs, desc="trial", unit="epoch", file=stream or sys.stderr, leave=True)
+
+    def __call__(self, record) -> None:
+        """An :class:`trials.epoch_progress.EpochProgress` from ``run_trial``'s ``on_epoch``."""
+        if record.epochs is not None and self.bar.total != record.epochs:
+            self.bar.total = record.epochs
+        self.bar.set_postfix_str(f"loss {record.train_loss:.4g}  top1 {record.top1:.1f}%", refresh=False)
+        self.bar.update(record.epoch - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def check_init_from(path: str | None) -> None:

@@ -32,6 +32,7 @@ from harness.search.cluster.ray_setup import check_study_name
 from harness.store import Store, resolve_store_url
 from search_space.spec import SearchSpec
 from search_space.validation import load_spec
+from trials.epoch_progress import OnEpoch, check_on_epoch
 
 
 def _store_url(store: Any) -> str | None:
@@ -55,6 +56,7 @@ def run_search(
     results_dir: str | Path | None = None,
     resume: bool = False,
     verbose: bool = False,
+    on_epoch: OnEpoch | None = None,
     dry_run: Literal[False] = False,
 ) -> Study: ...
 
@@ -69,6 +71,7 @@ def run_search(
     results_dir: str | Path | None = None,
     resume: bool = False,
     verbose: bool = False,
+    on_epoch: OnEpoch | None = None,
     dry_run: Literal[True],
 ) -> _dry_run.SearchCheck: ...
 
@@ -82,6 +85,7 @@ def run_search(
     results_dir: str | Path | None = None,
     resume: bool = False,
     verbose: bool = False,
+    on_epoch: OnEpoch | None = None,
     dry_run: bool = False,
 ) -> Study | _dry_run.SearchCheck:
     """Run the search ``spec`` describes and return its study (read-only, like ``load_study``).
@@ -91,6 +95,10 @@ def run_search(
     :class:`Store` (what ``load_study`` takes), else ``$ARCHSEARCH_STORE``, else
     ``sqlite:///archsearch.db``. ``name``: the study (default: the spec's name). ``address``: a Ray
     cluster to join (default: a local Ray). ``results_dir``: where Ray Tune keeps checkpoints.
+    ``on_epoch``: a function called in this process after every epoch of every trial with an
+    :class:`trials.epoch_progress.EpochProgress` (trial number, epoch k of E, training loss, validation
+    top-1, seconds), as the progress line hears of them; an error it raises is one warning, and the
+    search goes on.
     ``dry_run``: run nothing, write nothing, start no Ray; return what ``archsearch check`` prints, a
     :class:`harness.search.dry_run.SearchCheck` (its ``proposals`` are the trials the search would
     start with, as they would train).
@@ -98,6 +106,7 @@ def run_search(
     Bad input raises the same errors, naming the same keys, as the command line reports.
     """
     _check_arguments(spec, address, resume, verbose, dry_run)
+    check_on_epoch(on_epoch, "run_search")
     url = resolve_store_url(_store_url(store))
     if name is not None:
         if not isinstance(name, str):
@@ -123,6 +132,7 @@ def run_search(
         results_dir=results_dir,
         resume=resume,
         verbose=verbose,
+        on_epoch=on_epoch,
     )
     return load_study(summary.study, url)
 

@@ -58,6 +58,7 @@ from harness.search.worker.trainable import search_trainable
 from harness.store import Store, StoreError, mask_url
 from harness.store.urls import optuna_storage_url, split_secret
 from search_space.spec import SearchSpec
+from trials.epoch_progress import OnEpoch
 from trials.errors import ArchsearchError
 from trials.ownership import compile_cache_problem
 from trials.status import StudyStatus, TrialStatus
@@ -150,15 +151,19 @@ def run_search(
     results_dir: str | Path | None = None,
     resume: bool = False,
     verbose: bool = False,
+    on_epoch: OnEpoch | None = None,
 ) -> SearchSummary:
     """Run the search the spec describes; every trial lands in the store at ``store_url``.
 
     ``resume``: continue the interrupted search of that study (``Tuner.restore``): finished trials
     are kept, unfinished ones resume from their last checkpoint, and Optuna trials the driver
     lost are reconciled (told FAIL, stored ``failed`` as interrupted) so none stays RUNNING.
+    ``on_epoch``: called in this process with every trial's every epoch (an
+    :class:`trials.epoch_progress.EpochProgress`), from the results Tune hands the driver; held by the
+    search's session, never pickled (a resumed search takes the one it is given now).
     """
     with process_state_restored():  # the environment, umask and log levels it sets are this search's
-        return _search(spec, store_url, study_name, address, results_dir, resume, verbose)
+        return _search(spec, store_url, study_name, address, results_dir, resume, verbose, on_epoch=on_epoch)
 
 
 def _search(
@@ -169,6 +174,8 @@ def _search(
     results_dir: str | Path | None,
     resume: bool,
     verbose: bool,
+    *,
+    on_epoch: OnEpoch | None = None,
 ) -> SearchSummary:
     started = time.perf_counter()
     name = check_study_name(study_name or spec.name)
@@ -185,7 +192,7 @@ def _search(
     command = resume_command(name, store_url, address, storage_path, chosen)
     watchdog = StopWatchdog(store_url, name, command)
     # What this search's hooks share; they write to this store and study, whatever Ray pickled.
-    session = SearchSession(name, on_stop=watchdog.arm, store_url=split_secret(store_url)[0])
+    session = SearchSession(name, on_stop=watchdog.arm, store_url=split_secret(store_url)[0], on_epoch=on_epoch)
     watchdog.session = session  # its writes go under the lease the session will hold
     try:
         with session.active(), session.handling_signals():

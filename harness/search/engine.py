@@ -20,7 +20,7 @@ from ray.tune.stopper import Stopper
 from harness.search.propose import initial_design, warm_start
 from harness.search.propose.samplers import make_sampler
 from harness.search.propose.searcher import ArchsearchSearch
-from harness.search.record.progress import ProgressCallback, planned_trials
+from harness.search.record.progress import ProgressCallback, planned_epochs, planned_trials
 from harness.search.record.signals import InterruptCallback
 from harness.search.record.store_writer import StoreCallback
 from harness.search.record.trial_end import ConfigBuilder
@@ -103,6 +103,7 @@ def build_engine(
                 concurrency=spec.search.concurrency,
                 session=session,
                 clock=session.clock,
+                epochs=planned_epochs(spec),
             )
         )
     callbacks += list(extra_callbacks)

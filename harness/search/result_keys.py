@@ -23,6 +23,9 @@ PREDICTIONS_KEY = "archsearch_test_predictions"
 # On every report of a trial whose model was built: that model's config (JSON), with the image size,
 # channels and classes the data gave it. The store records it as the trial's model: what ran.
 BUILT_MODEL_KEY = "archsearch_built_model"
+# On every epoch's report: the trial's budget in epochs (its ``training.epochs``, or its ``training.steps`` in
+# epochs), for the progress line's ``epoch k/E`` and ETA and ``on_epoch``'s record.
+EPOCHS_KEY = "archsearch_epochs"
 
 
 def split_tune_config(config: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None, dict[str, Any]]:

@@ -14,6 +14,8 @@ hands to each hook (``bind``), never in module globals:
 * the study's **lease** this driver holds (:mod:`harness.store.liveness`): every store a hook opens
   writes under it (``hold``), so a driver whose study was taken over or deleted stops instead of
   writing into someone else's record;
+* the user's **on_epoch** (``run_search(on_epoch=...)``): every epoch the driver hears of, handed over in
+  the driver's process, its errors a warning (:class:`trials.epoch_progress.GuardedCallback`);
 * the **store and study** this driver was given (``store_url``, ``study``): a hook bound to the
   session takes them over what it was pickled with (``rebind``), so a study resumed under a new name
   (``studies --rename``) or from a copied store writes where the command said, never into the store
@@ -44,6 +46,7 @@ from typing import Any, Protocol
 
 from harness.search.interrupts import STOP_SIGNALS, SearchInterrupted, StopRequest
 from harness.store.errors import LeaseLost  # the store's errors alone: no database driver imported
+from trials.epoch_progress import EpochProgress, GuardedCallback, OnEpoch
 
 # The session of the search whose Tuner is being restored or fitted in this context (see the module
 # docstring); set only by SearchSession.active(), for the length of that block.
@@ -65,8 +68,10 @@ class SearchSession:
         on_stop: Callable[[StopRequest], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         store_url: str | None = None,
+        on_epoch: OnEpoch | None = None,
     ):
         self.study = study
+        self.on_epoch = GuardedCallback(on_epoch) if on_epoch is not None else None
         self.store_url = store_url  # the store this driver writes (no password): hooks rebind to it
         self.clock = clock  # the search's clock: the wall's, or a replay's simulated one
         self.started = clock()
@@ -226,6 +231,11 @@ class SearchSession:
         of the previous trial end (Tune asks the stoppers after the callbacks of a step)."""
         if self._plateau_watcher is not None and self._request is None:
             self._plateau_watcher.look()
+
+    def epoch_ended(self, record: EpochProgress) -> None:
+        """A trial's epoch ended (the progress callback heard it from Tune): to the user's ``on_epoch``, if any."""
+        if self.on_epoch is not None:
+            self.on_epoch(record)
 
     def trial_ended(self) -> None:
         with self._lock:

@@ -1,5 +1,7 @@
 """The live progress line: a first line at once, then done k/N, counts, the front's best values, data wait and
-an ETA that counts only the trials still to train, at every trial end and every minute."""
+an ETA that counts only the trials still to train, at every trial end and every minute; between them, a line
+as a trial's epoch ends (at most one every ``_EPOCH_LINE_S`` seconds), and each epoch to ``run_search``'s
+``on_epoch``."""
 
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ from ray.tune import Callback
 
 from dashboards.pareto import front_mask
 from harness.output import format_number
-from harness.search.result_keys import NUMBER_KEY
+from harness.search.result_keys import EPOCHS_KEY, NUMBER_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.store import Store
 from search_space.sampling import discrete_space_size
 from search_space.spec import SearchSpec
 from trials.config.data_config import DATA_STARVED_FRACTION, is_data_starved
+from trials.config.trial_config import TrainingConfig
+from trials.epoch_progress import EpochProgress
 from trials.status import TrialStatus
 
 
@@ -92,6 +96,19 @@ def planned_trials(spec: SearchSpec) -> int:
     """
     size = discrete_space_size(spec)
     return spec.search.n_trials if size is None else max(1, min(spec.search.n_trials, size))
+
+
+DEFAULT_EPOCHS = TrainingConfig.__dataclass_fields__["epochs"].default  # a trial config's training.epochs
+
+
+def planned_epochs(spec: SearchSpec) -> int | None:
+    """A trial's budget in epochs as the spec's base says it (``training.epochs``; None under a
+    ``training.steps`` budget): the progress line's ``E`` where a result does not carry its own
+    (:data:`harness.search.result_keys.EPOCHS_KEY`; every worker of this version sends it, searched budgets too)."""
+    epochs = spec.training.get("epochs", DEFAULT_EPOCHS)
+    if spec.training.get("steps") is not None or isinstance(epochs, bool) or not isinstance(epochs, int):
+        return None
+    return epochs
 
 
 def finished_trials(counts: Mapping[str, int]) -> int:
@@ -168,6 +185,121 @@ def eta_seconds(remaining: int, trial_s: float | None, running_ages: Sequence[fl
     return max(finish, MIN_LEFT_S)
 
 
+def epoch_eta_seconds(
+    remaining: int,
+    running: Sequence[tuple[float, float]],
+    epoch_s: float | None,
+    epochs: float | None,
+    concurrency: int,
+) -> float | None:
+    """Seconds until the search's last trial ends, from epochs alone: the estimate before any trial has
+    ended (:func:`eta_seconds` takes over once one has). 0 with nothing left; None before any epoch ended
+    (``epoch_s`` None) or with no budget known (``epochs`` None); else at least ``MIN_LEFT_S``.
+
+    ``remaining``: trials still to finish, the running ones among them (as for :func:`eta_seconds`).
+    ``running``: per running trial, (epochs it has left, seconds since its last epoch ended, or since it
+    started before its first). ``epoch_s``: wall seconds per epoch so far, a trial's start-up (worker,
+    build, measurement, compile) spread over its epochs (:class:`EpochClock`), so a trial not yet started
+    costs ``epochs * epoch_s`` with its start-up in it. ``epochs``: a trial's budget.
+
+    The work left is the running trials' epochs (less what each has run of its current one, never below
+    ``OVERDUE_SHARE`` of an epoch) plus every trial not yet started at ``epochs`` epochs, shared over the
+    ``concurrency`` slots; never less than the longest running trial's part, nor one whole trial while one
+    waits to start. It assumes every trial runs its whole budget: with early stopping it overestimates, until
+    the first trial ends and the trials' real lengths take over.
+    """
+    if remaining <= 0:
+        return 0.0
+    if epoch_s is None or epochs is None:
+        return None
+    floor = max(MIN_LEFT_S, OVERDUE_SHARE * epoch_s)
+    lefts = [max(left * epoch_s - since, floor) for left, since in running]
+    unstarted = max(0, remaining - len(running))
+    work = sum(lefts) + unstarted * epochs * epoch_s
+    longest = max([*lefts, epochs * epoch_s if unstarted else 0.0])
+    return max(work / max(1, concurrency), longest, MIN_LEFT_S)
+
+
+@dataclass
+class TrialEpochs:
+    """One running trial's epochs as this driver saw them: when it started, the epoch it resumed from (a
+    retry from a checkpoint), the last epoch it reported and when, and its budget (None: not said yet)."""
+
+    started: float
+    resumed_from: int = 0
+    done: int = 0
+    last_at: float | None = None
+    budget: int | None = None
+
+    def run(self) -> tuple[int, float]:
+        """(epochs this attempt ran, seconds from its start to the last one's end)."""
+        ran = self.done - self.resumed_from
+        return (ran, self.last_at - self.started) if ran > 0 and self.last_at is not None else (0, 0.0)
+
+
+class EpochClock:
+    """What epochs have cost in this driver process: the trials running now and the totals of those that
+    ended. ``epoch_s`` is the seconds from each trial's start to its last reported epoch, summed, over the
+    epochs they ran: a trial's start-up counts, spread over its epochs (what a trial not yet started will
+    pay too), and a long trial weighs by its epochs. O(running trials) per reading."""
+
+    def __init__(self) -> None:
+        self.running: dict[Any, TrialEpochs] = {}
+        self.ended_epochs = 0
+        self.ended_s = 0.0
+        self.budgets: list[int] = []  # every budget a trial reported (their mean: a trial not yet started)
+
+    def start(self, trial_id: Any, now: float) -> None:
+        self.running[trial_id] = TrialEpochs(now)
+
+    def epoch(self, trial_id: Any, epoch: int, budget: int | None, resumed_from: int, now: float) -> bool:
+        """Trial ``trial_id`` ended ``epoch`` at ``now``; False where it is no new epoch (a trial's last
+        result repeats its last epoch with its outcome; a trial this driver did not see start)."""
+        trial = self.running.get(trial_id)
+        if trial is None or epoch <= trial.done:
+            return False
+        if trial.done == 0:
+            trial.resumed_from = max(0, min(resumed_from, epoch - 1))
+        if budget is not None and trial.budget is None:
+            trial.budget = budget
+            self.budgets.append(budget)
+        trial.done, trial.last_at = epoch, now
+        return True
+
+    def end(self, trial_id: Any) -> None:
+        trial = self.running.pop(trial_id, None)
+        if trial is not None:
+            ran, seconds = trial.run()
+            self.ended_epochs += ran
+            self.ended_s += seconds
+
+    @property
+    def seen(self) -> int:
+        """Epochs ended in this driver process."""
+        return self.ended_epochs + sum(t.run()[0] for t in self.running.values())
+
+    @property
+    def epoch_s(self) -> float | None:
+        seen = self.seen
+        if not seen:
+            return None
+        return (self.ended_s + sum(t.run()[1] for t in self.running.values())) / seen
+
+    def budget(self, default: int | None) -> float | None:
+        """A trial's budget in epochs: the mean of those the trials reported, else ``default`` (the spec's)."""
+        return sum(self.budgets) / len(self.budgets) if self.budgets else default
+
+    def left(self, now: float, default: int | None) -> list[tuple[float, float]]:
+        """Per running trial: (epochs it has left, seconds since its last epoch ended, or it started)."""
+        typical = self.budget(default) or 0.0
+        out = []
+        for trial in self.running.values():
+            budget = trial.budget if trial.budget is not None else typical
+            since = now - (trial.last_at if trial.last_at is not None else trial.started)
+            out.append((max(0.0, budget - trial.done), since))
+        return out
+
+
 def eta_text(eta: float | None) -> str:
     """``?`` before a trial has ended, ``0s`` when nothing is left, ``<1m`` for less than a minute
     (the estimate is not good to the second, and a countdown that stops at a late trial would lie),
@@ -231,12 +363,25 @@ class ProgressCallback(SessionBound, Callback):
     store query). The ETA (:func:`eta_seconds`) uses the lengths of the trials that ended in this
     driver process (:class:`TrialLengths`), timed from their start to their end as Tune reports
     them on ``clock`` (the search session's: the wall's, or a replay's simulated one), and the
-    concurrency Ray actually reached.
+    concurrency Ray actually reached. Before any trial has ended it comes from the epochs that have
+    (:func:`epoch_eta_seconds`), shown as ``eta ~4m10s (from 3 epochs)``: an estimate that assumes every
+    trial runs its budget; ``eta ?`` only until the first epoch of any trial ends.
+
+    Between the status lines, an epoch line (``[study] trial 3 epoch 2/5  loss 1.23  top1 45.6%  1m05s in
+    elapsed 4m05s  eta ~6m (from 5 epochs)``) when a trial's epoch ends, at most one every
+    ``_EPOCH_LINE_S`` seconds over the whole search, the freshest epoch, never queued. Why that rule: a
+    trial of hours shows its epochs (every one, with epochs longer than the limit), a small search's
+    short epochs never scroll the status lines away, and a cluster's hundred concurrent trials give six
+    lines a minute, not hundreds. A trial's last epoch gets no epoch line: its trial-end line follows at
+    once. The same epochs, every one, go to ``run_search``'s ``on_epoch`` through the session
+    (:meth:`SearchSession.epoch_ended`), as :class:`trials.epoch_progress.EpochProgress` records: they
+    come from the epoch results Tune hands this callback in the driver, as the line's do.
     """
 
     _FRONT_REFRESH_FACTOR = 20.0
     _FRONT_MIN_INTERVAL_S = 1.0
     _HEARTBEAT_S = 60.0
+    _EPOCH_LINE_S = 10.0
 
     def __init__(
         self,
@@ -249,8 +394,10 @@ class ProgressCallback(SessionBound, Callback):
         concurrency: int = 1,
         session: SearchSession | None = None,
         clock: Callable[[], float] | None = None,
+        epochs: int | None = None,
     ):
         self.session = session
+        self.epochs = epochs  # the spec's budget, for results that do not say theirs (an older worker's)
         self.store_url = store_url
         self.study = study
         self.objectives = objectives
@@ -272,13 +419,16 @@ class ProgressCallback(SessionBound, Callback):
         self._running: dict[str, float] = {}  # Tune trial id -> when Tune started it
         self._lengths = TrialLengths()
         self._peak_running = 0
+        self._epoch_clock = EpochClock()
+        self._last_epoch_line: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = {
             **self.__dict__, "_store": None, "stream": None, "_front_size": None, "_best": {}, "_front_due": 0.0,
             "_data_wait": {}, "clock": None,
         }  # fmt: skip
-        state.update(_started=None, _last_line=None, _running={}, _lengths=TrialLengths(), _peak_running=0)
+        state.update(_started=None, _last_line=None, _running={}, _lengths=TrialLengths(), _peak_running=0,
+                     _epoch_clock=EpochClock(), _last_epoch_line=None)  # fmt: skip
         return self._unbound_state(state)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -287,6 +437,9 @@ class ProgressCallback(SessionBound, Callback):
             del state["_durations"]
             state["_lengths"] = TrialLengths()
         state.setdefault("clock", None)
+        state.setdefault("epochs", None)  # pickled before epoch lines
+        state.setdefault("_epoch_clock", EpochClock())
+        state.setdefault("_last_epoch_line", None)
         super().__setstate__(state)
 
     def _now(self) -> float:
@@ -316,15 +469,55 @@ class ProgressCallback(SessionBound, Callback):
         return f"{k}/{self.n_trials}" if self.n_trials is not None else str(k)
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info: Any) -> None:
-        self._running[tune_trial_id(trial)] = self._now()
+        now = self._now()
+        self._running[tune_trial_id(trial)] = now
+        self._epoch_clock.start(tune_trial_id(trial), now)
         self._peak_running = max(self._peak_running, len(self._running))
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info: Any) -> None:
         self._running.pop(tune_trial_id(trial), None)  # retried: Tune starts it again (on_trial_start)
+        self._epoch_clock.end(tune_trial_id(trial))
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info: Any) -> None:
         if result.get("epoch"):
             self._data_wait.setdefault(trial.trial_id, DataWait()).add(result)
+            self._epoch_ended(tune_trial_id(trial), result)
+
+    def _epoch_ended(self, trial_id: Any, result: dict) -> None:
+        """A new epoch of a running trial: timed for the ETA, handed to ``on_epoch``, and its line when due."""
+        status = result.get(STATUS_KEY)
+        if status not in (None, TrialStatus.COMPLETED):  # a failed trial's last result repeats its last epoch
+            return
+        now = self._now()
+        epoch, budget = int(result["epoch"]), _positive_int(result.get(EPOCHS_KEY))
+        if not self._epoch_clock.epoch(trial_id, epoch, budget, _positive_int(result.get("resumed_from_epoch")) or 0,
+                                       now):  # fmt: skip
+            return
+        started = self._epoch_clock.running[trial_id].started
+        record = EpochProgress(
+            trial=_positive_int(result.get(NUMBER_KEY), allow_zero=True),
+            epoch=epoch,
+            epochs=budget if budget is not None else self.epochs,
+            train_loss=_float(result.get("train_loss")),
+            top1=_float(result.get("top1")),
+            epoch_s=_float(result.get("epoch_time")),
+            elapsed_s=now - started,
+        )
+        session = self._session()
+        session.epoch_ended(record)
+        due = self._last_epoch_line is None or now - self._last_epoch_line >= self._EPOCH_LINE_S
+        if status is None and due and session.stop_request is None:
+            self._last_epoch_line = now
+            print(self._safe_line(lambda: self._epoch_line(record)), file=self.stream or sys.stderr, flush=True)
+
+    def _epoch_line(self, record: EpochProgress) -> str:
+        """``[study] trial 3 epoch 2/5  loss 1.23  top1 45.6%  1m05s in  elapsed 4m05s  eta ~6m (from 5 epochs)``."""
+        of = f"/{record.epochs}" if record.epochs is not None else ""
+        counts = self._open_store().counts(self.study, epochs=False)
+        return (
+            f"[{self.study}] trial {record.trial} epoch {record.epoch}{of}  loss {compact_number(record.train_loss)}"
+            f"  top1 {record.top1:.1f}%  {compact_duration(record.elapsed_s)} in  {self._timing(counts, self._now())}"
+        )
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         """The heartbeat: a line when trials run and none has ended for ``_HEARTBEAT_S`` seconds."""
@@ -358,11 +551,30 @@ class ProgressCallback(SessionBound, Callback):
             concurrency,
         )
 
+    def epoch_eta(self, counts: Mapping[str, int], now: float) -> float | None:
+        """Seconds left from the epochs alone (:func:`epoch_eta_seconds`), for before any trial has ended."""
+        if self.n_trials is None:
+            return None
+        clock = self._epoch_clock
+        concurrency = min(self.concurrency, max(self._peak_running, 1))
+        remaining = max(self.n_trials - finished_trials(counts), len(self._running))
+        return epoch_eta_seconds(
+            remaining, clock.left(now, self.epochs), clock.epoch_s, clock.budget(self.epochs), concurrency
+        )
+
     def _timing(self, counts: Mapping[str, int], now: float) -> str:
-        """``elapsed 4m05s  eta 12m30s``: ``eta ?`` until a trial has ended, none without ``n_trials``."""
+        """``elapsed 4m05s  eta 12m30s``: before any trial has ended ``eta ~12m (from 3 epochs)``, an estimate
+        from the epochs, and ``eta ?`` until an epoch has ended; none without ``n_trials``."""
         elapsed = f"elapsed {compact_duration(now - (self._started if self._started is not None else now))}"
         if self.n_trials is None:
             return elapsed
+        seen = self._epoch_clock.seen
+        if self._lengths.typical is None and seen:
+            eta = self.epoch_eta(counts, now)
+            if eta is not None:
+                text = eta_text(eta)
+                approx = "" if text.startswith("<") or eta <= 0 else "~"
+                return f"{elapsed}  eta {approx}{text} (from {seen} epoch{'s' if seen > 1 else ''})"
         return f"{elapsed}  eta {eta_text(self.eta(counts, now))}"
 
     def _open_store(self) -> Store:
@@ -410,6 +622,7 @@ class ProgressCallback(SessionBound, Callback):
         data_wait = self._data_wait.pop(trial_id, None) or DataWait()
         now = self._now()
         started = self._running.pop(trial_id, None)
+        self._epoch_clock.end(trial_id)
         if started is not None:
             self._lengths.add(now - started)
         if self._session().stop_request is not None:  # stopping: the one line that says why comes at the end
@@ -420,6 +633,23 @@ class ProgressCallback(SessionBound, Callback):
         self._print(line, now)
 
     on_trial_error = on_trial_complete
+
+
+def _positive_int(value: Any, *, allow_zero: bool = False) -> int | None:
+    """A count from a result (an epoch budget, a trial number), or None where it is missing or not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    if not math.isfinite(value) or int(value) != value or value < (0 if allow_zero else 1):
+        return None
+    return int(value)
+
+
+def _float(value: Any) -> float:
+    """A metric from a result as a float (NaN where it is missing)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def tune_trial_id(trial) -> str | None:

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.preflight import memory_preflight
-from harness.search.result_keys import BUILT_MODEL_KEY, NUMBER_KEY, PREDICTIONS_KEY, STATUS_KEY, split_tune_config
+from harness.search.result_keys import (
+    BUILT_MODEL_KEY,
+    EPOCHS_KEY,
+    NUMBER_KEY,
+    PREDICTIONS_KEY,
+    STATUS_KEY,
+    split_tune_config,
+)
 from harness.search.worker.data_parallel import RayPeers
 from search_space.sampling import build_trial_config, cost_violations
 from search_space.spec import Resources, SearchSpec
@@ -184,6 +191,7 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     def report_epoch(metrics, trainer) -> None:
         payload: dict[str, Any] = {**metrics.to_dict(), **_cost_metrics(trainer.cost), NUMBER_KEY: number, **placement}
         payload[BUILT_MODEL_KEY] = json.dumps(trainer.model.config.to_dict())  # the model that ran, for its record
+        payload[EPOCHS_KEY] = trainer.total_epochs  # the progress line's epoch k/E
         if trainer.finished:  # the whole budget ran: this is the trial's final result
             payload.update({f"final_{k}": v for k, v in runner.final_metrics(trainer.history).items()})
             payload.update({f"final_{k}": v for k, v in runner.trial_facts(trainer).items()})
