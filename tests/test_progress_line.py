@@ -8,6 +8,7 @@ many times a second; the line then carries the last known size).
 from __future__ import annotations
 
 import io
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -408,7 +409,9 @@ def test_running_is_the_trials_ray_runs_not_the_stores_rows(store_url, monkeypat
 def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path, monkeypatch, capsys):
     """End to end through Ray Tune (two CPUs, ``concurrency: 2``): with the heartbeat at every
     step, some line is printed while both trials run, and the last trial's end leaves nothing to wait for
-    (the best values are the unit tests': a heartbeat every step holds the front's once-a-second reading)."""
+    (the best values are the unit tests': a heartbeat every step holds the front's once-a-second reading).
+    Before the first trial ends, an epoch line says which epoch of which trial ended, with an ETA from the
+    epochs, and ``on_epoch`` hears every epoch of both trials in this (the driver's) process."""
     import ray
     from test_search import tiny_spec
 
@@ -419,9 +422,16 @@ def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         spec = tiny_spec(search={"sampler": "random", "n_trials": 2, "concurrency": 2, "seed": 1})
-        run_search(load_spec(spec), f"sqlite:///{tmp_path / 'store.db'}", study_name="watch", results_dir=tmp_path)
+        records = []
+        run_search(load_spec(spec), f"sqlite:///{tmp_path / 'store.db'}", study_name="watch", results_dir=tmp_path,
+                   on_epoch=records.append)  # fmt: skip
     finally:
         ray.shutdown()
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[watch] done ")]
+    err = capsys.readouterr().err.splitlines()
+    assert sorted((r.trial, r.epoch, r.epochs) for r in records) == [(0, 1, 2), (0, 2, 2), (1, 1, 2), (1, 2, 2)]
+    first_end = next(i for i, line in enumerate(err) if line.startswith("[watch] done 1/2 "))
+    epoch_lines = [line for line in err[:first_end] if re.match(r"\[watch\] trial [01] epoch 1/2  loss ", line)]
+    assert epoch_lines and re.search(r"  eta (~\S+|<1m) \(from \d epochs?\)$", epoch_lines[0]), err
+    lines = [line for line in err if line.startswith("[watch] done ")]
     assert any("  running 2  " in line for line in lines), lines
     assert lines[-1].startswith("[watch] done 2/2  running 0  completed 2  ") and lines[-1].endswith("  eta 0s"), lines
