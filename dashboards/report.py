@@ -33,7 +33,7 @@ from dashboards import compare, fidelity, figures, interactive
 from dashboards.columns import log_scaled_columns, searched_config_columns
 from dashboards.pareto import front_mask, hypervolume_progress, resolve_color_by
 from dashboards.reader import StudyReader
-from dashboards.verified import compare_fronts
+from dashboards.verified import compare_fronts, load_footnote, load_marks
 from trials.config.data_config import DATA_STARVED_FRACTION
 from trials.status import TrialStatus
 
@@ -382,6 +382,14 @@ def _study_section(
     section["notes"].extend(_verified_notes(store, name, front, objectives))
     section["front_columns"] = columns
     section["front_rows"] = [[_cell(r.get(c)) for c in columns] for r in shown.to_dict("records")]
+    if "throughput" in columns:  # a throughput measured beside other work: marked, and the note says why
+        marks = load_marks(store, name, shown["number"])
+        at = columns.index("throughput")
+        for row, number in zip(section["front_rows"], shown["number"], strict=True):
+            if int(number) in marks:
+                row[at] += "*"
+        if note := load_footnote({f"trial {n}": why for n, why in marks.items()}):
+            section["notes"].append(note)
     section["front_total"] = len(front)
     if len(front) > len(shown_front):
         section["notes"].append(

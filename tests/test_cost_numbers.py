@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +25,7 @@ from test_cuda_contracts import cuda_backend_flags, stubbed_cuda  # noqa: F401 (
 from test_gpu_training import tiny
 
 from trials.devices import gpu
-from trials.measurement import measure, timing
+from trials.measurement import machine_load, measure, timing
 from trials.runner import run_trial
 from trials.training.train import resolve_dtype
 
@@ -363,3 +367,101 @@ def test_the_benchmarks_inference_part_runs_in_the_layout_trials_use(monkeypatch
     rows = bench.part_d(args, torch.device("cpu"))
     assert timed and all(conv and batch for conv, batch in timed)
     assert {r["model"] for r in rows if "infer img/s" in r} == {"cait_s24", "coatnet_0"}
+
+
+# -- a throughput measured beside other work: recorded, and marked where it is shown ----------------
+
+
+def _measured_trial():
+    """A real tiny trial whose throughput timing lasts well over machine_load.MIN_WINDOW_S on 2 threads."""
+    return run_trial(tiny({"epochs": 1}, measure={"flops": False, "latency": False, "batch_size": 64,
+                                                  "repeats": 120, "warmup": 1}))  # fmt: skip
+
+
+def _spinners(count: int) -> list[subprocess.Popen]:
+    """Busy CPU neighbours: processes that spin, on the CPUs this process may use (they inherit its affinity)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def _others_busy_while_idle(seconds: float = 0.5) -> float:
+    """How many of this process's CPUs other processes kept busy while it slept (the machine's own load)."""
+    with machine_load.LoadWindow() as window:
+        time.sleep(seconds)
+    return window.reading(1).others_cores
+
+
+def test_the_load_rule_marks_a_throughput_left_fewer_cores_than_its_threads_or_a_shared_gpu():
+    contended, note = machine_load.contended, machine_load.load_note
+    assert not contended(0.1, 2, 2) and contended(0.3, 2, 2) and contended(1.9, 2, 2)
+    assert not contended(10.0, 16, 4) and contended(12.5, 16, 4)  # idle cores elsewhere are no neighbour
+    assert not contended(None, 2, 2) and not contended(1.9, None, 2)  # nothing read: no mark
+    assert note({"load_others_cores": 1.9, "load_cores": 2, "load_threads": 2}) == (
+        "other processes kept 1.9 of its 2 CPUs busy (timed on 2 threads)"
+    )
+    assert note({"load_others_cores": 1.5, "load_cores": 2, "load_threads": 1}).endswith("(timed on 1 thread)")
+    assert note({"load_others_cores": 0.05, "load_cores": 2, "load_threads": 2}) is None
+    assert note({"load_others_cores": float("nan"), "load_cores": 2, "load_threads": 2}) is None  # a store's missing
+    assert note({"throughput_shared": True}) == "on a GPU shared with other trials (packed)"
+    assert note({}) is None and note({"throughput_shared": False, "load_cores": 2}) is None  # an older row
+
+
+def test_a_trial_timed_beside_a_busy_neighbour_is_marked_in_the_store_and_its_tables(tmp_path):
+    """Spinning processes, two per CPU of this process, while a real trial is measured: the reading says they
+    took at least half a core (they leave a one-thread timing well under its one), the stored measurement
+    keeps it, and ``trials``/``pareto``/``report`` mark the cell ``*`` with a footnote; a trial whose
+    measurement says no one else was busy is not marked."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+    from harness.store import Store
+
+    cpus = len(os.sched_getaffinity(0))
+    spinners = _spinners(2 * cpus)
+    try:
+        busy = _measured_trial()
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert busy.status == "completed", busy.error
+    cost = busy.cost
+    assert (cost.load_cores, cost.load_threads) == (cpus, busy.runtime["threads"]) and cost.load_others_cores >= 0.5
+    assert machine_load.load_note(cost.to_dict()).startswith(f"other processes kept {cost.load_others_cores:.1f} of")
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("load", {"name": "load"}, {"top1": "max", "throughput": "max"})
+        store.finish_trial("load", 0, status="completed", config=busy.config, measurement=cost.to_dict(),
+                           final={"top1": 60.0})  # fmt: skip
+        alone = {**cost.to_dict(), "throughput": 3 * cost.throughput, "load_others_cores": 0.0}
+        store.finish_trial("load", 1, status="completed", config=busy.config, measurement=alone, final={"top1": 50.0})
+        stored = store.trial_records("load", [0, 1])
+    assert stored[0]["measurement"]["load_others_cores"] == cost.load_others_cores
+    assert stored[0]["measurement"]["throughput_shared"] is False
+
+    why = machine_load.load_note(cost.to_dict())
+    for command in (["trials", "load"], ["pareto", "load"]):
+        out = CliRunner().invoke(main, [*command, "--store", url])
+        assert out.exit_code == 0, out.output
+        cells = {n: line for line in out.output.splitlines() for n in ("0", "1") if n in line.split()[:2]}
+        assert re.search(r"\d\* ", cells["0"] + " ") and not re.search(r"\d\* ", cells["1"] + " "), out.output
+        assert f"* throughput measured beside other work, a lower bound (archsearch verify re-measures the " \
+               f"front alone): trial 0: {why}" in out.output  # fmt: skip
+    report = tmp_path / "report.html"
+    out = CliRunner().invoke(main, ["report", "load", "--store", url, "-o", str(report), "--static"])
+    assert out.exit_code == 0, out.output
+    assert f"trial 0: {why}" in report.read_text()
+
+
+def test_a_trial_timed_with_no_neighbour_is_read_and_unmarked_on_a_quiet_machine():
+    """The same trial measured with no neighbour of ours: its reading is recorded, and unmarked where the
+    machine itself was quiet just before (on a shared machine busy with other work, that work is a neighbour
+    too and the mark is right: then only the reading is checked)."""
+    quiet = _others_busy_while_idle() < machine_load.SLACK_CORES
+    idle = _measured_trial()
+    cpus = len(os.sched_getaffinity(0))
+    assert idle.cost.load_cores == cpus and 0 <= idle.cost.load_others_cores <= cpus
+    assert idle.cost.load_threads == idle.runtime["threads"]
+    if not quiet:
+        pytest.skip("this machine's CPUs were busy with other work before the idle measurement: its mark is theirs")
+    assert machine_load.load_note(idle.cost.to_dict()) is None, idle.cost

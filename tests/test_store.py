@@ -44,7 +44,7 @@ def table_names(url: str) -> set[str]:
 
 def test_open_creates_prefixed_tables_at_the_head_revision(store_url):
     with Store.open(store_url) as store:
-        assert store.schema_version() == "0010"
+        assert store.schema_version() == "0011"
     tables = table_names(store_url.replace("postgresql://", "postgresql+psycopg://"))
     assert tables == {
         "archsearch_alembic_version",
@@ -97,7 +97,7 @@ def test_a_store_made_by_an_older_archsearch_opens_in_a_newer_one(store_url):
         )
     engine.dispose()
     with Store.open(store_url) as store:
-        assert store.schema_version() == "0010"
+        assert store.schema_version() == "0011"
         frame = store.trials("old")
         assert frame["top1"].tolist() == [42.0]
         assert frame["config.model.depth"].tolist() == [3]

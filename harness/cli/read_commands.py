@@ -14,8 +14,9 @@ from dashboards.columns import searched_config_columns
 from dashboards.files import OutputRefused, check_output, check_output_dir
 from harness.cli import admin_commands
 from harness.cli.common import UsageError, open_store, records, store_option, warn_damaged
-from harness.output import FORMATS, printable, render
+from harness.output import FORMATS, format_number, printable, render
 from trials.lazy import lazy_import
+from trials.measurement.machine_load import load_note
 
 pareto = lazy_import("dashboards.pareto")  # pandas and moocore: only when a front is asked for
 report = lazy_import("dashboards.report")  # seaborn: only when a report is written
@@ -128,7 +129,11 @@ def trials_command(study: str, store_url: str | None, fmt: str, limit: int | Non
     error_column = ["error"] if any(row["error"] for row in rows) else []
     mismatch_column = ["spec_mismatch"] if mismatches else []
     columns = ["number", "status", *varying, "params", "flops", "throughput", *metric_columns, *error_column]
+    marks = {(study, int(row["number"])): why for row in rows if (why := load_note(row))}
+    footnote = _mark_loaded_throughputs(rows, marks, study_of=lambda row: study)
     click.echo(render(rows, "table", [*columns, *mismatch_column]))
+    if footnote:
+        click.echo(printable(footnote))
     fixed = fixed_values(spec)
     if fixed:
         click.echo(printable("fixed by the spec: " + ", ".join(f"{name}={value!r}" for name, value in fixed.items())))
@@ -255,7 +260,10 @@ def pareto_command(
     else:  # JSON and CSV: flat rows, one key per column, as `trials` writes them
         columns = ["study", "number", *wanted, *verified_columns, *config_columns]
     rows = [{c: record.get(c) for c in columns} for record in records(front)]
+    footnote = _mark_loaded_throughputs(rows, _front_load_marks(store_url, front)) if fmt == "table" else None
     click.echo(render(rows, fmt, columns))
+    if footnote:
+        click.echo(printable(footnote))
     if fmt == "table":
         counted = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
         click.echo(f"front of {len(front)} from {sum(result.counts.values())} trials ({counted})")
@@ -279,6 +287,40 @@ def _with_verified(store_url: str | None, front, objectives: dict[str, str]):
     if not parts:
         return front, []
     return pandas.concat(parts, ignore_index=True), verified_columns
+
+
+def _front_load_marks(store_url: str | None, front) -> dict[tuple[str, int], str]:
+    """(study, number) -> why, for the front members whose throughput was measured beside other work."""
+    if "throughput" not in front.columns or front.empty:
+        return {}
+    marks: dict[tuple[str, int], str] = {}
+    with open_store(store_url, create=False, read_only=True) as store:
+        for study, members in front.groupby("study", sort=False):
+            found = verified_front.load_marks(store, str(study), members["number"])
+            marks.update({(str(study), number): why for number, why in found.items()})
+    return marks
+
+
+def _mark_loaded_throughputs(
+    rows: list[dict[str, Any]], marks: dict[tuple[str, int], str], study_of=None
+) -> str | None:
+    """A table's throughput cells measured beside other work get a ``*`` (the rest a space, so the digits stay
+    aligned), and the footnote that says why comes back (None where none is marked). ``marks``: (study,
+    number) -> why; ``study_of(row)``: a row's study (default: its ``study`` column)."""
+    study_of = study_of or (lambda row: str(row.get("study")))
+    marked = [(study_of(row), int(row["number"])) in marks for row in rows]
+    if not any(marked) or not rows or "throughput" not in rows[0]:
+        return None
+    cells = [
+        ("-" if row["throughput"] is None else format_number(row["throughput"])) + ("*" if mark else " ")
+        for row, mark in zip(rows, marked, strict=True)
+    ]
+    width = max(len(cell) for cell in cells)
+    for row, cell in zip(rows, cells, strict=True):
+        row["throughput"] = cell.rjust(width)
+    several = len({study for study, _ in marks}) > 1
+    labelled = {f"{study} #{number}" if several else f"trial {number}": why for (study, number), why in marks.items()}
+    return verified_front.load_footnote(labelled)
 
 
 @click.command("report")

@@ -11,7 +11,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -106,6 +118,12 @@ class Measurement(Base):
     dtype: Mapped[str | None] = mapped_column(String(16), nullable=True)
     device: Mapped[str | None] = mapped_column(String(255), nullable=True)
     torch_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Measured beside other work (since schema 0011; None before): a packed trial's shared GPU, and what other
+    # processes did on its CPUs while the throughput was timed (trials.measurement.machine_load).
+    throughput_shared: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    load_others_cores: Mapped[float | None] = mapped_column(Float, nullable=True)
+    load_cores: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    load_threads: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class VerifiedMeasurement(Base):

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from trials.measurement.flops import count_flops
+from trials.measurement.machine_load import LoadWindow
 from trials.measurement.timing import synchronize, time_repeated, timer_name
 
 # Untimed calls before the timed ones. On a GPU each call takes milliseconds and the first ones pay
@@ -58,6 +59,11 @@ class CostMeasurement:
     # The device was shared with other trials while this was measured (a packed trial: a share of a
     # GPU); such a throughput is a lower bound, ``archsearch verify`` re-measures it alone.
     throughput_shared: bool = False
+    # Other processes' use of this process's CPUs while the throughput was timed (machine_load): how many of
+    # its ``load_cores`` cores they kept busy, and the threads the timing ran on; None where not read.
+    load_others_cores: float | None = None
+    load_cores: int | None = None
+    load_threads: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -154,7 +160,9 @@ def measure_cost(
     first call per batch size compiles, and is timed apart (``compile_s``), before the warm-up.
     ``compiled``/``compile_note`` of the result say what was timed; a caller whose forward may fall
     back to eager corrects them afterwards. ``warmup`` None: :func:`default_warmup`. ``shared``:
-    the device had other trials on it (recorded as ``throughput_shared``).
+    the device had other trials on it (recorded as ``throughput_shared``). What other processes did on
+    this process's CPUs while the throughput was timed is recorded too (``load_*``,
+    :mod:`trials.measurement.machine_load`).
     """
     device = torch.device(device)
     warmup = default_warmup(device) if warmup is None else warmup
@@ -172,11 +180,14 @@ def measure_cost(
         return call
 
     rate = rate_min = rate_max = None
-    peak = None
+    peak = load = None
     if throughput:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        timing = time_repeated(run(batch_size), device, warmup, repeats)
+        call = run(batch_size)  # a compiled forward compiles here, outside the window watched
+        with LoadWindow() as window:
+            timing = time_repeated(call, device, warmup, repeats)
+        load = window.reading(torch.get_num_threads())
         rate = timing.rate(batch_size)
         fastest, slowest = timing.spread
         rate_min, rate_max = batch_size / slowest, batch_size / fastest
@@ -210,4 +221,7 @@ def measure_cost(
         compile_note=None if forward is not None else compile_note,
         compile_s=compile_s if (throughput or latency) else None,
         throughput_shared=shared,
+        load_others_cores=None if load is None else load.others_cores,
+        load_cores=None if load is None else load.cores,
+        load_threads=None if load is None else load.threads,
     )
