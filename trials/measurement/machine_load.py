@@ -97,6 +97,13 @@ class LoadWindow:
         return LoadReading(round(min(max(others, 0.0), float(len(self.cpus))), 2), len(self.cpus), int(threads))
 
 
+def load_fields(reading: LoadReading | None) -> dict[str, Any]:
+    """A reading as a measurement's ``load_others_cores``, ``load_cores``, ``load_threads`` (None: not read)."""
+    if reading is None:
+        return {"load_others_cores": None, "load_cores": None, "load_threads": None}
+    return {"load_others_cores": reading.others_cores, "load_cores": reading.cores, "load_threads": reading.threads}
+
+
 def contended(others_cores: float | None, cores: int | None, threads: int | None) -> bool:
     """Whether other processes left the timing fewer cores than its threads (see the module docstring)."""
     if others_cores is None or not cores or not threads:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from trials.measurement.flops import count_flops
-from trials.measurement.machine_load import LoadWindow
+from trials.measurement.machine_load import LoadWindow, load_fields
 from trials.measurement.timing import synchronize, time_repeated, timer_name
 
 # Untimed calls before the timed ones. On a GPU each call takes milliseconds and the first ones pay
@@ -160,9 +160,7 @@ def measure_cost(
     first call per batch size compiles, and is timed apart (``compile_s``), before the warm-up.
     ``compiled``/``compile_note`` of the result say what was timed; a caller whose forward may fall
     back to eager corrects them afterwards. ``warmup`` None: :func:`default_warmup`. ``shared``:
-    the device had other trials on it (recorded as ``throughput_shared``). What other processes did on
-    this process's CPUs while the throughput was timed is recorded too (``load_*``,
-    :mod:`trials.measurement.machine_load`).
+    the device had other trials on it (``throughput_shared``); others' use of its CPUs: ``load_*`` (machine_load).
     """
     device = torch.device(device)
     warmup = default_warmup(device) if warmup is None else warmup
@@ -184,10 +182,7 @@ def measure_cost(
     if throughput:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        call = run(batch_size)  # a compiled forward compiles here, outside the window watched
-        with LoadWindow() as window:
-            timing = time_repeated(call, device, warmup, repeats)
-        load = window.reading(torch.get_num_threads())
+        timing, load = _timed_watched(run(batch_size), device, warmup, repeats)  # compiled before the window
         rate = timing.rate(batch_size)
         fastest, slowest = timing.spread
         rate_min, rate_max = batch_size / slowest, batch_size / fastest
@@ -221,7 +216,12 @@ def measure_cost(
         compile_note=None if forward is not None else compile_note,
         compile_s=compile_s if (throughput or latency) else None,
         throughput_shared=shared,
-        load_others_cores=None if load is None else load.others_cores,
-        load_cores=None if load is None else load.cores,
-        load_threads=None if load is None else load.threads,
+        **load_fields(load),
     )
+
+
+def _timed_watched(call: Callable[[], None], device: torch.device, warmup: int, repeats: int):
+    """(the timing of ``call``, what other processes did on this process's CPUs meanwhile: machine_load)."""
+    with LoadWindow() as window:
+        timing = time_repeated(call, device, warmup, repeats)
+    return timing, window.reading(torch.get_num_threads())

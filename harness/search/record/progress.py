@@ -247,7 +247,8 @@ class EpochClock:
         self.running: dict[Any, TrialEpochs] = {}
         self.ended_epochs = 0
         self.ended_s = 0.0
-        self.budgets: list[int] = []  # every budget a trial reported (their mean: a trial not yet started)
+        self.budget_sum = 0  # the budgets the trials reported (their mean: a trial not yet started), kept as a sum
+        self.budget_count = 0
 
     def start(self, trial_id: Any, now: float) -> None:
         self.running[trial_id] = TrialEpochs(now)
@@ -262,7 +263,8 @@ class EpochClock:
             trial.resumed_from = max(0, min(resumed_from, epoch - 1))
         if budget is not None and trial.budget is None:
             trial.budget = budget
-            self.budgets.append(budget)
+            self.budget_sum += budget
+            self.budget_count += 1
         trial.done, trial.last_at = epoch, now
         return True
 
@@ -287,7 +289,7 @@ class EpochClock:
 
     def budget(self, default: int | None) -> float | None:
         """A trial's budget in epochs: the mean of those the trials reported, else ``default`` (the spec's)."""
-        return sum(self.budgets) / len(self.budgets) if self.budgets else default
+        return self.budget_sum / self.budget_count if self.budget_count else default
 
     def left(self, now: float, default: int | None) -> list[tuple[float, float]]:
         """Per running trial: (epochs it has left, seconds since its last epoch ended, or it started)."""
