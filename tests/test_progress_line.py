@@ -411,7 +411,8 @@ def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path
     step, some line is printed while both trials run, and the last trial's end leaves nothing to wait for
     (the best values are the unit tests': a heartbeat every step holds the front's once-a-second reading).
     Before the first trial ends, an epoch line says which epoch of which trial ended, with an ETA from the
-    epochs, and ``on_epoch`` hears every epoch of both trials in this (the driver's) process."""
+    epochs, and ``on_epoch`` hears every epoch of both trials in this (the driver's) process. Each trial's
+    measurement reaches the store with what else used its CPUs while its throughput was timed."""
     import ray
     from test_search import tiny_spec
 
@@ -421,7 +422,8 @@ def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path
     monkeypatch.setattr(ProgressCallback, "_HEARTBEAT_S", 0.0)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        spec = tiny_spec(search={"sampler": "random", "n_trials": 2, "concurrency": 2, "seed": 1})
+        spec = tiny_spec(search={"sampler": "random", "n_trials": 2, "concurrency": 2, "seed": 1},
+                         measure={"batch_size": 32, "repeats": 60, "warmup": 0, "latency": False})  # fmt: skip
         records = []
         run_search(load_spec(spec), f"sqlite:///{tmp_path / 'store.db'}", study_name="watch", results_dir=tmp_path,
                    on_epoch=records.append)  # fmt: skip
@@ -433,5 +435,8 @@ def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path
     epoch_lines = [line for line in err[:first_end] if re.match(r"\[watch\] trial [01] epoch 1/2  loss ", line)]
     assert epoch_lines and re.search(r"  eta (~\S+|<1m) \(from \d epochs?\)$", epoch_lines[0]), err
     lines = [line for line in err if line.startswith("[watch] done ")]
+    with Store.open(f"sqlite:///{tmp_path / 'store.db'}", create=False) as store:  # the worker's load reading, kept
+        measured = [r["measurement"] for r in store.trial_records("watch").values()]
+    assert len(measured) == 2 and all(m["load_cores"] >= 1 and "throughput_shared" in m for m in measured), measured
     assert any("  running 2  " in line for line in lines), lines
     assert lines[-1].startswith("[watch] done 2/2  running 0  completed 2  ") and lines[-1].endswith("  eta 0s"), lines
