@@ -18,7 +18,7 @@ from harness.reproduce import planning
 from harness.reproduce.analysis import summarize_runs
 from harness.reproduce.records import recompute, write_records
 from harness.reproduce.registry import plan
-from harness.reproduce.studies import select_variants, subset_name
+from harness.reproduce.studies import select_variants, subset_name, variant_config
 from search_space.sampling import grid_points
 from search_space.validation import load_spec
 from trials.status import TrialStatus
@@ -224,3 +224,25 @@ def test_the_steps_are_timed_interleaved_across_variants_a_few_each(monkeypatch)
     for name, measured in times.items():
         assert len(measured.seconds) == planning.TIMED_ROUNDS >= 3, name
         assert 0 < measured.low <= measured.median <= measured.high
+
+
+def test_the_plan_shows_each_variants_depths_and_widths_as_the_runs_build_them(monkeypatch):
+    """Issue 59 (8): size-matching changes widths and block counts between layouts, and --plan now shows them:
+    CoAtNet's depths and widths per stage S0..S4, CaiT's self- and class-attention blocks and its width."""
+    monkeypatch.setattr(planning, "_step_times", lambda configs, batch: {})
+    for study in ("coatnet-layouts", "cait-class-attention-blocks"):
+        (run, *_) = plan(study, "cpu", 7, (), "mnist5k", None)
+        rows = _table(_plan(study, "--scale", "cpu"))
+        report = json.loads(CliRunner().invoke(main, ["reproduce", study, "--scale", "cpu", "--plan", "--format",
+                                                      "json"]).output)  # fmt: skip
+        planned = {v["name"]: v for v in report["studies"][0]["variants"]}
+        for variant in run.spec["variants"]:
+            config = variant_config(run, variant)
+            if hasattr(config, "dims"):
+                depths, widths = list(config.depths), list(config.dims)
+            else:
+                depths, widths = [config.depth, config.ca_depth], [config.embed_dim]
+            assert planned[variant]["depths"] == depths and planned[variant]["widths"] == widths, variant
+            cells = rows[variant]
+            assert "/".join(map(str, depths)) in cells and "/".join(map(str, widths)) in cells, (variant, cells)
+    assert rows["6+2"][4:6] == ["6/2", "64"] and rows["8+0"][4:6] == ["8/0", "64"]

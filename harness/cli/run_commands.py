@@ -339,10 +339,12 @@ def _print_plan(
                    f"metric: {_metric_words(protocol)}")  # fmt: skip
         rows = [
             {"variant": v["name"], "seeds": v["seeds"], "params": v["params"], "flops": v["flops"],
+             "depths": "/".join(map(str, v["depths"])), "widths": "/".join(map(str, v["widths"])),
              "grids": "/".join("x".join(map(str, grid)) for grid in v["grids"]), "run_s": _run_s(v)}
             for v in entry["variants"]
         ]  # fmt: skip
-        click.echo(render(rows, "table", ["variant", "seeds", "params", "flops", "grids", "run_s"]))
+        columns = ["variant", "seeds", "params", "flops", "depths", "widths", "grids", "run_s"]
+        click.echo(render(rows, "table", columns))
         claims = "; ".join(" ".join(c) for c in protocol.claims_run) or "none (no claim has both sides here)"
         click.echo(("claims run: " if protocol.only else "claims: ") + claims)
         for note in entry["notes"]:

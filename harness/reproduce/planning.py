@@ -28,6 +28,14 @@ EVAL_COST = 1 / 3  # a forward pass costs about a third of a training step
 RUN_OVERHEAD_S = 5.0  # building, measuring params/FLOPs/throughput, writing the record
 
 
+def shape(config: CaiTConfig | CoAtNetConfig) -> dict[str, list[int]]:
+    """The variant's depths and widths, what size-matching changed between layouts: CoAtNet's blocks and
+    width per stage S0..S4; CaiT's self-attention and class-attention blocks and its one width."""
+    if isinstance(config, CoAtNetConfig):
+        return {"depths": list(config.depths), "widths": list(config.dims)}
+    return {"depths": [config.depth, config.ca_depth], "widths": [config.embed_dim]}
+
+
 def grids(config: CaiTConfig | CoAtNetConfig) -> list[list[int]]:
     """The spatial grid of each stage the attention (or convolution) runs on: CoAtNet's S1..S4,
     ViT-REL's and CaiT's patch grid."""
@@ -98,7 +106,7 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
     for name, config in configs.items():
         seeds = run.protocol.seeds_of(name)
         entry = {"name": name, "seeds": seeds, "params": estimate_params(config), "flops": estimate_flops(config),
-                 "grids": grids(config)}  # fmt: skip
+                 "grids": grids(config), **shape(config)}  # fmt: skip
         if name in times:
             step = times[name]
             entry["estimated_run_s"] = _run_seconds(step.median, run, train_size)
