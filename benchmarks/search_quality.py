@@ -439,6 +439,32 @@ def render_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def compact_table(result: dict[str, Any]) -> str:
+    """The short table docs/benchmarks.md shows per held-out table: per method, epochs to 95% and 99% under the
+    primary reference (median [its 95% bootstrap interval], ``(k/n)`` where only k seeds got there), the share of
+    the front found and pruned, the mean regret; then the oracle (a test holds the docs to the results)."""
+
+    def cell(stats: dict[str, Any]) -> str:
+        if stats["median"] is None:
+            return f"not reached ({stats['reached']}/{stats['seeds']})"
+        low, high = stats["median_95"]
+        upper = "beyond" if high is None else f"{high:,.0f}"
+        short = f" ({stats['reached']}/{stats['seeds']})" if stats["reached"] < stats["seeds"] else ""
+        return f"{stats['median']:,.0f} [{low:,.0f}-{upper}]{short}"
+
+    primary = result["primary_reference"]
+    lines = ["| method | 95% HV | 99% HV | front found | front pruned | regret (mean top-1 points) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for method, stats in result["methods"].items():
+        ref = stats[primary]
+        lines.append(f"| {method} | {cell(ref['epochs_to_95'])} | {cell(ref['epochs_to_99'])} | "
+                     f"{stats['front_found']['median']:.2f} | {stats['front_pruned']['median']:.2f} | "
+                     f"{stats['regret_mean']['median']:.2f} |")  # fmt: skip
+    oracle = result["references"][primary]["oracle"]
+    lines.append(f"| oracle | {oracle['95']['epochs']} | {oracle['99']['epochs']} | - | - | - |")
+    return "\n".join(lines)
+
+
 def headline(result: dict[str, Any]) -> str:
     """The README's one sentence on search quality, from the committed results (a test holds the README to
     it): the default's and random search's median epochs to 95% of the true hypervolume under the primary

@@ -260,3 +260,19 @@ def test_the_readme_states_the_committed_results_headline():
     edited = json.loads(json.dumps(committed))
     edited["methods"][default]["nadir"]["epochs_to_95"]["median"] += 1
     assert search_quality.headline(edited) not in readme
+
+
+def test_the_docs_show_the_held_out_tables_as_their_committed_results():
+    """Issue 60: each held-out replay's table in docs/benchmarks.md is its committed JSON's, which carries the
+    command, the commit and the library versions that made it, and every seed's value."""
+    section = _doc_section()
+    held_out = sorted((ROOT / "benchmarks" / "results" / "held_out").glob("*.json"))
+    assert len(held_out) >= 2
+    for path in held_out:
+        result = json.loads(path.read_text())
+        assert search_quality.compact_table(result) in section, path.name
+        assert result["command"].startswith("python -m benchmarks.search_quality --table benchmarks/tables/")
+        assert len(result["provenance"]["commit"]) == 40 and result["provenance"]["uncommitted_changes"] is False
+        assert set(search_quality.BASELINES) <= set(result["methods"])
+        for stats in result["methods"].values():
+            assert len(stats["nadir"]["epochs_to_95"]["per_seed"]) == result["seeds"]
