@@ -35,7 +35,7 @@ CONTROLS = {
 
 @pytest.fixture(autouse=True)
 def _untimed(monkeypatch):
-    steps = lambda configs, batch: {name: planning.StepTimes((0.01,)) for name in configs}  # noqa: E731
+    steps = lambda configs, batch: {name: planning.Timing((0.01,)) for name in configs}  # noqa: E731
     monkeypatch.setattr(planning, "_step_times", steps)
 
 

@@ -29,7 +29,7 @@ STEP_TIMES = planning._step_times  # the real timer, before the autouse fixture 
 @pytest.fixture(autouse=True)
 def _untimed(monkeypatch):
     """The plan times a few training steps per variant; the tests read its shape, not the time."""
-    steps = lambda configs, batch: {name: planning.StepTimes((0.01,)) for name in configs}  # noqa: E731
+    steps = lambda configs, batch: {name: planning.Timing((0.01,)) for name in configs}  # noqa: E731
     monkeypatch.setattr(planning, "_step_times", steps)
 
 
@@ -183,7 +183,7 @@ def test_every_study_plans_at_the_tiny_scale_and_every_variant_builds(study):
 def test_the_plan_shows_each_estimate_with_the_range_of_the_steps_it_timed(monkeypatch):
     """Issue 61 (5): the estimate swung 2x between two plans with no range shown. Each run_s and the wall
     time carry the estimate at the fastest and the slowest timed step, in the table and in the JSON."""
-    spread = lambda configs, batch: {name: planning.StepTimes((0.01, 0.02, 0.04)) for name in configs}  # noqa: E731
+    spread = lambda configs, batch: {name: planning.Timing((0.01, 0.02, 0.04)) for name in configs}  # noqa: E731
     monkeypatch.setattr(planning, "_step_times", spread)
     output = _plan("cait-depth", "--scale", "cpu")
     rows = _table(output)
@@ -223,7 +223,7 @@ def test_the_steps_are_timed_interleaved_across_variants_a_few_each(monkeypatch)
     assert set(times) == set(configs)
     for name, measured in times.items():
         assert len(measured.seconds) == planning.TIMED_ROUNDS >= 3, name
-        assert 0 < measured.low <= measured.median <= measured.high
+        assert 0 < measured.spread[0] <= measured.median <= measured.spread[1]
 
 
 def test_the_plan_shows_each_variants_depths_and_widths_as_the_runs_build_them(monkeypatch):

@@ -10,8 +10,6 @@ two invocations; the range shows how far it moved while this one timed).
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,7 +18,7 @@ from harness.reproduce.cluster_scale import ClusterRun
 from harness.reproduce.cluster_scale import cost as cluster_cost
 from harness.reproduce.studies import Run, variant_config
 from search_space.cost_model import estimate_flops, estimate_params
-from trials.measurement.timing import TrainingStepper
+from trials.measurement.timing import Timing, TrainingStepper
 from trials.models.config import CaiTConfig, CoAtNetConfig
 
 TIMED_ROUNDS = 3  # timed steps per variant, interleaved across variants, after one warm-up step each
@@ -45,26 +43,7 @@ def grids(config: CaiTConfig | CoAtNetConfig) -> list[list[int]]:
     return [[side, side]]
 
 
-@dataclass(frozen=True)
-class StepTimes:
-    """One variant's timed training steps (seconds): the estimate's middle (the median) and its range."""
-
-    seconds: tuple[float, ...]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-    @property
-    def low(self) -> float:
-        return min(self.seconds)
-
-    @property
-    def high(self) -> float:
-        return max(self.seconds)
-
-
-def _step_times(configs: dict[str, CaiTConfig | CoAtNetConfig], batch_size: int) -> dict[str, StepTimes]:
+def _step_times(configs: dict[str, CaiTConfig | CoAtNetConfig], batch_size: int) -> dict[str, Timing]:
     """Each variant's seconds per training step at ``batch_size`` on one CPU thread (a trial's share here).
 
     One warm-up step each, then :data:`TIMED_ROUNDS` rounds of one step of every variant in turn: interleaved,
@@ -80,7 +59,7 @@ def _step_times(configs: dict[str, CaiTConfig | CoAtNetConfig], batch_size: int)
         for _ in range(TIMED_ROUNDS):
             for name, stepper in steps.items():
                 times[name].append(stepper.step())
-        return {name: StepTimes(tuple(seconds)) for name, seconds in times.items()}
+        return {name: Timing(tuple(seconds)) for name, seconds in times.items()}
     finally:
         torch.set_num_threads(threads)
 
@@ -110,8 +89,8 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         if name in times:
             step = times[name]
             entry["estimated_run_s"] = _run_seconds(step.median, run, train_size)
-            entry["estimated_run_s_range"] = [_run_seconds(step.low, run, train_size),
-                                              _run_seconds(step.high, run, train_size)]  # fmt: skip
+            entry["estimated_run_s_range"] = [_run_seconds(step.spread[0], run, train_size),
+                                              _run_seconds(step.spread[1], run, train_size)]  # fmt: skip
             seconds += entry["estimated_run_s"] * seeds
             low += entry["estimated_run_s_range"][0] * seeds
             high += entry["estimated_run_s_range"][1] * seeds
