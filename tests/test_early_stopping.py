@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from harness.search.result_keys import RETRY_KEY
+from harness.search.session import SearchSession
 from harness.search.simulate import SimulatedTrial
 from harness.search.stop.early_stopping import ParetoASHA, RungDecider, SingleASHA, make_scheduler, promotion_order
 from harness.search.stop.rank_gate import RankGatedDecider, architecture_key
@@ -117,7 +120,8 @@ def test_a_rung_prunes_only_once_its_measured_rank_transfer_holds(transfer):
     end's (tau 1) and lets the laggard on where it is reversed (tau -1), saying so once per change."""
     said: list[str] = []
     spec = _spec()
-    scheduler = make_scheduler(spec.model_copy(update={"training": {"epochs": 3}}), "es", said.append)
+    speaker = SimpleNamespace(say=said.append)  # what the gate needs of a session
+    scheduler = make_scheduler(spec.model_copy(update={"training": {"epochs": 3}}), "es", speaker)
     for k in range(6):  # epoch 1 ranks them as the end does, or in reverse
         first = 10.0 + k if transfer == "holds" else 20.0 - k
         assert _run_to_the_end(scheduler, f"t{k}", {"depth": k}, [first, first + 5, 50.0 + k]) == "COMPLETED"
@@ -167,3 +171,16 @@ def test_one_rung_schedule_for_both_schedulers_the_replay_and_fidelity(grace, fa
         assert sorted(scheduler.decider.recorded) == expected, mode
         rule = rung_rule(spec.model_dump(mode="json"))
         assert list(rule.rungs) == expected and sorted(rule.decider(rule.rungs).recorded) == expected
+
+
+def test_a_gated_scheduler_pickles_without_the_session_and_binds_the_drivers_again(tmp_path):
+    """Tune pickles the scheduler with its experiment state: the gate's announcer leaves the driver's session
+    behind (a SearchSession is never pickled: every search with early stopping failed on it) and is bound
+    to the driver's again when unpickled within it."""
+    session = SearchSession("es")
+    scheduler = make_scheduler(_spec(), "es", session)
+    restored = pickle.loads(pickle.dumps(scheduler))
+    assert restored.decider.on_change.session is None and restored.decider.on_change.study == "es"
+    with session.active():
+        bound = pickle.loads(pickle.dumps(scheduler))
+    assert bound.decider.on_change.session is session

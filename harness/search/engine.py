@@ -111,4 +111,4 @@ def build_engine(
     rules = spec.search.stop.model_dump(exclude_none=True)
     if rules:
         stoppers.append(StopRulesStopper(store_url, name, dict(spec.objectives), rules, session))
-    return Engine(session, searcher, make_scheduler(spec, name, session.say), callbacks, stoppers)
+    return Engine(session, searcher, make_scheduler(spec, name, session), callbacks, stoppers)

@@ -29,7 +29,7 @@ import functools
 import math
 import numbers
 import sys
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -192,11 +192,10 @@ def early_stopping_mode(spec: SearchSpec) -> str | None:
     return es.mode or ("pareto" if len(spec.objectives) > 1 else "single")
 
 
-def make_scheduler(
-    spec: SearchSpec, study_name: str, say: Callable[[str], None] | None = None
-) -> TrialScheduler | None:
+def make_scheduler(spec: SearchSpec, study_name: str, session: Any = None) -> TrialScheduler | None:
     """The Ray Tune scheduler for ``search.early_stopping`` (None without it), its rule behind the rank gate
-    unless ``rank_gate: false``; ``say``: where the gate says when a rung starts or stops pruning. Its lines
+    unless ``rank_gate: false``; ``session``: the search's, through which the gate says when a rung starts or
+    stops pruning (none: standard error). Its lines
     name ``study_name``, the study's name (which ``--name`` may have made other than the spec's), as every
     line of the search does."""
     es, mode = spec.search.early_stopping, early_stopping_mode(spec)
@@ -207,7 +206,7 @@ def make_scheduler(
     scheduler = _ungated_scheduler(spec, study_name, mode, rungs)
     if es.rank_gate:
         direction = rung_objectives(spec)[es.metric]
-        tell = GateAnnouncer(study_name, say) if say is not None else None
+        tell = GateAnnouncer(study_name, session)
         scheduler.decider = RankGatedDecider(scheduler.decider, es.metric, direction, rungs, on_change=tell)
         scheduler.last_epoch = epochs
         scheduler.group_of = functools.partial(architecture_key, training_fields=TRAINING_FIELDS)

@@ -26,6 +26,7 @@ from typing import Any
 
 from dashboards.fidelity import MIN_TRIALS, SEED, TAU_RELIABLE, Correlation, rank_correlations
 from dashboards.fidelity import _number as finite_number
+from harness.search.session import SessionBound
 
 GATE_RESAMPLES = 500  # bootstrap resamples per check: recomputed only when a trial completes
 
@@ -136,16 +137,20 @@ class RankGatedDecider:
             self.on_change(transfer)
 
 
-@dataclass(frozen=True)
-class GateAnnouncer:
-    """Says, in the search's own lines, when a rung starts or stops pruning (a plain object, not a closure:
-    the scheduler is pickled with Tune's experiment state)."""
+class GateAnnouncer(SessionBound):
+    """Says, through the search's session, when a rung starts or stops pruning. The scheduler holding it is
+    pickled with Tune's experiment state: like every hook it leaves the session behind (``SessionBound``)
+    and is bound again to the driver's when Ray unpickles it within the session."""
 
-    study: str
-    say: Callable[[str], None]
+    def __init__(self, study: str, session: Any = None):
+        self.study = study
+        self.session = session
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self._unbound_state(dict(self.__dict__))
 
     def __call__(self, transfer: RankTransfer) -> None:
-        self.say(f"[{self.study}] early stopping, {transfer.text()}")
+        self._say(f"[{self.study}] early stopping, {transfer.text()}")
 
 
 def architecture_key(params: Mapping[str, Any], training_fields: Sequence[str]) -> Hashable:
