@@ -175,7 +175,9 @@ def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_pa
             "initial_spread": 0,  # the sampler alone: the sequence this test was written on
             "concurrency": 2,
             "seed": 2,
-            "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2, "mode": mode},
+            # rank_gate off: 8 trials never measure a rung's rank transfer, and this is the plain rule's plumbing
+            "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2, "mode": mode,
+                               "rank_gate": False},
         },
     )
     summary, store, study = run(spec, tmp_path, "asha")
@@ -188,6 +190,24 @@ def test_asha_stopped_trials_are_pruned_and_kept_off_the_front(local_ray, tmp_pa
         assert curves[number] < 4  # stopped before the end of its budget
         assert study.trials[number].state == optuna.trial.TrialState.PRUNED
     assert not set(summary.front["number"]) & set(pruned.index)
+
+
+@pytest.mark.slow
+def test_a_search_with_the_default_early_stopping_runs_its_rank_gate_under_tune(local_ray, tmp_path, capfd):
+    """The default early stopping (MO-ASHA behind the rank gate) under Ray Tune: Tune pickles the scheduler
+    with its experiment state, and the gate's announcer leaves the driver's session behind (a search with
+    early stopping once failed on it); the gate speaks in the search's own lines."""
+    spec = tiny_spec(
+        params={"lr": {"choice": [3e-3, 1e-6]}, "embed_dim": {"choice": [32, 48]}},
+        training={"epochs": 3, "lr": 1e-3},
+        objectives={"top1": "max", "flops": "min"},
+        search={"sampler": "random", "n_trials": 4, "initial_spread": 0, "concurrency": 2, "seed": 2,
+                "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2}},
+    )
+    summary, _, _ = run(spec, tmp_path, "gated")
+    assert summary.counts["completed"] + summary.counts["pruned"] == 4
+    err = capfd.readouterr().err
+    assert "[gated] early stopping, rung 1: not pruning yet" in err and "never pickled" not in err
 
 
 @pytest.mark.slow
