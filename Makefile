@@ -42,6 +42,8 @@ check-install:
 	.venv-plain/bin/python -m pip install --quiet -c constraints.txt .
 	cd /tmp && $(CURDIR)/.venv-plain/bin/archsearch reproduce coatnet-layouts --help > /dev/null
 	cd /tmp && $(CURDIR)/.venv-plain/bin/python $(CURDIR)/.ci/import_everything.py
+	cd /tmp && $(CURDIR)/.venv-plain/bin/python -c "from trials.config.data_config import DataConfig; \
+	  from trials.data.loading import in_memory_splits; in_memory_splits(DataConfig(name='digits'))"  # the demo's data
 	cd /tmp && $(CURDIR)/.venv-plain/bin/python -c "from dashboards.stats import verdict; \
 	  v = verdict({0: 81.6, 1: 81.9, 2: 81.4}, {0: 80.9, 1: 81.0, 2: 80.7}, '>'); print('verdict:', v); \
 	  assert v.startswith('holds'), v"
