@@ -173,10 +173,10 @@ def _with(changes: dict) -> dict:
         (b"\x80\x81binary\xfe", "not UTF-8 text"),
         (b"\x00\x01\x02", "not a text file"),
         (_with({"constraints": ["flops <= 10"]}), "constraints[0]: 'flops <= 10' leaves nothing of the search space"),
-        (_with({"training.warmup_epochs": 9}), "training.warmup_epochs: 9 is longer than the budget of 4 epochs"),
+        (_with({"training.warmup_epochs": 12}), "training.warmup_epochs: 12 is longer than the budget of 10 epochs"),
         (
-            _with({"search.early_stopping": {"metric": "top1", "grace_period": 10}}),
-            "search.early_stopping.grace_period: 10 is longer than the budget of 4 epochs",
+            _with({"search.early_stopping": {"metric": "top1", "grace_period": 12}}),
+            "search.early_stopping.grace_period: 12 is longer than the budget of 10 epochs",
         ),
         (
             _with({"search.early_stopping": {"metric": "flops"}}),

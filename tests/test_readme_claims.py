@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 import re
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from search_space.sampling import build_trial_config, grid_space
+from search_space.sampling import build_trial_config, cost_violations, grid_space
+from search_space.spec import ChoiceDomain, IntDomain
 from search_space.validation import load_spec
 from trials.configio import ConfigError
 
@@ -44,16 +46,44 @@ def _spec(**params) -> dict:
 
 
 def test_quickstart_is_the_small_cpu_search_the_readme_describes():
-    """README set-up: 8 CoAtNet trials on the built-in synthetic data, top-1 against FLOPs, on a CPU."""
+    """README set-up: 8 CoAtNet trials on real handwritten digits (scikit-learn's, a base dependency: the
+    demo needs no extra), top-1 against FLOPs, on a CPU, with the default sampler (issue 60)."""
     _says(
         "README.md",
-        "8 CoAtNet trials over layouts, depths and widths on the built-in `synthetic` dataset, top-1 vs FLOPs",
+        "8 CoAtNet trials over layouts, depths and widths on real handwritten digits, scikit-learn's bundled "
+        "`digits`, top-1 vs FLOPs",
     )
     spec = load_spec(QUICKSTART)
     assert spec.family == "coatnet" and spec.search.n_trials == 8
-    assert spec.data["name"] == "synthetic"
+    assert spec.data["name"] == "digits" and "sampler" not in yaml.safe_load(QUICKSTART.read_text())["search"]
     assert dict(spec.objectives) == {"top1": "max", "flops": "min"}
     assert spec.search.resources.gpus == 0
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    base = pyproject.split("dependencies = [", 1)[1].split("\n]", 1)[0]
+    assert '"scikit-learn' in base, "the quickstart's dataset must install with `pip install .`, not an extra"
+
+
+QUICKSTART_COST_RANGE = 8  # the dearest config of the quickstart's space has at least 8x the cheapest's FLOPs
+
+
+def test_the_quickstarts_space_spans_a_cost_range_its_front_can_teach():
+    """README set-up: the demo's front is a real trade-off (issue 61: on synthetic data every model reached the
+    same top-1 and the front was two points apart by noise). What can be checked without training: real data,
+    every config of the space builds (no trial is refused), and the closed-form cost model prices the
+    dearest at least 8x the cheapest, so the front's ends are models of very different size. The accuracy side
+    was measured by running the demo (the preset's comment and the README give the numbers)."""
+    _says("README.md", "Its front is a real trade-off", "so the ends differ well beyond seed noise")
+    spec = load_spec(QUICKSTART)
+    assert spec.data["name"] != "synthetic", "the demo's front needs real data"
+    discrete = {name: domain.choice for name, domain in spec.params.items() if isinstance(domain, ChoiceDomain)}
+    discrete |= {name: list(range(d.int[0], d.int[1] + 1, d.step)) for name, d in spec.params.items()
+                 if isinstance(d, IntDomain)}  # fmt: skip
+    flops = []
+    for combo in itertools.product(*discrete.values()):
+        config = build_trial_config(spec, dict(zip(discrete, combo, strict=True)))  # raises if one does not build
+        flops.append(cost_violations(spec, config)[0]["flops"])
+    assert len(flops) == 144 and min(flops) > 0
+    assert max(flops) >= QUICKSTART_COST_RANGE * min(flops), (min(flops), max(flops))
 
 
 def test_every_domain_form_the_readme_lists_loads_and_samples():

@@ -82,25 +82,24 @@ def test_check_of_the_quickstart_prints_the_space_its_costs_time_and_first_propo
     result = CliRunner().invoke(main, ["check", str(QUICKSTART), "--store", f"sqlite:///{store}"])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "layout  choice: [CCCC, CCCT, CCTT, CTTT]" in out.replace("          ", "  ")
-    assert "size: continuous (drop_path_rate, lr); the other parameters: 36 configurations" in out
-    assert "constraints: flops <= 1.2e7" in out and "does not exist yet: the search would create it" in out
-    assert "infeasible: none of 108 configs" in out
-    assert "8 trials, 2 at a time:" in out and "ms/step x 184 steps of 64" in out  # 3,000 / 64 = 46 steps, 4 epochs
-    assert "first 2 proposals (nsga2, seed 0)" in out and out.count("(initial spread)") == 2
+    assert "layout     choice: [CCCC, CCCT, CCTT]" in out
+    assert "size: continuous (lr); the other parameters: 144 configurations" in out
+    assert "constraints: none" in out and "does not exist yet: the search would create it" in out
+    assert "infeasible: none of 144 configs" in out
+    # digits: 1,438 training images / 64 = 22 full steps an epoch, 10 epochs
+    assert "8 trials, 2 at a time:" in out and "ms/step x 220 steps of 64" in out
+    assert "first 2 proposals (tpe, seed 0)" in out and out.count("(initial spread)") == 2
     # The priced range is the cost model's over the whole space: its exact cheapest and dearest config.
     spec = load_spec(QUICKSTART)
-    names = ("layout", "depths[3]", "dims[3]")
-    flops = [
-        cost_violations(spec, build_trial_config(spec, dict(zip(names, combo, strict=True))))[0]
-        for combo in itertools.product(["CCCC", "CCCT", "CCTT", "CTTT"], [1, 2, 3], [64, 96, 128])
-    ]
+    names = ("layout", "depths[3]", "dims[1]", "dims[2]", "dims[3]")
+    grid = itertools.product(["CCCC", "CCCT", "CCTT"], [1, 2], [4, 8, 16, 32], [8, 16, 32], [16, 32])
+    flops = [cost_violations(spec, build_trial_config(spec, dict(zip(names, combo, strict=True))))[0] for combo in grid]
     record = json.loads(CliRunner().invoke(main, ["check", str(QUICKSTART), "--store", f"sqlite:///{store}",
                                                   "--format", "json", "--no-timing"]).stdout)  # fmt: skip
     (priced,) = [r for r in record["costs"] if r["metric"] == "flops"]
     assert (priced["min"], priced["max"]) == (min(c["flops"] for c in flops), max(c["flops"] for c in flops))
     assert priced["direction"] == "min" and record["unpriced"] == ["top1"] and record["time"] is None
-    assert record["size"] is None and record["finite_size"] == 36 and record["infeasible_share"] == 0
+    assert record["size"] is None and record["finite_size"] == 144 and record["infeasible_share"] == 0
     assert [p["source"] for p in record["proposals"]] == ["initial spread"] * 2
     assert _written(tmp_path) == [] and not store.exists()
     assert not ray.is_initialized()
