@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
-from sqlalchemy import func, inspect, select
+from sqlalchemy import func, inspect, literal, select
 
 from dashboards.reader import StudyCounts
 from trials.status import StudyStatus
@@ -272,7 +272,7 @@ class Queries(StoreBase):
         return kept
 
     def _trial_columns(self) -> list:
-        trial, meas = Trial.__table__, Measurement.__table__
+        trial = Trial.__table__
         return [
             trial.c.status,
             trial.c.error,
@@ -285,8 +285,18 @@ class Queries(StoreBase):
             trial.c.diverged_at_step,
             # The measurement's device is where the cost was measured: "cost_device" beside
             # the trial's own "device" (where it ran).
-            *[meas.c[name].label("cost_device" if name == "device" else name) for name in MEASUREMENT_FIELDS],
+            *[self._measurement_column(name).label("cost_device" if name == "device" else name)
+              for name in MEASUREMENT_FIELDS],
         ]
+
+    def _measurement_column(self, name: str):
+        """A measurement column, or NULL where this database lacks it: a store of an older schema opened
+        read-only is read as it is, and a column a later schema added (``throughput_shared``, 0011) is
+        simply not there (:meth:`present_columns`)."""
+        meas = Measurement.__table__
+        if name in self.present_columns(meas):
+            return meas.c[name]
+        return literal(None, type_=meas.c[name].type)
 
     def trials(
         self,
@@ -344,11 +354,11 @@ class Queries(StoreBase):
         """The SQL expression of a metric: a trial column, a cost column, or a key of the final metrics
         (a number, NULL where a trial's final does not hold one: a damaged row never fails the query;
         with ``read``, as stored, for :meth:`_json_checked` to flag: :func:`rows.json_metric`)."""
-        trial, meas = Trial.__table__, Measurement.__table__
+        trial = Trial.__table__
         if name in self._SORTABLE_TRIAL_COLUMNS:
             return trial.c[name]
         if name in MEASUREMENT_FIELDS:
-            return meas.c[name]
+            return self._measurement_column(name)
         if name in self.final_metric_names(study) or name in self._objective_names(study):
             # An objective is a metric of the study before its first trial has recorded it.
             final = rows.json_metric if read else rows.json_number
@@ -548,7 +558,7 @@ class Queries(StoreBase):
         trial of the earlier study, 100k of them in seconds. A trial whose JSON or numbers do not
         parse has no record (:meth:`damaged_rows` says why)."""
         trial = Trial.__table__
-        measured = [Measurement.__table__.c[name] for name in MEASUREMENT_FIELDS]
+        measured = [self._measurement_column(name).label(name) for name in MEASUREMENT_FIELDS]
         wanted = None if numbers is None else sorted({int(n) for n in numbers})
         frame = self._trial_rows(
             study,
