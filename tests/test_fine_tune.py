@@ -141,7 +141,7 @@ def test_export_weights_refusals_write_nothing(tmp_path, monkeypatch):
     runner = CliRunner()
     for args, said in (
         (["--weights", "-"], "the weights are binary"),
-        (["--weights", "t.yaml"], "is the --output file too"),
+        (["--weights", "t.yaml"], "the extension .yaml does not match what is written"),  # and it is -o too
         (["--results-dir", "ray"], "--results-dir goes with --weights"),
         (["--weights", "w.pt"], "has no kept checkpoint under"),
         (["--weights", "w.pt", "--results-dir", "elsewhere"], "keep_checkpoints: front"),
