@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from harness.search.propose.searcher import ArchsearchSearch
 from harness.search.result_keys import RETRY_KEY
 from harness.search.session import SearchSession
 from harness.search.simulate import SimulatedTrial
@@ -184,3 +185,11 @@ def test_a_gated_scheduler_pickles_without_the_session_and_binds_the_drivers_aga
     with session.active():
         bound = pickle.loads(pickle.dumps(scheduler))
     assert bound.decider.on_change.session is session
+
+
+def test_the_searcher_ranks_numpy_numbers_as_numbers_as_the_rungs_do():
+    """The sibling of the rung deciders' fault: a result's ``np.int64`` or ``np.float32`` was read as missing (the
+    worst value) by the searcher's ranking of pruned configurations too."""
+    searcher = SimpleNamespace(metric=["top1", "flops"], mode=["max", "min"])
+    assert ArchsearchSearch._minimised(searcher, {"top1": np.float32(7), "flops": np.int64(5)}) == [-7.0, 5.0]
+    assert ArchsearchSearch._minimised(searcher, {"top1": True, "flops": None}) == [np.inf, np.inf]

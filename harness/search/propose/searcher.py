@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import pickle
 from collections.abc import Callable
 from typing import Any
@@ -347,7 +348,7 @@ class ArchsearchSearch(SessionBound, Searcher):
         values = []
         for metric in self.metric:
             value = record["final"].get(metric, record["measurement"].get(metric))
-            if not isinstance(value, (int, float)) or value != value:
+            if not isinstance(value, numbers.Real) or value != value:
                 return False
             values.append(float(value))
         outcome = TrialOutcome(TrialStatus.COMPLETED, tuple(values))
@@ -462,7 +463,8 @@ class ArchsearchSearch(SessionBound, Searcher):
         values = []
         for metric, mode in zip(self.metric, self.mode, strict=True):
             value = (result or {}).get(metric)
-            number = float(value) if isinstance(value, (int, float)) and value == value else math.inf
+            real = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
+            number = float(value) if real and value == value else math.inf
             values.append(-number if mode == "max" and math.isfinite(number) else number)
         return values
 
@@ -481,7 +483,7 @@ class ArchsearchSearch(SessionBound, Searcher):
         value, epoch = result.get(metric), result.get("epoch")
         if ot_trial is None or trial_id in self._told or not isinstance(epoch, int):
             return
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
             return
         if len(self.metric) > 1:
             self._curves.setdefault(trial_id, {})[epoch] = float(value)
