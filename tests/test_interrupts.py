@@ -111,6 +111,50 @@ def test_a_stop_signal_to_the_whole_process_group_still_records_the_interruption
     # Resuming after it is the path the Ctrl-C and the SIGKILL tests (tests/test_search.py) run to the end.
 
 
+def test_a_stop_asked_for_by_a_watcher_thread_reaches_rays_graceful_stop_on_the_main_thread():
+    """CI, stop 65: the Ray watch saw Ray's processes end by SIGHUP (a signal to the whole process group)
+    before the driver's own handler ran; it asked for the stop from its thread, calling Ray's handler,
+    whose ``signal.signal`` raised ValueError there; the driver's handler then took the same SIGHUP for
+    a second signal and stopped hard. Now the thread's request waits for Tune's next step (the main
+    thread), and the signal that follows it is still the graceful stop."""
+    import threading
+
+    from harness.search.record.signals import InterruptCallback
+    from harness.search.session import SearchSession
+
+    interrupted = threading.Event()
+    previous_sigint = signal.getsignal(signal.SIGINT)
+
+    def rays_graceful_stop(sig, frame):  # what ray.tune.tune's handler does, in its order
+        interrupted.set()
+        signal.signal(signal.SIGINT, previous_sigint)
+
+    session = SearchSession("watched")
+    errors = []
+    with session.handling_signals():
+        signal.signal(signal.SIGINT, rays_graceful_stop)  # fit() installed Ray's handler
+        callback = InterruptCallback(session)
+        callback.setup()  # takes the signals over from Ray, as in fit()
+        watcher = threading.Thread(
+            target=lambda: errors.extend(
+                [] if session.request_stop("interrupted by SIGHUP", signal.SIGHUP) else ["not first"]
+            )
+        )
+        threading.excepthook, hook = (lambda args: errors.append(args.exc_value)), threading.excepthook
+        try:
+            watcher.start()
+            watcher.join()
+        finally:
+            threading.excepthook = hook
+        assert errors == [] and not interrupted.is_set()  # nothing raised in the thread; not yet handed over
+        callback.on_step_begin(iteration=1, trials=[])  # Tune's loop, on the main thread
+        assert interrupted.is_set()
+        session.on_signal(signal.SIGHUP, None)  # the same SIGHUP reaching the driver: no KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt):  # a second one stops hard, as before
+            session.on_signal(signal.SIGHUP, None)
+    assert session.stop_request.signum == signal.SIGHUP and session.stop_request.exit_code == 129
+
+
 def test_every_stop_signal_takes_the_interrupt_path_in_a_search_and_in_a_command():
     """One list (harness.stop_signals): a search's session and every command install a handler for each."""
     from harness.search.session import SearchSession

@@ -39,6 +39,7 @@ reproduction = lazy_import("harness.reproduce")
 planning = lazy_import("harness.reproduce.planning")
 search = lazy_import("harness.search.driver")
 store_package = lazy_import("harness.store")
+watch = lazy_import("harness.search.watch")
 verification = lazy_import("harness.verify")  # torch and the models: only when a front is re-measured
 
 VERIFY_COLUMNS = ("throughput", "throughput_verified", "throughput_verified_min", "throughput_verified_max",
@@ -119,6 +120,7 @@ def search_command(
         raise UsageError(str(error)) from None
     except interrupts.SearchInterrupted as interrupted:  # Ctrl-C, SIGTERM, a store outage: resumable, one line
         click.echo(f"\n{interrupted}", err=True)
+        watch.exit_at_once_if_local_ray_died(interrupted.exit_code)
         raise SystemExit(interrupted.exit_code) from None
     except KeyboardInterrupt:  # before the search started: nothing ran
         click.echo("\nsearch interrupted before any trial ran", err=True)

@@ -80,6 +80,8 @@ class SearchSession:
         self._on_stop = on_stop  # called once, with the first request (the driver's stop watchdog)
         self._graceful_stop: Any = None  # Ray Tune's SIGINT handler while fit() runs
         self._deferring = False  # while Ray starts: a signal is recorded, acted on once it has started
+        self._handed_to_ray = False  # the stop request was given to Ray Tune's graceful stop
+        self._signals_received = 0  # stop signals this process's handler ran for (a second one stops hard)
         self.rule_reason: str | None = None  # why a stop rule ended the search
         self.rule_note: str | None = None  # the plateau rule's last reading, for the progress line
         self._plateau_watcher: PlateauWatcher | None = None
@@ -117,14 +119,31 @@ class SearchSession:
             first = self._request is None
             if first:
                 self._request = StopRequest(reason, signum)
-            handler, on_stop = self._graceful_stop, self._on_stop
+            on_stop = self._on_stop
         if first and on_stop is not None:
             on_stop(self._request)
-        if first and callable(handler):
-            # Ray's handler only sets its "interrupted" event (and restores the default SIGINT handler,
-            # so that a second Ctrl-C stops hard): safe to call from any thread.
-            handler(signal.SIGINT, None)
+        if first:
+            self.hand_stop_to_ray()
         return first
+
+    def hand_stop_to_ray(self) -> None:
+        """Hand a stop request to Ray Tune's graceful stop, once, from the main thread.
+
+        Ray's handler sets its "interrupted" event and then restores the previous SIGINT handler with
+        ``signal.signal``, which Python allows on the main thread only: called from a watcher thread
+        (the heartbeat's lost lease, the Ray watch's signal seen in Ray's own processes) it raised
+        ``ValueError`` in that thread. A request made off the main thread waits here, and
+        :class:`harness.search.record.signals.InterruptCallback` hands it over at Tune's next step,
+        which runs on the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        with self._lock:
+            handler, request = self._graceful_stop, self._request
+            due = request is not None and callable(handler) and not self._handed_to_ray
+            if due:
+                self._handed_to_ray = True
+        if due:
+            handler(signal.SIGINT, None)
 
     def hold(self, store):
         """``store`` (a :class:`harness.store.Store` a hook opened) writing to this search's study under
@@ -159,7 +178,14 @@ class SearchSession:
     def on_signal(self, signum: int, frame: Any) -> None:
         """The handler of every stop signal (:data:`harness.search.interrupts.STOP_SIGNALS`) while this search runs."""
         name = signal.Signals(signum).name
+        self._signals_received += 1
         first = self.request_stop(f"interrupted by {name}", signum)
+        if not first and self._signals_received == 1 and self._request.signum is not None:
+            # The first signal this process got, though a stop for a signal was already asked for: the
+            # Ray watch saw Ray's own processes end by it (a signal to the whole process group) before
+            # this handler ran. The same signal, not a second one: still the graceful stop.
+            first = True
+            self.hand_stop_to_ray()
         if first and self._deferring:
             return  # Ray is starting: acted on by deferring_signals() once it has
         if not first or self._graceful_stop is None:
@@ -213,8 +239,8 @@ class SearchSession:
             pending = self._request
         for stop in STOP_SIGNALS:
             signal.signal(stop, self.on_signal)
-        if pending is not None and self._graceful_stop is not None:
-            self._graceful_stop(signal.SIGINT, None)
+        if pending is not None:
+            self.hand_stop_to_ray()
 
     # -- stop rules and trial ends ---------------------------------------------------------------
 

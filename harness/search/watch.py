@@ -75,6 +75,20 @@ class StopWatchdog:
         self._cancelled.set()
 
 
+def exit_at_once_if_local_ray_died(exit_code: int) -> None:
+    """End the process now with ``exit_code`` when the local Ray this driver started lost its core.
+
+    A signal to the whole process group ends Ray's own processes too; when ``fit()`` still returned
+    in time, the interpreter's exit would run Ray's shutdown, whose core worker waits a minute for the
+    dead GCS and then aborts the process with exit 1, hiding the signal's code from a batch
+    scheduler. The command's last line is already printed: nothing is left to wait for."""
+    if adapter.dead_local_ray_processes(RAY_CORE):
+        adapter.kill_local_ray()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+
 def record_interruption(store_url: str, name: str, stop, command: str, lease: str | None = None):
     """Record an interrupted search (running trials and the study ``interrupted``) and say how to resume.
 

@@ -24,5 +24,12 @@ class InterruptCallback(SessionBound, Callback):
     def setup(self, **info: Any) -> None:
         self._session().take_over_signals_from_ray()
 
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        """A stop asked for off the main thread (a watcher's) reaches Ray's graceful stop here, on
+        the main thread where Tune's loop runs (:meth:`SearchSession.hand_stop_to_ray`)."""
+        session = self.session
+        if session is not None and session.stop_request is not None:
+            session.hand_stop_to_ray()
+
     def __getstate__(self) -> dict[str, Any]:
         return {"session": None}
