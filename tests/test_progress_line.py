@@ -423,7 +423,9 @@ def test_a_real_search_with_concurrency_2_says_running_2_while_both_run(tmp_path
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         spec = tiny_spec(search={"sampler": "random", "n_trials": 2, "concurrency": 2, "seed": 1},
-                         measure={"batch_size": 32, "repeats": 60, "warmup": 0, "latency": False})  # fmt: skip
+                         # 300 timed batches: a window well over machine_load.MIN_WINDOW_S on an idle machine too
+                         # (60 took under 0.25 s there, and no load was read: CI, stop 65's clean clone)
+                         measure={"batch_size": 32, "repeats": 300, "warmup": 0, "latency": False})  # fmt: skip
         records = []
         run_search(load_spec(spec), f"sqlite:///{tmp_path / 'store.db'}", study_name="watch", results_dir=tmp_path,
                    on_epoch=records.append)  # fmt: skip
