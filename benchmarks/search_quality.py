@@ -25,6 +25,12 @@ to 95% and 99% of the true front's hypervolume, the area under the hypervolume-v
 hypervolume at the budget, each under two reference points (the true front's nadir pushed out by 10%
 of its range, the primary; and the table's worst values); the share of the true front found and
 pruned; and per reference and level the oracle: the cheapest set of true-front members that reaches it.
+
+``--domains``: ``choice`` (the default, and the committed results) declares every parameter a choice of
+the table's values; ``ordinal`` declares each numeric parameter of three values or more as the ``int`` or
+``float`` domain a user would write (geometric values ``log: true``), a proposal between two of the
+table's values evaluated as the nearest row (:mod:`benchmarks.table_domains`). Syne Tune's methods keep
+their own space: they are replayed under ``choice`` only.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ from benchmarks import search_quality_syne  # Syne Tune itself loads only for it
 from benchmarks.front_quality import LEVELS, PRIMARY, REFERENCES, Replay, TrueFront, level_key, quartiles, summarise
 from benchmarks.hostinfo import provenance
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
+from benchmarks.table_domains import MODES as DOMAIN_MODES
+from benchmarks.table_domains import NearestRow, spec_params
 from harness.search.engine import build_engine
 from harness.search.propose import initial_design
 from harness.search.propose.searcher import ArchsearchSearch
@@ -91,14 +99,16 @@ COMMAND = (
 
 # -- the searcher against a table -------------------------------------------------------------------
 class TableSpace(SpaceFunction):
-    """The spec's define-by-run function, priced from the table instead of the cost model."""
+    """The spec's define-by-run function, priced from the table instead of the cost model (a proposal of a
+    numeric domain at the table's nearest row: :class:`benchmarks.table_domains.NearestRow`)."""
 
     def __init__(self, spec: SearchSpec, table: Table):
         super().__init__(spec)
         self.table = table
+        self.rows = NearestRow(table, spec.params)
 
     def check(self, params: dict[str, Any]) -> tuple[Feasibility, dict[str, float]]:
-        index = self.table.index_of(params)
+        index = self.rows.index(params)
         if index is None:  # a combination of the domains the table does not hold
             return Feasibility(None, [1.0], "not in the table"), {"buildable": 1.0}
         cost = {name: float(self.table.cost[name][index]) for name in COST_OBJECTIVES}
@@ -202,8 +212,10 @@ def table_spec(
     objectives: dict[str, str],
     spread: int | None = None,
     stopping: str | None = None,
+    domains: str = "choice",
 ) -> SearchSpec:
-    """A spec over the table's space: each parameter a choice of its distinct values; ``stopping``:
+    """A spec over the table's space: each parameter a choice of its distinct values, or with ``domains``
+    ``ordinal`` the domain a user would write (:func:`benchmarks.table_domains.spec_params`); ``stopping``:
     ``search.early_stopping`` with that mode (the defaults a spec gets otherwise), or none; ``n_trials``
     :data:`TRIALS_PER_CONFIGURATION` per configuration (the budget in epochs ends a replay)."""
     n_trials = TRIALS_PER_CONFIGURATION * len(table)
@@ -219,7 +231,7 @@ def table_spec(
         {
             "name": name,
             "family": "coatnet",  # unused: a table's configs are looked up, never built
-            "params": {param: {"choice": values} for param, values in table.domains().items()},
+            "params": spec_params(table, domains),
             "objectives": objectives,
             "training": {"epochs": table.epochs},
             "search": settings,
@@ -252,6 +264,7 @@ def replay(
     budget: int,
     store_url: str,
     warm: Sequence[dict[str, Any]] = (),
+    domains: str = "choice",
 ) -> Replay:
     """Run ``method`` (:func:`parse_method`: a sampler, its spread, its early stopping) to ``budget``
     epochs: the engine a search with that spec builds (:func:`harness.search.engine.build_engine`: the
@@ -259,7 +272,12 @@ def replay(
     driven by :func:`harness.search.simulate.simulate` with each epoch looked up in the table.
 
     ``warm``: parameters enqueued as the first trials, as ``search.warm_start`` enqueues an earlier study's
-    front (which replaces the spread: a warm method names none; :mod:`benchmarks.fidelity_tables`)."""
+    front (which replaces the spread: a warm method names none; :mod:`benchmarks.fidelity_tables`).
+
+    ``domains``: the spec's parameters (:func:`table_spec`). Under ``ordinal`` a proposal is evaluated as
+    the table's nearest row, its cost and every epoch that row's; two proposals that land on one row are
+    two configurations to the searcher (a user with a continuous domain trains both), each trained and
+    charged its epochs; only an identical proposal is a duplicate, reused as always."""
     if method in BASELINES:  # no searching: every configuration enqueued in the baseline's order
         warm = baseline_order(table, truth.objectives, method, seed)
         sampler, stopping, spread = "random", None, 0
@@ -269,7 +287,8 @@ def replay(
         raise TableError(f"{method}: a warm start replaces the initial spread (name the method without +spread)")
     objectives = truth.objectives
     spread = table_spread(table, spread)
-    spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives, spread, stopping)
+    spec = table_spec(table, f"{method}-{seed}", sampler, seed, workers, objectives, spread, stopping, domains)
+    rows = NearestRow(table, spec.params)
     with Store.open(store_url) as store:
         store.create_study(spec.name, spec.model_dump(mode="json"), dict(objectives))
     clock = SimulatedClock()
@@ -290,7 +309,7 @@ def replay(
 
     def evaluate(config: dict[str, Any], epoch: int) -> tuple[dict[str, Any], float, bool]:
         number, _, params = split_tune_config(config)
-        index = table.index_of(params)
+        index = rows.index(params)
         result: dict[str, Any] = {name: float(table.cost[name][index]) for name in COST_OBJECTIVES}
         result.update({"top1": float(table.top1[index, epoch - 1]), "table_index": index, NUMBER_KEY: number})
         last = epoch == table.epochs
@@ -321,7 +340,13 @@ def run_all(
     budget: int | None,
     progress: bool = True,
     jobs: int = 1,
+    domains: str = "choice",
 ) -> tuple[dict[str, Any], dict[str, list[Replay]]]:
+    """Every method over ``seeds`` seeds (``jobs`` processes side by side), each replay under ``domains``
+    (:func:`replay`); the result the JSON holds, and the runs."""
+    if domains != "choice" and any(m.startswith("syne-") for m in methods):
+        raise TableError(f"--domains {domains}: Syne Tune's methods replay the table's choices only")
+    space = spec_params(table, domains)  # a mode that is not one is refused here, before a replay runs
     truth = TrueFront(table, objectives)
     budget = budget or len(table) * table.epochs
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study created: thousands here
@@ -332,9 +357,10 @@ def run_all(
 
         def seeds_of(method: str) -> list[Replay]:
             if pool is None:
-                return [replay(table, truth, method, seed, workers, budget, url) for seed in range(seeds)]
+                return [replay(table, truth, method, seed, workers, budget, url, domains=domains)
+                        for seed in range(seeds)]  # fmt: skip
             urls = [f"sqlite:///{Path(directory) / f'replay-{method}-{seed}.db'}" for seed in range(seeds)]
-            return list(pool.map(replay, *zip(*[(table, truth, method, s, workers, budget, u)
+            return list(pool.map(replay, *zip(*[(table, truth, method, s, workers, budget, u, (), domains)
                                                  for s, u in enumerate(urls)], strict=True)))  # fmt: skip
 
         for method in methods:
@@ -357,6 +383,8 @@ def run_all(
         "workers": workers,
         "seeds": seeds,
         "budget_epochs": budget,
+        "domains": domains,  # --domains: the spec's parameters below, what every method but Syne Tune's searched
+        "search_space": space,
         "default_method": default_method(table, objectives, workers),
         "primary_reference": PRIMARY,
         "auc": "the area under the normalised hypervolume vs epochs step curve over [0, budget_epochs], "
@@ -508,13 +536,16 @@ def headline(result: dict[str, Any]) -> str:
 
 
 def caption(result: dict[str, Any]) -> str:
-    """What the table's numbers are: the front, the references, the default, the AUC's normalisation."""
+    """What the table's numbers are: the front, the references, the default, the AUC's normalisation; the
+    domains where they are not the table's choices (a result before ``--domains`` replayed choices)."""
     points = {name: ref["point"] for name, ref in result["references"].items()}
+    domains = result.get("domains", "choice")
     return (
         f"true front: {result['true_front']['size']} configurations ({result['true_front']['epochs']} epochs to "
         f"train them all); budget {result['budget_epochs']} epochs; references: nadir+10% {points['nadir']} "
         f"(primary), worst values {points['worst']}; the default (a spec naming neither sampler nor spread) is "
         f"{result['default_method']}; AUC: {result['auc']}"
+        + ("" if domains == "choice" else f"; domains: {domains} ({json.dumps(result.get('search_space'))})")
     )
 
 
@@ -570,6 +601,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--png", type=Path, default=None)
     parser.add_argument("--jobs", type=int, default=1, help="processes replaying seeds side by side")
+    parser.add_argument("--domains", choices=DOMAIN_MODES, default="choice",
+                        help="each parameter a choice of the table's values, or the int/float domain a user would "
+                        "write (nearest row for values between)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         if args.seeds < 1 or args.workers < 1 or (args.budget is not None and args.budget < 1):
@@ -579,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         for method in methods:
             if method.startswith("syne-"):
+                if args.domains != "choice":
+                    raise TableError(f"--domains {args.domains}: Syne Tune's methods ({method}) replay the "
+                                     "table's choices only")  # fmt: skip
                 if method not in SYNE_METHODS:
                     raise TableError(f"--methods: unknown {method!r}; Syne Tune's are {', '.join(SYNE_METHODS)}")
             elif method not in BASELINES:
@@ -587,9 +624,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"{table.path}: {len(table)} configurations x {table.epochs} epochs; {args.seeds} seeds, "
-          f"{args.workers} workers", file=sys.stderr)  # fmt: skip
+          f"{args.workers} workers, --domains {args.domains}", file=sys.stderr)  # fmt: skip
     try:
-        result, runs = run_all(table, objectives, methods, args.seeds, args.workers, args.budget, jobs=args.jobs)
+        result, runs = run_all(table, objectives, methods, args.seeds, args.workers, args.budget, jobs=args.jobs,
+                               domains=args.domains)  # fmt: skip
     except TableError as error:  # a table Syne Tune's simulator cannot replay (a combination missing)
         print(f"error: {error}", file=sys.stderr)
         return 2
