@@ -23,9 +23,12 @@ demo: $(STAMP)
 	$(BIN)/archsearch search search_space/presets/quickstart.yaml --name $$name && \
 	$(BIN)/archsearch report $$name -o reports/$$name.html --png reports/$$name --color-by config.model.layout
 
+# Two test processes (pytest-xdist), a file to each at a time so that a file's fixtures (its local Ray)
+# start once; the slowest files first (tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # Headless Chromium (Debian's package) for the report's browser test; CI installs it (root, apt).
 browser:

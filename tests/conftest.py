@@ -120,3 +120,26 @@ def tiny_trial_config() -> dict:
         "measure": {"batch_size": 2, "repeats": 1, "warmup": 0, "latency": False},
         "device": "cpu",
     }
+
+
+# -- the order files run in: the slowest first ---------------------------------------------------
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Files with the most ``slow`` tests first, each file's own order kept.
+
+    ``make test`` runs the suite on two processes, a file to each at a time (pytest-xdist's ``loadfile``):
+    a file of several end-to-end searches left to the end runs alone on one core while the other waits.
+    Longest first is the classic schedule for that; the count of ``slow`` tests is the measure that stays
+    true as tests are added, with no list of durations to keep by hand. Alone (no xdist), the order changes
+    nothing a test may depend on: files never share state."""
+    def file_of(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    slow: dict[str, int] = {}
+    first_seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        path = file_of(item)
+        slow[path] = slow.get(path, 0) + bool(item.get_closest_marker("slow"))
+        first_seen.setdefault(path, index)
+    items.sort(key=lambda item: (-slow[file_of(item)], first_seen[file_of(item)]))

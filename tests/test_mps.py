@@ -143,7 +143,7 @@ def test_the_start_up_check_runs_on_the_node_and_refuses_in_one_line():
     """A real Ray task pinned to this node (which has no MPS daemon) says so; the search would stop here."""
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         node = ray.get_runtime_context().get_node_id()
         with pytest.raises(SearchError) as raised:

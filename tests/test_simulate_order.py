@@ -150,7 +150,13 @@ def test_the_replay_calls_the_hooks_in_the_order_a_real_tune_run_does(tmp_path):
 
     here = os.path.dirname(__file__)  # Ray's workers import this module's trainable by name
     path = os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    ray.init(
+        address="local",  # a fresh local Ray, never another test process's (pytest-xdist runs two)
+        num_cpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
     try:
         real = _tune_calls(tmp_path)
     finally:
