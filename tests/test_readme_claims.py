@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import pytest
 import yaml
 
@@ -385,7 +386,30 @@ def test_the_readmes_two_commands_are_the_makefiles():
     assert recipe["demo"].startswith("$(STAMP)") and recipe["test"].startswith("$(STAMP)")
     assert "archsearch search search_space/presets/quickstart.yaml" in recipe["demo"]
     assert "archsearch report" in recipe["demo"]
-    assert "ruff check ." in recipe["test"] and re.search(r"pytest -q\s*$", recipe["test"])
+    assert "ruff check ." in recipe["test"] and re.search(r"pytest -q\b", recipe["test"])
+
+
+def test_make_test_runs_on_two_processes_the_slowest_files_first():
+    """README: `make test` runs on two processes (pytest-xdist, a file to each at a time), the files with the
+    most slow tests first; `TEST_WORKERS=0` runs it in one."""
+    _says("README.md", "on two processes (pytest-xdist, a file to each at a time", "TEST_WORKERS=0")
+    make = (ROOT / "Makefile").read_text()
+    assert re.search(r"^TEST_WORKERS \?= 2$", make, re.MULTILINE)
+    assert "-n $(TEST_WORKERS) --dist loadfile" in make and "$(filter 0,$(TEST_WORKERS))" in make
+    assert re.search(r"^\s*\"pytest-xdist[>=]", (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+
+    class Item:
+        def __init__(self, nodeid: str, slow: bool):
+            self.nodeid, self.slow = nodeid, slow
+
+        def get_closest_marker(self, name: str):
+            return object() if name == "slow" and self.slow else None
+
+    items = [Item("a.py::one", False), Item("b.py::one", True), Item("a.py::two", False), Item("c.py::one", True),
+             Item("c.py::two", True), Item("b.py::two", False), Item("d.py::one", False)]  # fmt: skip
+    conftest.pytest_collection_modifyitems(None, None, items)
+    assert [i.nodeid for i in items] == ["c.py::one", "c.py::two", "b.py::one", "b.py::two", "a.py::one", "a.py::two",
+                                         "d.py::one"]  # fmt: skip
 
 
 def _archsearch_commands(markdown: str) -> list[str]:
