@@ -83,10 +83,16 @@ def exit_at_once_if_local_ray_died(exit_code: int) -> None:
     dead GCS and then aborts the process with exit 1, hiding the signal's code from a batch
     scheduler. The command's last line is already printed: nothing is left to wait for."""
     if adapter.dead_local_ray_processes(RAY_CORE):
-        adapter.kill_local_ray()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_code)
+        end_process_and_local_ray(exit_code)
+
+
+def end_process_and_local_ray(exit_code: int) -> None:
+    """Kill what is left of the local Ray (nothing would stop it after ``os._exit``), flush what was said,
+    and end the process with ``exit_code`` without running Ray's shutdown."""
+    adapter.kill_local_ray()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
 
 
 def record_interruption(store_url: str, name: str, stop, command: str, lease: str | None = None):
@@ -205,8 +211,7 @@ class RayWatch:
                 request = StopRequest(f"stopped: Ray's local processes died under the driver: {what}")
                 message = record_interruption(self.store_url, self.name, request, self.command, self.session.lease)
                 print(f"\n{message}", file=sys.stderr, flush=True)
-                adapter.kill_local_ray()  # what is left of it: nothing would stop it after os._exit
-                os._exit(request.exit_code)
+                end_process_and_local_ray(request.exit_code)
 
     def __enter__(self) -> RayWatch:
         self._thread.start()
