@@ -9,6 +9,7 @@ over stops in one line and writes nothing more.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import textwrap
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -306,25 +308,11 @@ def test_a_search_whose_study_is_taken_over_stops_in_one_line_and_writes_nothing
         trials = store.trials("taken")
         after = _rows_of(store, "taken")
     assert row["lease"] == "another driver's" and row["status"] == "running", "the old driver wrote its status"
-    assert _nothing_but_the_write_in_flight(snapshot, after), ("the driver wrote to the study after it was taken over",
-                                                               snapshot, after)  # fmt: skip
+    # Exactly as the takeover read it, in its own transaction: a write of the driver's in flight (its
+    # lease checked and the study locked in that write's transaction, harness.store.lease_guard for
+    # Optuna's) committed before the takeover could, and every later one was refused.
+    assert after == snapshot, ("the driver wrote to the study after it was taken over", snapshot, after)
     assert len(trials) < 6  # it stopped: the rest of its budget was not spent on someone else's study
-
-
-def _nothing_but_the_write_in_flight(snapshot: tuple, after: tuple) -> bool:
-    """Equal, or one Optuna intermediate value more on the one trial that was running: Optuna's storage
-    writes in transactions of its own, so a value whose lease check passed just before the takeover
-    committed may still land (one, once); archsearch's own rows are written under the lease in their
-    transaction and may not change at all, and nothing is written once the driver has seen the loss."""
-    if after == snapshot:
-        return True
-    if after[:3] != snapshot[:3] or len(after[3]) != len(snapshot[3]):
-        return False
-    changed = [(before, now) for before, now in zip(snapshot[3], after[3], strict=True) if before != now]
-    if len(changed) != 1:
-        return False
-    (before, now), = changed
-    return before[:2] == now[:2] and before[1] == "RUNNING" and now[2] == before[2] + 1
 
 
 def _rows_of(store: Store, name: str, conn=None) -> tuple[int, int, list, list]:
@@ -424,3 +412,78 @@ def test_a_driver_whose_sqlite_file_is_replaced_or_removed_stops_writing(tmp_pat
         for write in _writes(driver, "s").values():
             with pytest.raises(LeaseLost, match="removed or replaced"):
                 write()
+
+
+def _guarded_optuna_study(store: Store, url: str, name: str):
+    """Study ``name`` created and claimed in the store, and Optuna's study of it on a storage whose
+    writes are guarded by that claim's lease; (the Optuna study, its engine, the lease holder)."""
+    import optuna
+
+    from harness.store.lease_guard import guard_writes
+    from harness.store.urls import optuna_storage_url
+
+    store.create_study(name, {"name": name}, {"top1": "max"})
+    holder = SimpleNamespace(study=name, lease=store.claim_study(name), lease_lost=False)
+    storage = optuna.storages.RDBStorage(optuna_storage_url(url))
+    guard_writes(storage.engine, holder)
+    study = optuna.create_study(study_name=name, storage=storage, directions=["maximize"])
+    return study, storage.engine, holder
+
+
+def test_an_optuna_write_after_a_takeover_is_refused_and_leaves_the_trial_as_it_was(store_url):
+    """An asked trial is Optuna's write: once the study is taken over, asking pops no waiting trial."""
+    with Store.open(store_url) as store:
+        study, _engine, _holder = _guarded_optuna_study(store, store_url, "guarded")
+        study.enqueue_trial({"x": 1.0})
+        _take_over(store, "guarded")
+        with pytest.raises(LeaseLost, match="taken over"):
+            study.ask()
+        assert [t.state.name for t in study.get_trials(deepcopy=False)] == ["WAITING"]
+
+
+def test_a_takeover_waits_for_the_optuna_write_in_flight_and_every_later_write_sees_it(store_url):
+    """CI caught the race: the lease was checked in one transaction and Optuna wrote in another, so a
+    takeover that committed between them let a WAITING trial become RUNNING in a study the driver no
+    longer held. The check is now the write transaction's first statement, and it locks the study:
+    an Optuna write paused just after its check commits before the takeover can, and the next is refused."""
+    import threading
+
+    from sqlalchemy import event
+
+    with Store.open(store_url) as store:
+        study, engine, _holder = _guarded_optuna_study(store, store_url, "raced")
+        study.enqueue_trial({"x": 1.0})
+        study.enqueue_trial({"x": 2.0})
+        checked, release, order = threading.Event(), threading.Event(), []
+
+        def pause_before_the_write(conn, cursor, statement, *args) -> None:  # after the guard's listener
+            own_check = conn.info.get("archsearch_lease_checking")
+            if statement.lstrip().upper().startswith("UPDATE") and not own_check and not checked.is_set():
+                checked.set()
+                release.wait(30)
+
+        event.listen(engine, "before_cursor_execute", pause_before_the_write)
+        event.listen(engine, "commit", lambda conn: release.is_set() and not order and order.append("optuna's write"))
+
+        def ask() -> None:
+            with contextlib.suppress(LeaseLost):  # a later write of the same ask: refused, as it should be
+                study.ask()
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        assert checked.wait(30), "the ask never reached its write"
+
+        def take_over() -> None:
+            _take_over(store, "raced")
+            order.append("takeover")
+
+        taking = threading.Thread(target=take_over)
+        taking.start()
+        taking.join(1.0)  # given the chance to slip in while the write is paused
+        release.set()
+        asking.join(30)
+        taking.join(60)
+        assert order[:2] == ["optuna's write", "takeover"], order
+        with pytest.raises(LeaseLost):
+            study.ask()
+        assert sorted(t.state.name for t in study.get_trials(deepcopy=False)) == ["RUNNING", "WAITING"]

@@ -41,6 +41,7 @@ from harness.search.cluster.ray_setup import (
 from harness.search.engine import build_engine
 from harness.search.legacy import alias_legacy_modules
 from harness.search.propose import warm_start
+from harness.search.propose.searcher import leased_optuna_storage
 from harness.search.record import trackers
 from harness.search.record.reconcile import reconcile, replay_finished
 from harness.search.record.trial_end import final_status
@@ -111,7 +112,7 @@ def _new_tuner(
     entry the study owns (its name, unless a leftover held it: see
     :func:`harness.search.experiment_guard.choose_new_experiment`).
     """
-    storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
+    storage = leased_optuna_storage(store_url, session)
     engine = build_engine(spec, store_url, name, session, storage=storage)
     callbacks = [
         *engine.callbacks,
@@ -369,16 +370,17 @@ def _claim_study(session: SearchSession, run: SearchRun, experiment_name: str, e
 def _tuner(
     session: SearchSession, run: SearchRun, public_url: str, callbacks: list, experiment_name: str, experiment: str
 ):
-    """(the Tuner, Optuna's storage URL): restored from the experiment on ``--resume``, else new."""
+    """(the Tuner, the Optuna storage the driver writes through under its lease): restored from the
+    experiment on ``--resume``, else new."""
     spec, name = run.spec, run.name
-    optuna_storage = optuna_storage_url(run.store_url)  # a restored searcher's storage is Ray's: open another
     if run.resume and tune.Tuner.can_restore(experiment):
+        optuna_storage = leased_optuna_storage(run.store_url, session)  # a restored searcher's is Ray's: another
         alias_legacy_modules()  # an experiment pickled before the searcher's modules were renamed
         # Tune restores the run config it pickled, callbacks included (the trackers the search started
         # with); Tuner.restore takes no others.
         adapter.relocate_saved_search_state(experiment, run.storage_path, experiment_name)  # a moved results dir
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
-        replay_finished(tuner, spec, public_url, name)
+        replay_finished(tuner, spec, public_url, name, optuna_storage)
         return tuner, optuna_storage
     if run.resume:
         why = f"cannot resume: no Ray Tune experiment state under {experiment}"
@@ -406,7 +408,7 @@ def _fit(session: SearchSession, run: SearchRun, tuner) -> None:
             raise
 
 
-def _finish(session: SearchSession, run: SearchRun, optuna_storage: str, experiment: str) -> SearchSummary:
+def _finish(session: SearchSession, run: SearchRun, optuna_storage, experiment: str) -> SearchSummary:
     """The search ran to its end: no trial of it may stay running in Optuna or in the store; the
     study's final status, its front, the checkpoints kept and (on a cluster) the front verified."""
     spec, name = run.spec, run.name

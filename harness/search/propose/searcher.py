@@ -63,6 +63,7 @@ from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, RETRY_KEY, STATUS
 from harness.search.session import SearchSession, SessionBound
 from harness.search.stop.early_stopping import promotion_order
 from harness.store import LeaseLost, Store
+from harness.store.lease_guard import guard_writes
 from harness.store.urls import optuna_storage_url
 from search_space.sampling import Feasibility, SpaceFunction, build_trial_config, discrete_space_size, split_params
 from search_space.spec import COST_METRICS, SearchSpec
@@ -118,12 +119,17 @@ class ArchsearchSearch(SessionBound, Searcher):
         )
         self._asked: dict[str, optuna.Trial] = {}  # Tune trial id -> the Optuna trial asked for it
         self._told: set[str] = set()  # Tune trial ids whose outcome Optuna has been told
+        self._guarded = False  # Optuna's writes are checked under the session's lease (never pickled)
+        if session is not None and isinstance(storage, optuna.storages.RDBStorage):
+            guard_writes(storage.engine, session)
+            self._guarded = True
         fields.check_study(self.study)  # an Optuna that renamed a field the adapter reads: say so now
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_store"] = None
         state["_synced"] = False
+        state["_guarded"] = False  # an unpickled study's storage has an engine of its own, unguarded
         return self._unbound_state(state)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -147,13 +153,14 @@ class ArchsearchSearch(SessionBound, Searcher):
     def rebind(self, store_url: str, study: str) -> None:
         """The driver's store and study win over the pickled ones (see :meth:`SessionBound.rebind`):
         the Optuna study is loaded again from that store, under that name, with the pickled sampler
-        (its state: a resumed TPE goes on where it stopped)."""
-        if (self.store_url, self.archsearch_study) == (store_url, study):
+        (its state: a resumed TPE goes on where it stopped), on a storage whose writes are made under
+        the driver's lease (:func:`harness.store.lease_guard.guard_writes`)."""
+        if (self.store_url, self.archsearch_study) == (store_url, study) and (self._guarded or self.session is None):
             return
         self.store_url, self.archsearch_study, self._store = store_url, study, None
-        self.study = optuna.load_study(
-            study_name=study, storage=optuna_storage_url(store_url), sampler=self.study.sampler
-        )
+        storage = leased_optuna_storage(store_url, self.session)
+        self._guarded = self.session is not None
+        self.study = optuna.load_study(study_name=study, storage=storage, sampler=self.study.sampler)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return False  # the space is the spec's, set at construction; Tune's param space stays empty
@@ -521,6 +528,15 @@ class ArchsearchSearch(SessionBound, Searcher):
             return None
 
 
+def leased_optuna_storage(store_url: str, session: SearchSession | None) -> optuna.storages.RDBStorage:
+    """Optuna's storage in the store's database, each write made under ``session``'s lease on its
+    study (:func:`harness.store.lease_guard.guard_writes`; no session: unguarded)."""
+    storage = optuna.storages.RDBStorage(optuna_storage_url(store_url))
+    if session is not None:
+        guard_writes(storage.engine, session)
+    return storage
+
+
 def _epochs_of(result: dict | None) -> int:
     """How many epochs a finished trial ran (Tune's iteration count, or the trainable's epoch)."""
     value = (result or {}).get("training_iteration", (result or {}).get("epoch"))
@@ -542,7 +558,7 @@ _FIELD_DEFAULTS: dict[str, Callable[[], Any]] = {
     "_asked": dict, "_told": set, "_seen": dict, "_outcomes": dict, "_waiting": dict, "_reusable": dict,
     "_infeasible_keys": set, "_params_of": dict, "_pruned": dict, "_retries": set, "_counted_on_resume": set,
     "_synced": bool, "_nothing_new": bool, "_exhausted_said": bool, "infeasible": int, "duplicates": int,
-    "dispatched": int, "_curves": dict,
+    "dispatched": int, "_curves": dict, "_guarded": bool,
 }  # fmt: skip
 
 

@@ -50,13 +50,14 @@ def reconcile(store, name: str, optuna_storage, *, stopped: str | None = None) -
     return fixed
 
 
-def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
+def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str, optuna_storage=None) -> int:
     """On resume: record the trials Ray holds as finished whose outcome the store or Optuna missed.
 
     A driver or a database that stopped between a trial's end and its record leaves Ray's saved
     state ahead of the store and of Optuna; Ray will not run or report those trials again. Their
     last results (with the outcome mark) come from the restored experiment and are written now,
     once: the store's record is idempotent, and Optuna is told only what it does not hold yet.
+    ``optuna_storage``: the driver's Optuna storage (its writes under the lease), else one opened here.
     Returns how many store records were written.
     """
     try:
@@ -69,7 +70,8 @@ def replay_finished(tuner, spec: SearchSpec, store_url: str, name: str) -> int:
     if not finished:
         return 0
     spec_dict = spec.model_dump(mode="json")
-    study = optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(optuna_storage_url(store_url)))
+    storage = optuna_storage or optuna.storages.RDBStorage(optuna_storage_url(store_url))
+    study = optuna.load_study(study_name=name, storage=storage)
     written = 0
     with Store.open(store_url) as store:
         trials = store.trials(name)
