@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -548,3 +549,51 @@ def test_a_stop_ends_the_driver_once_the_local_rays_core_is_gone_not_at_the_hard
     cancelled = watch.StopWatchdog("sqlite://", "s", "resume")
     cancelled.cancel()
     assert cancelled._stopped_in_time() is True
+
+
+RAY_STARTED_BY_THE_DRIVER = textwrap.dedent(
+    """
+    import json, os, signal, ray
+    from harness.search.cluster.ray_setup import init_ray
+    from search_space.validation import load_spec
+    from tests.conftest import tiny_search_spec
+
+    init_ray(None, load_spec(tiny_search_spec("mask")))
+    node = ray._private.worker._global_node
+    pids = {kind: [p.process.pid for p in infos] for kind, infos in node.all_processes.items()}
+    def blocked(pid):
+        line = next(l for l in open(f"/proc/{pid}/status") if l.startswith("SigBlk:"))
+        mask = int(line.split()[1], 16)
+        return sorted(s.name for s in signal.Signals if 0 < s < 64 and mask >> (s - 1) & 1)
+    worker = ray.get(ray.remote(lambda: os.getpid()).remote())
+    seen = {kind: blocked(found[0]) for kind, found in pids.items() if found}
+    seen["a worker"] = blocked(worker)
+    seen["the driver"] = blocked(os.getpid())
+    ray.shutdown()
+    left = [pid for found in pids.values() for pid in found if os.path.exists(f"/proc/{pid}")
+            and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    print(json.dumps({"blocked": seen, "left": left}))
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal masks in /proc")
+def test_the_local_rays_processes_leave_a_group_stop_signal_to_the_driver_and_end_with_it():
+    """CI: a SIGTERM to the whole process group ended the raylet before the driver's handler ran, and
+    Ray's core worker terminated the driver ("the connection to the plasma store is failed", exit 1)
+    with the study left ``running``. The local Ray's processes, its workers too, now block every stop
+    signal as Ray blocks SIGINT, so the driver alone acts on it; the driver's own mask is unchanged,
+    and Ray's shutdown still ends every process it started."""
+    import json
+
+    script = subprocess.run(
+        [sys.executable, "-c", RAY_STARTED_BY_THE_DRIVER],
+        capture_output=True, text=True, timeout=180, cwd=Path(__file__).parent.parent,
+    )  # fmt: skip
+    assert script.returncode == 0, script.stderr[-2000:]
+    found = json.loads(script.stdout.strip().splitlines()[-1])
+    stops = {"SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"}
+    for kind in ("gcs_server", "raylet", "a worker"):
+        assert stops <= set(found["blocked"][kind]), (kind, found["blocked"])
+    assert not stops & set(found["blocked"]["the driver"]), found["blocked"]
+    assert found["left"] == [], "Ray's shutdown left processes running"

@@ -108,6 +108,23 @@ def dead_local_ray_processes(kinds: tuple[str, ...]) -> list[tuple[str, int]]:
     return dead
 
 
+def end_local_ray_at_once_on_shutdown() -> None:
+    """``ray.shutdown()`` (the driver's exit) ends the local Ray's processes with SIGKILL, as
+    :func:`kill_local_ray` does, instead of SIGTERM and a second's wait for each: they were started
+    with the stop signals blocked (:func:`harness.stop_signals.blocked_in_children`), so SIGTERM would
+    only ever wait. Nothing of a search lives in them by then (Tune's state and the store are written);
+    the workers go with the raylet (Ray's kernel fate-sharing). Ray has no public option for either."""
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None or not node.head:
+        return
+    kill_all = node.kill_all_processes
+
+    def kill_all_at_once(check_alive: bool = True, allow_graceful: bool = False, wait: bool = False) -> None:
+        kill_all(check_alive=check_alive, allow_graceful=False, wait=wait)
+
+    node.kill_all_processes = kill_all_at_once
+
+
 def kill_local_ray() -> None:
     """Kill what is left of the local Ray this driver started (a head node), ungracefully."""
     node = getattr(ray._private.worker, "_global_node", None)

@@ -182,8 +182,8 @@ class SearchSession:
         first = self.request_stop(f"interrupted by {name}", signum)
         if not first and self._signals_received == 1 and self._request.signum is not None:
             # The first signal this process got, though a stop for a signal was already asked for: the
-            # Ray watch saw Ray's own processes end by it (a signal to the whole process group) before
-            # this handler ran. The same signal, not a second one: still the graceful stop.
+            # Ray watch saw Ray's own processes end by it (sent to them too) before this handler ran.
+            # The same signal, not a second one: still the graceful stop.
             first = True
             self.hand_stop_to_ray()
         if first and self._deferring:

@@ -29,12 +29,14 @@ STOP_POLL_S = 0.5
 class StopWatchdog:
     """When a stop is requested, record the study as interrupted at once; end the driver if Ray cannot stop.
 
-    SIGTERM sent to a whole process group (a batch scheduler, ``kill -- -PGID``) also ends the local
-    Ray's own processes, and the driver would then wait a minute for Ray's control store before dying
-    with exit 1. The store is marked first (the running trials and the study ``interrupted``); the
-    driver then prints the resume line and exits with the signal's code if ``fit()`` has not returned
-    :data:`RAY_GONE_GRACE_S` after the local Ray's core died (nothing is left for it to wait for, and a
-    batch scheduler sends SIGKILL 30 s after SIGTERM), or after :data:`HARD_STOP_AFTER_S` in any case.
+    The local Ray's processes ignore a stop signal sent to the whole process group (a batch scheduler,
+    ``kill -- -PGID``: :func:`harness.stop_signals.blocked_in_children`), but a signal sent to them by
+    name (``pkill raylet``, a node agent) or the OOM killer still ends them, and the driver would then
+    wait a minute for Ray's control store before dying with exit 1. The store is marked first (the
+    running trials and the study ``interrupted``); the driver then prints the resume line and exits
+    with the signal's code if ``fit()`` has not returned :data:`RAY_GONE_GRACE_S` after the local Ray's
+    core died (nothing is left for it to wait for, and a batch scheduler sends SIGKILL 30 s after
+    SIGTERM), or after :data:`HARD_STOP_AFTER_S` in any case.
     Ray's experiment state, saved as the search went, resumes.
     """
 
@@ -196,10 +198,10 @@ class RayWatch:
             dead = adapter.dead_local_ray_processes(RAY_CORE)
             if not dead:
                 continue
-            # Ray's processes ended by a stop signal (SIGINT, SIGTERM, SIGHUP...): a signal to the whole
-            # process group (a batch scheduler, Ctrl-C in a terminal, a closed terminal), which this
-            # driver got too, even if its handler has not run yet (the main thread may be inside Ray's C++):
-            # stopped as that signal asks.
+            # Ray's processes ended by a stop signal (SIGINT, SIGTERM, SIGHUP...): sent to them by name
+            # (they block one sent to the whole process group, harness.stop_signals.blocked_in_children),
+            # or to a group whose Ray was started before it blocked them: stopped as that signal asks,
+            # even if the driver's own handler has not run yet (the main thread may be inside Ray's C++).
             signalled = [-code for _, code in dead if code < 0 and -code in EXIT_CODES]
             if signalled:
                 self.session.request_stop(f"interrupted by {signal.Signals(signalled[0]).name}", signalled[0])

@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.search import adapter
 from harness.search.cluster.join import alive_nodes, join
+from harness.stop_signals import blocked_in_children
 from search_space.spec import SearchSpec
 from trials.devices import mps
 from trials.devices.cpus import usable_cpus
@@ -80,14 +82,18 @@ def init_ray(address: str | None, spec: SearchSpec) -> None:
     else:
         # address="local": always a fresh local Ray, never a cluster someone else started here, sized
         # to the CPUs this process may use: a request beyond them is refused (check_resources), and
-        # trials beyond them queue, rather than Ray promising CPUs the machine does not have.
-        ray.init(
-            address="local",
-            num_cpus=usable_cpus(),
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
+        # trials beyond them queue, rather than Ray promising CPUs the machine does not have. Its
+        # processes ignore a stop signal sent to the whole process group (blocked_in_children): the
+        # driver gets it too, stops the search and ends them.
+        with blocked_in_children():
+            ray.init(
+                address="local",
+                num_cpus=usable_cpus(),
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        adapter.end_local_ray_at_once_on_shutdown()
 
 
 def is_uri(path: str) -> bool:
