@@ -38,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards.filters import Where, filter_mask, parse_filters
+from dashboards.filters import Filter, Where, filter_mask, parse_filters
 from dashboards.pareto import hypervolume_progress, parse_objectives, query_front, resolve_where
 from dashboards.reader import StudyCounts, StudyReader
 from dashboards.verified import compare_fronts
@@ -63,6 +63,18 @@ __all__ = [
     "StudyNotFound",
     "load_study",
 ]
+
+
+def filter_trials(frame: pd.DataFrame, filters: Sequence[Filter], study: str) -> pd.DataFrame:
+    """The rows of a trials frame (flat ``config.*`` columns) that pass every filter (parsed
+    ``--where``); a key is a config key or a column of the frame. One rule for ``Study.trials(where=)``
+    and ``archsearch trials --where``."""
+    if not filters:
+        return frame
+    config = [c for c in frame.columns if c.startswith("config.")]
+    other = [c for c in frame.columns if not c.startswith(("config.", "sampled.", "fixed."))]
+    keys = resolve_where(filters, {study: config}, {study: other})
+    return frame[filter_mask(frame, filters, keys, study)].reset_index(drop=True)
 
 
 class StudyNotFound(DataError, LookupError):
@@ -278,12 +290,7 @@ class Study:
         filters = parse_filters(where)
         frame = self._reader.trials(self.name, statuses=statuses)
         self._warn_left_out()
-        if not filters:
-            return frame
-        config = [c for c in frame.columns if c.startswith("config.")]
-        other = [c for c in frame.columns if not c.startswith(("config.", "sampled.", "fixed."))]
-        keys = resolve_where(filters, {self.name: config}, {self.name: other})
-        return frame[filter_mask(frame, filters, keys, self.name)].reset_index(drop=True)
+        return filter_trials(frame, filters, self.name)
 
     def learning_curves(self, numbers: Iterable[int] | None = None) -> pd.DataFrame:
         """Per-epoch metrics (one row per epoch: number, status, epoch, top1, losses, ...) of every

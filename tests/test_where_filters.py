@@ -123,6 +123,32 @@ def test_a_bad_filter_is_one_line_naming_it(url, item, message):
     assert len(done.output.strip().splitlines()) == 1
 
 
+def _listed(url: str, *args: str) -> list[int]:
+    done = CliRunner().invoke(main, ["trials", "s", "--store", url, "--format", "json", *args])
+    assert done.exit_code == 0, done.output
+    return [row["number"] for row in json.loads(done.stdout)]
+
+
+@pytest.mark.parametrize(("item", "expected"), CASES)
+def test_each_operator_filters_the_trials_command(url, item, expected):
+    """Every read command that lists trials takes the filters: ``trials`` had no --where at all."""
+    assert set(_listed(url, "--where", item)) == expected
+
+
+def test_trials_filters_before_its_sort_and_limit_cut(url):
+    """The top N of the trials that match, not the matches among the top N."""
+    assert _listed(url, "--where", "layout=CCTT", "--sort", "top1", "--limit", "1") == [3]
+    assert _listed(url, "--where", "lr<0.004", "--sort", "top1:asc", "--limit", "2") == [0, 1]
+    assert _listed(url, "--where", "params>1e7") == []
+
+
+@pytest.mark.parametrize("command", ["trials", "fidelity"])
+def test_a_bad_filter_is_the_same_line_in_every_read_command(url, command):
+    done = CliRunner().invoke(main, [command, "s", "--store", url, "--where", "colour<3"])
+    assert done.exit_code == 2 and "unknown filter key 'colour'" in done.output, done.output
+    assert len(done.output.strip().splitlines()) == 1
+
+
 def test_fidelity_reads_the_same_filters(url):
     done = CliRunner().invoke(main, ["fidelity", "s", "--store", url, "--where", "lr=>0.002x", "--where", "lr~1"])
     assert done.exit_code == 2 and "filter 'lr~1' is not KEY=VALUE, KEY!=VALUE" in done.output

@@ -49,6 +49,18 @@ def config_error(error: Exception) -> UsageError:
     return UsageError(one_line(str(error)) or type(error).__name__)
 
 
+# --where in every read command that lists trials (trials, pareto, fidelity): one syntax, one help
+where_option = click.option(
+    "--where",
+    "where",
+    multiple=True,
+    metavar="FILTER",
+    help="Filter by a config value or a metric: KEY=VALUE, KEY!=VALUE, KEY<VALUE, KEY<=VALUE, KEY>VALUE, "
+    "KEY>=VALUE or 'KEY in V1,V2', e.g. layout=CCTT, depths[3]=2, 'lr>0.002', 'params<1e6', "
+    "'layout in CCTT,CTTT' (repeatable, ANDed; numbers compare as numbers, text as text; over several "
+    "studies a key names one column in all, and a study without it matches nothing).",
+)
+
 store_option = click.option(
     "--store",
     "store_url",

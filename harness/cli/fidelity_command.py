@@ -13,7 +13,7 @@ import json
 
 import click
 
-from harness.cli.common import UsageError, open_store, store_option, warn_damaged
+from harness.cli.common import UsageError, open_store, store_option, warn_damaged, where_option
 from harness.output import printable, render, strict_json_value
 from trials.lazy import lazy_import
 
@@ -28,14 +28,7 @@ CROSS_COLUMNS = ["scope", "expensive_front_held", "untrained_by_cheap", "cheap_f
 
 @click.command("fidelity")
 @click.argument("studies", nargs=-1, required=True)
-@click.option(
-    "--where",
-    "where",
-    multiple=True,
-    metavar="FILTER",
-    help="Only the trials that match, as pareto --where: KEY=VALUE, !=, <, <=, >, >= or 'KEY in V1,V2' "
-    "(repeatable, ANDed).",
-)
+@where_option
 @click.option(
     "--resamples",
     type=click.IntRange(min=0, max=100_000),

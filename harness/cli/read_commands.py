@@ -13,7 +13,7 @@ from dashboards import compare
 from dashboards.columns import searched_config_columns
 from dashboards.files import OutputRefused, check_output, check_output_dir
 from harness.cli import admin_commands
-from harness.cli.common import UsageError, open_store, records, store_option, warn_damaged
+from harness.cli.common import UsageError, open_store, records, store_option, warn_damaged, where_option
 from harness.output import FORMATS, format_number, printable, render
 from trials.lazy import lazy_import
 from trials.measurement.machine_load import load_note
@@ -23,6 +23,7 @@ report = lazy_import("dashboards.report")  # seaborn: only when a report is writ
 store_package = lazy_import("harness.store")  # SQLAlchemy
 verified_front = lazy_import("dashboards.verified")  # the verified front beside the in-trial one
 pandas = lazy_import("pandas")
+study_queries = lazy_import("dashboards.study")  # trials --where: the filter Study.trials(where=) applies
 queries = lazy_import("harness.store.queries")  # pandas
 replay = lazy_import("harness.search.stop.replay")  # the early-stopping rule the report's fidelity panel replays
 sampling = lazy_import("search_space.sampling")  # the spec's parameters and a config's values
@@ -82,25 +83,36 @@ def studies_command(
     help="Order by a metric (top1, flops, params, throughput, number, ended_at, ...), missing values last. "
     "Without a direction, an objective of the study sorts best first; anything else ascending.",
 )
-def trials_command(study: str, store_url: str | None, fmt: str, limit: int | None, sort: str | None) -> None:
+@where_option
+def trials_command(
+    study: str, store_url: str | None, fmt: str, limit: int | None, sort: str | None, where: tuple[str, ...]
+) -> None:
     """One row per trial of STUDY: number, status, config, params, FLOPs, throughput, final/best metrics.
 
     The table shows the searched parameters and whatever other config keys vary across the rows
     shown; CSV and JSON have all of them.
     With --sort and --limit the ordering and the cut happen in the database, so the top of a
-    100,000-trial study comes back at once.
+    100,000-trial study comes back at once; with --where the filter comes before the cut.
     """
     with open_store(store_url, create=False, read_only=True) as store:
         try:
+            filters = pareto.parse_where(where)
             metric, descending = _parse_sort(sort, store, study) if sort else (None, False)
-            frame = store.trials(study, sort=metric, descending=descending, limit=limit, flatten_config=False)
+            cut = None if filters else limit
+            frame = store.trials(study, sort=metric, descending=descending, limit=cut, flatten_config=False)
             total = store.study_counts(study).total
             spec = store.study(study).get("spec")
-        except store_package.StoreError as error:
+        except (store_package.StoreError, pareto.FilterError) as error:
             raise UsageError(str(error)) from None
     damaged = warn_damaged(store, study)  # before the table, on stderr: --format json stays parseable
     mismatches = spec_mismatches(spec, frame)
     frame = queries.flatten_configs(frame)
+    if filters:
+        try:
+            frame = study_queries.filter_trials(frame, filters, study)
+        except pareto.FilterError as error:
+            raise UsageError(str(error)) from None
+        frame = frame if limit is None else frame.head(limit)
     if mismatches:
         frame = frame.assign(spec_mismatch=[mismatches.get(int(n), "") for n in frame["number"]])
         shown = "; ".join(f"trial {n}: {text}" for n, text in list(mismatches.items())[:3])
@@ -217,16 +229,7 @@ def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
     default=None,
     help="2 or 3 METRIC:max|min, e.g. top1:max,flops:min (default: the study's own objectives).",
 )
-@click.option(
-    "--where",
-    "where",
-    multiple=True,
-    metavar="FILTER",
-    help="Filter by a config value or a metric: KEY=VALUE, KEY!=VALUE, KEY<VALUE, KEY<=VALUE, KEY>VALUE, "
-    "KEY>=VALUE or 'KEY in V1,V2', e.g. layout=CCTT, depths[3]=2, 'lr>0.002', 'params<1e6', "
-    "'layout in CCTT,CTTT' (repeatable, ANDed; numbers compare as numbers, text as text; over several "
-    "studies a key names one column in all, and a study without it matches nothing).",
-)
+@where_option
 @store_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 def pareto_command(
