@@ -16,6 +16,7 @@ from harness.search.result_keys import STATUS_KEY, split_tune_config
 from harness.store import Store
 from search_space.sampling import discrete_space_size
 from search_space.spec import SearchSpec
+from search_space.validation import load_spec
 
 
 def _spec(params: dict, sampler: str, n_trials: int, concurrency: int = 1) -> SearchSpec:
@@ -51,7 +52,7 @@ def _drive(searcher: ArchsearchSearch, most: int = 100) -> list[dict]:
     return dispatched
 
 
-@pytest.mark.parametrize("sampler", ["random", "tpe", "nsga2"])
+@pytest.mark.parametrize("sampler", ["random", "tpe", "gp", "nsga2"])
 def test_duplicates_take_no_budget_n_trials_counts_trained_trials(tmp_path, sampler):
     """A space of 6 configurations and n_trials 5: five distinct configurations are trained, whatever
     the sampler repeats on the way (each repeat stored ``duplicate``, not counted)."""
@@ -82,3 +83,23 @@ def test_a_continuous_space_has_no_size_and_parallel_tpe_lies_constantly():
     assert discrete_space_size(spec) is None
     assert make_sampler(spec)._constant_liar is True
     assert make_sampler(_spec({"depth": {"choice": [1]}}, "tpe", 5, concurrency=1))._constant_liar is False
+
+
+def test_a_gp_spec_validates_and_gets_optunas_gp_sampler_seeded_by_the_spec(tmp_path):
+    """``sampler: gp`` is Optuna's GPSampler with ``search.seed``: two searches of one spec propose the same
+    configurations, the 11th (past the sampler's 10 start-up trials) the Gaussian process's; another seed
+    others."""
+    spec = _spec({"depth": {"choice": [1, 2, 3, 4]}, "mlp_ratio": {"float": [2.0, 4.0]}}, "gp", 11)
+    assert load_spec(spec.model_dump(mode="json")).search.sampler == "gp"
+    assert isinstance(make_sampler(spec), optuna.samplers.GPSampler)
+
+    def proposals(seed: int, directory: str) -> list[tuple]:
+        reseeded = spec.model_copy(update={"search": spec.search.model_copy(update={"seed": seed})})
+        (tmp_path / directory).mkdir()
+        dispatched = _drive(_searcher(reseeded, f"sqlite:///{tmp_path / directory / 'store.db'}"))
+        return [(p["depth"], round(p["mlp_ratio"], 9)) for p in dispatched]
+
+    first = proposals(0, "a")
+    assert len(first) == 11
+    assert proposals(0, "b") == first
+    assert proposals(1, "c") != first

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import search_quality
+from benchmarks.front_quality import TrueFront
 from benchmarks.table import TableError, load_table
 from benchmarks.table_export import main as export_main
 from harness.store import Store
@@ -161,6 +162,19 @@ def test_replaying_seeds_side_by_side_gives_the_same_runs(tmp_path):
     )
     assert one["methods"] == two["methods"]
     assert [r.completed for r in runs_one["tpe"]] == [r.completed for r in runs_two["tpe"]]
+
+
+def test_the_gp_sampler_replays_and_the_same_seed_gives_the_same_run(tmp_path):
+    """``gp+spread``: Optuna's GPSampler behind the spread, through the engine, on a table it has never seen.
+    Past its 10 start-up trials the Gaussian process proposes; the same seed replays the same run."""
+    table = load_table(_unseen_table(tmp_path / "unseen.csv"))
+    truth = TrueFront(table, {"top1": "max", "flops": "min"})
+    budget = 12 * EPOCHS  # the spread's 8, two more start-up trials, then the GP's proposals
+    runs = [search_quality.replay(table, truth, "gp+spread", 0, 2, budget, f"sqlite:///{tmp_path / f'{k}.db'}")
+            for k in range(2)]  # fmt: skip
+    assert runs[0].completed == runs[1].completed and runs[0].completed_at == runs[1].completed_at
+    assert len(set(runs[0].completed)) == len(runs[0].completed) >= 11  # nothing trained twice
+    assert truth.curve(runs[0]).volume[-1] > 0
 
 
 def test_the_committed_table_is_whole_and_its_front_is_the_one_its_readme_states():

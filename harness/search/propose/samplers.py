@@ -1,6 +1,6 @@
 """The Optuna sampler a spec names, and Optuna's GridSampler made to work under Ray Tune.
 
-:func:`make_sampler` turns ``search.sampler`` (tpe, nsga2, random, grid) into an Optuna sampler.
+:func:`make_sampler` turns ``search.sampler`` (tpe, gp, nsga2, random, grid) into an Optuna sampler.
 
 Optuna's GridSampler, under Ray Tune's ask-and-tell loop:
 
@@ -41,6 +41,12 @@ def make_sampler(spec: SearchSpec) -> optuna.samplers.BaseSampler:
         # constant_liar: a running trial counts as a poor result, so concurrent workers are not all
         # handed the same promising region (Optuna's advice for parallel TPE).
         return optuna.samplers.TPESampler(seed=s.seed, multivariate=True, constant_liar=s.concurrency > 1, **legacy)
+    if s.sampler == "gp":
+        # Optuna's GP sampler needs no constant liar: with trials running it maximises the q-batch expected
+        # hypervolume improvement (qLogEHVI; qLogEI for one objective) over them, which is what the liar
+        # approximates for TPE. The space function suggests every parameter on every trial, so a parameter
+        # sampled independently is one with a single value, not a conditional one: no warning for it.
+        return optuna.samplers.GPSampler(seed=s.seed, warn_independent_sampling=False, **legacy)
     if s.sampler == "nsga2":
         population = max(4, min(50, s.n_trials // 2))
         return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
