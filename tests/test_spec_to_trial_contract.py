@@ -252,7 +252,8 @@ def generated_specs(draw) -> tuple[SearchSpec, str]:
         name, values = ("dims[3]", [32, 48]) if family == "coatnet" else ("mlp_ratio", [3.0])
         params[name] = {"choice": values}
     floats = any(isinstance(d, dict) and "float" in d for d in params.values())
-    sampler = draw(st.sampled_from(("random", "tpe", "nsga2") if floats else ("random", "tpe", "nsga2", "grid")))
+    samplers = ("random", "tpe", "gp", "nsga2")
+    sampler = draw(st.sampled_from(samplers if floats else (*samplers, "grid")))
     return _spec(family, params, sampler, "generated"), family
 
 
