@@ -10,7 +10,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from harness.search.propose.samplers import make_sampler
+from harness.search.propose.samplers import STATUS_ATTR, InfeasibleAwareGPSampler, make_sampler
 from harness.search.propose.searcher import ArchsearchSearch
 from harness.search.result_keys import STATUS_KEY, split_tune_config
 from harness.store import Store
@@ -91,7 +91,7 @@ def test_a_gp_spec_validates_and_gets_optunas_gp_sampler_seeded_by_the_spec(tmp_
     others."""
     spec = _spec({"depth": {"choice": [1, 2, 3, 4]}, "mlp_ratio": {"float": [2.0, 4.0]}}, "gp", 11)
     assert load_spec(spec.model_dump(mode="json")).search.sampler == "gp"
-    assert isinstance(make_sampler(spec), optuna.samplers.GPSampler)
+    assert isinstance(make_sampler(spec), optuna.samplers.GPSampler)  # InfeasibleAwareGPSampler, a subclass
 
     def proposals(seed: int, directory: str) -> list[tuple]:
         reseeded = spec.model_copy(update={"search": spec.search.model_copy(update={"seed": seed})})
@@ -103,3 +103,26 @@ def test_a_gp_spec_validates_and_gets_optunas_gp_sampler_seeded_by_the_spec(tmp_
     assert len(first) == 11
     assert proposals(0, "b") == first
     assert proposals(1, "c") != first
+
+
+@pytest.mark.parametrize("sampler", [optuna.samplers.GPSampler, InfeasibleAwareGPSampler])
+def test_the_gp_sampler_does_not_propose_a_configuration_found_infeasible_again(sampler):
+    """An infeasible proposal is told PRUNED (never trained); Optuna's GPSampler fits completed trials only
+    and proposes it again on the same data, until the searcher gives up (200 in a row). The sampler
+    ``gp`` gets (:class:`InfeasibleAwareGPSampler`) fits it as the worst completed trial and looks elsewhere."""
+    space = {"x": optuna.distributions.IntDistribution(0, 19)}
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler(seed=0))
+    for x in range(10):  # top-1 rising with x: the GP's best guess is the top of the range
+        study.add_trial(optuna.trial.create_trial(values=[x, 1.0], params={"x": x}, distributions=space))
+    proposed = []
+    for _ in range(3):
+        trial = study.ask(space)
+        proposed.append(trial.params["x"])
+        trial.set_user_attr(STATUS_ATTR, "infeasible")  # as the searcher records an infeasible proposal
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    assert proposed[0] == 19
+    if sampler is InfeasibleAwareGPSampler:
+        assert len(set(proposed)) == 3
+        assert isinstance(make_sampler(_spec({"depth": {"choice": [1, 2]}}, "gp", 5)), InfeasibleAwareGPSampler)
+    else:  # Optuna's own: the same infeasible configuration again and again
+        assert proposed == [19, 19, 19]

@@ -12,6 +12,12 @@ the searcher's business instead: it asks :meth:`TuneGridSampler.all_started` bef
 suggestion and tells Tune it is finished once every grid point has been dispatched, so a grid
 search of more trials than points runs each point once rather than re-running visited ones.
 
+Optuna's GPSampler fits completed trials only, and the searcher tells an infeasible proposal (one that breaks a
+constraint or does not build, never trained) to Optuna as PRUNED: on the same data the GP proposes the same
+infeasible configuration again, and the searcher ends the search after
+:data:`harness.search.propose.searcher.MAX_INFEASIBLE_IN_A_ROW` of them (a replay of a table that lacks some
+combinations of its values did, half its budget unspent). :class:`InfeasibleAwareGPSampler` fits those too.
+
 The sampler classes are at module level so that the searcher (pickled by ``Tuner.restore``) can
 be pickled with them. Before this module moved here (from ``search_space.grid_sampler``), grid
 experiments pickled it under that name: :data:`harness.search.legacy.LEGACY_MODULES` maps it.
@@ -27,6 +33,9 @@ import optuna
 from harness.search import adapter
 from search_space.sampling import constraints_from_trial, grid_points, grid_space
 from search_space.spec import SearchSpec
+from trials.status import TrialStatus
+
+STATUS_ATTR = "archsearch_status"  # Optuna user attribute: what archsearch calls a trial (set by the searcher)
 
 
 def make_sampler(spec: SearchSpec) -> optuna.samplers.BaseSampler:
@@ -46,7 +55,7 @@ def make_sampler(spec: SearchSpec) -> optuna.samplers.BaseSampler:
         # hypervolume improvement (qLogEHVI; qLogEI for one objective) over them, which is what the liar
         # approximates for TPE. The space function suggests every parameter on every trial, so a parameter
         # sampled independently is one with a single value, not a conditional one: no warning for it.
-        return optuna.samplers.GPSampler(seed=s.seed, warn_independent_sampling=False, **legacy)
+        return InfeasibleAwareGPSampler(seed=s.seed, warn_independent_sampling=False, **legacy)
     if s.sampler == "nsga2":
         population = max(4, min(50, s.n_trials // 2))
         return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
@@ -83,3 +92,67 @@ class TuneGridSampler(optuna.samplers.GridSampler):
             if "grid_id" in t.system_attrs and t.state != optuna.trial.TrialState.WAITING
         }
         return len(started) >= self.size
+
+
+class InfeasibleAwareGPSampler(optuna.samplers.GPSampler):
+    """Optuna's GPSampler, fitted on the configurations found infeasible before training as well (the module
+    docstring: without them it proposes the same infeasible one again until the searcher gives up).
+
+    Each infeasible configuration is one more completed trial to the GP, with the worst value of each
+    objective among the completed trials and, where the completed trials carry constraint values, its own
+    (a constraint it broke) or 1.0 (violated) for each: the model learns to look elsewhere. The start-up
+    count is of trained trials alone. Nothing is written to the study: the GP sees these trials, no one else.
+    """
+
+    def sample_relative(self, study, trial, search_space):
+        """GPSampler's proposal over the completed trials and the infeasible ones (:meth:`_as_completed`)."""
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        trials = study._get_trials(deepcopy=False, states=states, use_cache=False)
+        completed = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+        infeasible = [
+            t
+            for t in trials
+            if t.state == optuna.trial.TrialState.PRUNED
+            and t.user_attrs.get(STATUS_ATTR) == str(TrialStatus.INFEASIBLE)
+            and search_space.keys() <= t.params.keys()
+        ]
+        if not infeasible or len(completed) < self._n_startup_trials:
+            return super().sample_relative(study, trial, search_space)
+        return super().sample_relative(_WithTrials(study, self._as_completed(study, completed, infeasible)),
+                                       trial, search_space)  # fmt: skip
+
+    @staticmethod
+    def _as_completed(study, completed: list, infeasible: list) -> list:
+        """The infeasible trials as completed ones with the worst values and their constraints violated."""
+        values = [[t.values[k] for t in completed] for k in range(len(study.directions))]
+        worst = [
+            min(column) if direction == optuna.study.StudyDirection.MAXIMIZE else max(column)
+            for direction, column in zip(study.directions, values, strict=True)
+        ]
+        keys = next((list(t.constraints) for t in completed if t.constraints), [])
+        return [
+            optuna.trial.create_trial(
+                values=worst,
+                params=t.params,
+                distributions=t.distributions,
+                constraints={key: t.constraints.get(key, 1.0) for key in keys} or None,
+            )
+            for t in infeasible
+        ]
+
+
+class _WithTrials:
+    """A study whose completed trials include ``extra`` (what :class:`InfeasibleAwareGPSampler` fits); every
+    other attribute, its storage included, is the study's own."""
+
+    def __init__(self, study: optuna.Study, extra: list):
+        self._study = study
+        self._extra = extra
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states=None, use_cache: bool = False) -> list:
+        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        wanted = states is None or optuna.trial.TrialState.COMPLETE in states
+        return [*trials, *self._extra] if wanted else trials

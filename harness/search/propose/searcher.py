@@ -58,7 +58,7 @@ from harness.output import nest_keys
 from harness.search import adapter as fields
 from harness.search.interrupts import store_failures
 from harness.search.outcome import OPTUNA_STATE, TrialOutcome
-from harness.search.propose.samplers import TuneGridSampler
+from harness.search.propose.samplers import STATUS_ATTR, TuneGridSampler
 from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, RETRY_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.search.stop.early_stopping import promotion_order
@@ -71,8 +71,7 @@ from trials.configio import ConfigError
 from trials.status import TrialStatus
 
 MAX_INFEASIBLE_IN_A_ROW = 200
-STATUS_ATTR = "archsearch_status"  # Optuna user attribute: what archsearch calls an infeasible trial
-REASON_ATTR = "archsearch_reason"  # and why it never trained (its constraint or build error)
+REASON_ATTR = "archsearch_reason"  # beside STATUS_ATTR (samplers.py): why it never trained
 MAX_REASON = 500
 READMIT_PRUNED = True  # pruned configurations run again when nothing better is proposed (module docstring, 4)
 
