@@ -221,3 +221,36 @@ def report_intermediate(study: Any, number: int, step: int, value: float) -> Non
     storage.set_trial_intermediate_value(
         storage.get_trial_id_from_study_id_trial_number(study._study_id, number), step, value
     )
+
+
+# Optuna's GPSampler reads a study's trials through the private ``Study._get_trials`` (optuna 5.0, the
+# version constraints.txt allows): a study seen through :func:`study_with_trials` hands it extra trials
+# (the infeasible configurations harness.search.propose.samplers.InfeasibleAwareGPSampler fits), and
+# is the study itself in everything else, its storage included.
+
+
+class _StudyWithTrials:
+    def __init__(self, study: Any, extra: list):
+        self._study = study
+        self._extra = extra
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list:
+        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        wanted = states is None or optuna.trial.TrialState.COMPLETE in states
+        return [*trials, *self._extra] if wanted else trials
+
+    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list:
+        return self._get_trials(deepcopy=deepcopy, states=states)
+
+
+def study_with_trials(study: Any, extra: list) -> Any:
+    """``study`` as a sampler reads it, with the completed trials ``extra`` added (never written)."""
+    if not hasattr(study, "_get_trials"):
+        raise EnvironmentProblem(
+            f"this Optuna's Study lacks _get_trials, through which its GPSampler reads trials "
+            f"(optuna {optuna.__version__}): install the version in constraints.txt"
+        )
+    return _StudyWithTrials(study, extra)

@@ -104,10 +104,14 @@ class InfeasibleAwareGPSampler(optuna.samplers.GPSampler):
     count is of trained trials alone. Nothing is written to the study: the GP sees these trials, no one else.
     """
 
+    def __init__(self, *, n_startup_trials: int = 10, **options: Any) -> None:
+        super().__init__(n_startup_trials=n_startup_trials, **options)
+        self.startup_trials = n_startup_trials  # trained trials before the GP proposes
+
     def sample_relative(self, study, trial, search_space):
         """GPSampler's proposal over the completed trials and the infeasible ones (:meth:`_as_completed`)."""
         states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-        trials = study._get_trials(deepcopy=False, states=states, use_cache=False)
+        trials = study.get_trials(deepcopy=False, states=states)
         completed = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         infeasible = [
             t
@@ -116,10 +120,10 @@ class InfeasibleAwareGPSampler(optuna.samplers.GPSampler):
             and t.user_attrs.get(STATUS_ATTR) == str(TrialStatus.INFEASIBLE)
             and search_space.keys() <= t.params.keys()
         ]
-        if not infeasible or len(completed) < self._n_startup_trials:
+        if not infeasible or len(completed) < self.startup_trials:
             return super().sample_relative(study, trial, search_space)
-        return super().sample_relative(_WithTrials(study, self._as_completed(study, completed, infeasible)),
-                                       trial, search_space)  # fmt: skip
+        seen = adapter.study_with_trials(study, self._as_completed(study, completed, infeasible))
+        return super().sample_relative(seen, trial, search_space)
 
     @staticmethod
     def _as_completed(study, completed: list, infeasible: list) -> list:
@@ -140,19 +144,3 @@ class InfeasibleAwareGPSampler(optuna.samplers.GPSampler):
             for t in infeasible
         ]
 
-
-class _WithTrials:
-    """A study whose completed trials include ``extra`` (what :class:`InfeasibleAwareGPSampler` fits); every
-    other attribute, its storage included, is the study's own."""
-
-    def __init__(self, study: optuna.Study, extra: list):
-        self._study = study
-        self._extra = extra
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(self, deepcopy: bool = True, states=None, use_cache: bool = False) -> list:
-        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-        wanted = states is None or optuna.trial.TrialState.COMPLETE in states
-        return [*trials, *self._extra] if wanted else trials
