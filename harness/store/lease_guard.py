@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from sqlalchemy import Engine, event, select, update
 
 from .errors import LeaseLost
+from .liveness import check_lease
 from .schema import Study
 
 _CHECKED = "archsearch_lease_checked"  # in a connection's info: this transaction's lease was checked
@@ -73,10 +74,11 @@ def _check_and_lock(conn, study: str, lease: str) -> None:
     ).rowcount
     if held == 1:
         return
-    row = conn.execute(select(table.c.status).where(table.c.name == study)).one_or_none()
-    if row is None:
+    study_id = conn.execute(select(table.c.id).where(table.c.name == study)).scalar_one_or_none()
+    if study_id is None:
         raise LeaseLost.deleted(study)
-    raise LeaseLost(f"this driver lost its lease on study {study!r}: the study was taken over")
+    check_lease(conn, study_id, study, lease)  # says who holds it now, as every store write does
+    raise LeaseLost(f"this driver lost its lease on study {study!r}")
 
 
 def _forget_check(conn) -> None:
