@@ -27,6 +27,7 @@ def test_every_benchmark_is_listed_here():
         "loader_rate",
         "measure",
         "models",
+        "public_tables",
         "report_page",
         "search",
         "search_quality",
