@@ -255,6 +255,11 @@ class TableSearch(ArchsearchSearch):
     def trial_config(self, params: dict[str, Any]) -> dict[str, Any]:
         return table_trial_config(self.spec, params)
 
+    def resume_point(self, original: int, epochs: int) -> dict[str, Any] | None:
+        """A search's trials write a checkpoint every epoch by default (``search.checkpoint_every: 1``), so a
+        retry resumes where its pruned trial stopped: the table's curve continues from ``epochs`` + 1."""
+        return {"checkpoint": None, "epoch": epochs} if epochs >= 1 else None
+
 
 def replay(
     table: Table,

@@ -48,6 +48,31 @@ def test_pruned_configurations_run_again_to_the_end_once_the_space_is_exhausted(
         # every pruned configuration ran again to its last epoch (the budget allowed all of them)
         assert set(run.pruned) <= set(run.completed) and run.spent < budget
         assert set(run.completed) == set(range(len(table)))
+        # each resumed from its pruned trial's checkpoint: every configuration's epochs were charged once
+        assert run.spent == len(table) * EPOCHS
     else:
         assert not set(run.pruned) & set(run.completed)
         assert run.spent < budget  # the search ended with budget left
+
+
+def test_a_retry_resumes_from_a_checkpoint_it_can_read_and_else_trains_from_epoch_one(tmp_path):
+    """The trainable's side (``pruned_trials_state``): a readable checkpoint of the pruned trial is the state the
+    retry resumes from; a missing dir (a results dir this node does not see) or a file that is not a
+    checkpoint leaves it to train from epoch 1, as a retry did before resuming existed."""
+    import torch
+
+    from harness.search.result_keys import RESUME_KEY, RETRY_KEY
+    from harness.search.worker.trainable import CHECKPOINT_FILE, pruned_trials_state
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir(), bad.mkdir()
+    torch.save({"epoch": 2, "step": 10, "history": []}, good / CHECKPOINT_FILE)
+    (bad / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
+
+    def params(directory):
+        return {"lr": 0.1, RETRY_KEY: 3, RESUME_KEY: {"checkpoint": str(directory), "epoch": 2}}
+
+    assert pruned_trials_state(params(good))["epoch"] == 2
+    assert pruned_trials_state(params(bad)) is None
+    assert pruned_trials_state(params(tmp_path / "missing")) is None
+    assert pruned_trials_state({"lr": 0.1, RETRY_KEY: 3}) is None  # a retry the searcher found no checkpoint for

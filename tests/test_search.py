@@ -214,6 +214,32 @@ def test_a_search_with_the_default_early_stopping_runs_its_rank_gate_under_tune(
 
 
 @pytest.mark.slow
+def test_a_pruned_configuration_run_again_resumes_from_its_checkpoint_under_tune(local_ray, tmp_path):
+    """Issue 60: once the space has nothing new, a configuration MO-ASHA pruned runs again from the checkpoint
+    its pruned trial left (as ASHA's promotions continue a paused trial), not from epoch 1: its record says so,
+    and the store holds each of its epochs once, the first under the pruned trial, the rest under the retry."""
+    spec = tiny_spec(
+        params={"lr": {"choice": [3e-3, 1e-6]}},  # two configurations: the second meets the first at rung 1
+        training={"epochs": 3, "lr": 1e-3},
+        search={"sampler": "random", "n_trials": 4, "initial_spread": 0, "concurrency": 1, "seed": 0,
+                "early_stopping": {"metric": "top1", "grace_period": 1, "reduction_factor": 2, "mode": "pareto",
+                                   "rank_gate": False}},
+    )  # fmt: skip
+    _, store, study = run(spec, tmp_path, "resume")
+    trials = store.trials("resume").set_index("number")
+    pruned = trials.index[trials["status"] == "pruned"]
+    assert len(pruned) == 1, f"MO-ASHA pruned {len(pruned)} trials: the test no longer exercises the retry"
+    retried = trials[trials["resumed_from_trial"].notna()] if "resumed_from_trial" in trials else trials.iloc[:0]
+    assert len(retried) == 1 and int(retried["resumed_from_trial"].iloc[0]) == pruned[0]
+    retry = int(retried.index[0])
+    assert retried.loc[retry, "status"] == "completed" and int(retried.loc[retry, "resumed_from_epoch"]) == 1
+    assert study.trials[retry].user_attrs["retry_of"] == pruned[0]
+    curves = store.learning_curves("resume")
+    assert sorted(curves[curves["number"] == pruned[0]]["epoch"]) == [1]
+    assert sorted(curves[curves["number"] == retry]["epoch"]) == [2, 3]  # epoch 1 was not trained again
+
+
+@pytest.mark.slow
 def test_a_grid_search_runs_each_point_once_and_ends_without_an_error(local_ray, tmp_path, capfd):
     # 3 grid points, one of them infeasible, and more trials asked for than the grid has: each point
     # runs (or is rejected) once, then the search ends, with no Optuna `Study.stop` error from Tune.

@@ -81,9 +81,11 @@ def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
     assert random["trials_completed"]["median"] == len(table) and random["nadir"]["hv_at_budget"]["median"] == 1.0
     assert result["methods"]["syne-random"]["worst"]["hv_at_budget"]["median"] > 0.5  # Syne Tune's simulator ran
     assert random["nadir"]["epochs_to_99"]["median"] <= 18 * EPOCHS
-    # ASHA on top-1 alone stops the cheap end of the front; MO-ASHA keeps it more often.
+    # ASHA on top-1 alone stops the cheap end of the front; MO-ASHA less of it. Pruned configurations resume from
+    # their checkpoints once nothing new is left, so within the whole table's budget both end with every member.
     single, pareto = result["methods"]["random+asha-top1-ungated"], result["methods"]["random+moasha-ungated"]
-    assert single["cheapest_found"] < pareto["cheapest_found"]
+    assert single["front_pruned"]["median"] > pareto["front_pruned"]["median"]
+    assert single["front_found"]["median"] == pareto["front_found"]["median"] == 1.0
     assert (tmp_path / "png" / "search_quality.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "| random |" in printed and "| syne-moasha |" in printed

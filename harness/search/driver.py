@@ -114,6 +114,8 @@ def _new_tuner(
     """
     storage = leased_optuna_storage(store_url, session)
     engine = build_engine(spec, store_url, name, session, storage=storage)
+    # A pruned configuration run again resumes from its last checkpoint, in this experiment's trial dirs.
+    engine.searcher.checkpoints_in = str(experiment_path(storage_path, experiment_name or name))
     callbacks = [
         *engine.callbacks,
         JsonLoggerCallback(),  # the one per-trial log Tune needs (see ray_setup.json_results_only)

@@ -17,6 +17,10 @@ PRICED_KEY = "archsearch_priced"
 # Set (to the pruned trial's number) on a configuration early stopping pruned, dispatched again once the
 # space has nothing new: it runs to the end of its budget, never judged at a rung.
 RETRY_KEY = "archsearch_retry_of"
+# Beside RETRY_KEY where the pruned trial left a checkpoint: {"checkpoint": its last checkpoint dir, "epoch": the
+# epoch it was pruned after}. The retry resumes from that checkpoint (as ASHA's promotions do) instead of training
+# the epochs it already trained again; without the key, or where the dir cannot be read, it trains from epoch 1.
+RESUME_KEY = "archsearch_resume_from"
 # On the final report of a completed trial whose data has a test split: its per-image test predictions
 # and labels, compact (``trials.training.predictions.TestPredictions.encode()``), for the store's own table.
 PREDICTIONS_KEY = "archsearch_test_predictions"
@@ -37,4 +41,5 @@ def split_tune_config(config: dict[str, Any]) -> tuple[int | None, dict[str, Any
     number = params.pop(NUMBER_KEY, None)
     priced = params.pop(PRICED_KEY, None)
     params.pop(RETRY_KEY, None)
+    params.pop(RESUME_KEY, None)
     return number, priced, params

@@ -32,6 +32,7 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from harness.search.engine import Engine
+from harness.search.result_keys import RESUME_KEY
 from harness.search.stop.early_stopping import TIME_ATTR
 
 
@@ -52,6 +53,13 @@ class SimulatedTrial:
 # (config the searcher dispatched, epoch starting at 1) -> (the epoch's result, its seconds, whether it
 # is the trial's last epoch); the last result carries the trial's outcome mark as a trainable's does.
 Evaluate = Callable[[dict[str, Any], int], tuple[dict[str, Any], float, bool]]
+
+
+def resumed_after(config: dict[str, Any]) -> int:
+    """The epoch a dispatched trial resumes after (a pruned configuration run again continues from its
+    checkpoint: :data:`~harness.search.result_keys.RESUME_KEY`); 0 for a trial that starts afresh."""
+    resume = config.get(RESUME_KEY)
+    return int(resume["epoch"]) if isinstance(resume, dict) and resume.get("epoch") else 0
 
 
 @dataclass
@@ -129,7 +137,7 @@ def simulate(
                 scheduler.on_trial_add(None, trial)
             for callback in callbacks:
                 callback.on_trial_start(iteration=counter, trials=trials, trial=trial)
-            start_epoch(trial, 1)
+            start_epoch(trial, resumed_after(trial.config) + 1)
 
     def end(trial: SimulatedTrial, result: dict[str, Any], stopped: bool) -> None:
         del running[trial.trial_id]

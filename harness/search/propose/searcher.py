@@ -30,6 +30,9 @@ what a NAS search needs:
    budget (the config carries :data:`harness.search.result_keys.RETRY_KEY`: the scheduler never
    judges it), those that got furthest first (then MO-ASHA's order of their last values); while
    trials still run, one of them may yet be pruned, so the searcher waits (None) rather than ending.
+   It resumes from the pruned trial's last checkpoint (:data:`~harness.search.result_keys.RESUME_KEY`,
+   as ASHA's promotions continue a paused trial): early stopping then only defers epochs, never spends
+   the ones a pruned configuration already trained a second time.
 
 5. On resume, the budget is the store's: Ray restores the searcher as it was at its last experiment
    snapshot, so trials dispatched after it (a driver killed between two snapshots) are unknown to
@@ -56,10 +59,11 @@ from ray.tune.search import Searcher
 
 from harness.output import nest_keys
 from harness.search import adapter as fields
+from harness.search.checkpoints import kept_checkpoint
 from harness.search.interrupts import store_failures
 from harness.search.outcome import OPTUNA_STATE, TrialOutcome
 from harness.search.propose.samplers import STATUS_ATTR, TuneGridSampler
-from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, RETRY_KEY, STATUS_KEY
+from harness.search.result_keys import NUMBER_KEY, PRICED_KEY, RESUME_KEY, RETRY_KEY, STATUS_KEY
 from harness.search.session import SearchSession, SessionBound
 from harness.search.stop.early_stopping import promotion_order
 from harness.store import LeaseLost, Store
@@ -103,6 +107,9 @@ class ArchsearchSearch(SessionBound, Searcher):
         self._pruned: dict[int, tuple[int, list[float]]] = {}  # pruned, not yet retried: (epochs, last values)
         self._nothing_new = False  # the sampler proposed only duplicates MAX_INFEASIBLE_IN_A_ROW times in a row
         self._retries: set[int] = set()  # Optuna numbers of pruned configurations run again (never twice)
+        # The experiment dir holding the trials' checkpoints (set by the driver): a pruned configuration run
+        # again resumes from its last one (RESUME_KEY). None: a retry trains from epoch 1.
+        self.checkpoints_in: str | None = None
         # A multi-objective study's learning curves, held until the trial completes (on_trial_result)
         self._curves: dict[str, dict[int, float]] = {}
         self._counted_on_resume: set[int] = set()  # trials the store had beyond Ray's snapshot (see _sync_with_store)
@@ -280,6 +287,7 @@ class ArchsearchSearch(SessionBound, Searcher):
         numbers = sorted(pruned, key=lambda n: (-pruned[n][0], n))
         furthest = [n for n in numbers if pruned[n][0] == pruned[numbers[0]][0]]
         original = furthest[int(promotion_order(np.array([pruned[n][1] for n in furthest]))[0])]
+        resume = self.resume_point(original, pruned[original][0])
         del pruned[original]
         self._forget(trial_id)
         self.study.enqueue_trial(self._params_of[original], user_attrs={"retry_of": original})
@@ -291,7 +299,17 @@ class ArchsearchSearch(SessionBound, Searcher):
         self._retries.add(ot_trial.number)  # never retried twice
         self.dispatched += 1
         priced = {metric: (feasibility.cost or {}).get(metric) for metric in ("flops", "params")}
-        return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced, RETRY_KEY: original}
+        retry = {RETRY_KEY: original, **({RESUME_KEY: resume} if resume else {})}
+        return {**params, NUMBER_KEY: ot_trial.number, PRICED_KEY: priced, **retry}
+
+    def resume_point(self, original: int, epochs: int) -> dict[str, Any] | None:
+        """Where the retry of pruned trial ``original`` (pruned after ``epochs``) resumes: its last checkpoint
+        (:data:`RESUME_KEY`), so early stopping defers its remaining epochs instead of spending the first ones
+        twice; None (train from epoch 1) where it left none, or the driver named no experiment dir."""
+        if not self.checkpoints_in or epochs < 1:
+            return None
+        checkpoint = kept_checkpoint(self.checkpoints_in, original)
+        return {"checkpoint": str(checkpoint), "epoch": epochs} if checkpoint is not None else None
 
     def _feasibility(self, ot_trial) -> Feasibility:
         """What the space function found of this trial: handed over in memory, or (a space function
@@ -557,7 +575,7 @@ _FIELD_DEFAULTS: dict[str, Callable[[], Any]] = {
     "_asked": dict, "_told": set, "_seen": dict, "_outcomes": dict, "_waiting": dict, "_reusable": dict,
     "_infeasible_keys": set, "_params_of": dict, "_pruned": dict, "_retries": set, "_counted_on_resume": set,
     "_synced": bool, "_nothing_new": bool, "_exhausted_said": bool, "infeasible": int, "duplicates": int,
-    "dispatched": int, "_curves": dict, "_guarded": bool,
+    "dispatched": int, "_curves": dict, "_guarded": bool, "checkpoints_in": lambda: None,
 }  # fmt: skip
 
 

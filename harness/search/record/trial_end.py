@@ -102,6 +102,8 @@ def record_outcome(
     measurement = {k.removeprefix("cost_"): v for k, v in result.items() if k.startswith("cost_")}
     if result.get("resumed_from_epoch"):
         final["resumed_from_epoch"] = result["resumed_from_epoch"]
+    if result.get("resumed_from_trial") is not None:  # a pruned configuration run again, from that trial's checkpoint
+        final["resumed_from_trial"] = result["resumed_from_trial"]
     predictions = None
     if status == TrialStatus.COMPLETED and result.get(PREDICTIONS_KEY) is not None:
         try:  # checked here, once: the store keeps only predictions that read back

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from harness.search.result_keys import (
     EPOCHS_KEY,
     NUMBER_KEY,
     PREDICTIONS_KEY,
+    RESUME_KEY,
+    RETRY_KEY,
     STATUS_KEY,
     split_tune_config,
 )
@@ -50,6 +53,20 @@ class WorkerUnusable(RuntimeError):
     whose trial ended cleanly), so the next trial starts in a fresh process instead of failing on
     the broken context; with ``search.retries`` this trial itself is retried on a fresh worker.
     """
+
+
+def pruned_trials_state(params: dict[str, Any]) -> dict[str, Any] | None:
+    """The training state a pruned configuration run again resumes from: the last checkpoint its pruned trial
+    wrote (:data:`RESUME_KEY`, set by the searcher). None where there is none, or it cannot be read here (a
+    results dir this node does not see): the retry then trains from epoch 1, as it did before resuming existed."""
+    resume = params.get(RESUME_KEY)
+    directory = resume.get("checkpoint") if isinstance(resume, dict) else None
+    if not directory:
+        return None
+    try:
+        return load_checkpoint(directory)
+    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError):
+        return None
 
 
 def load_checkpoint(directory: str | Path) -> dict[str, Any]:
@@ -169,12 +186,17 @@ def search_trainable(params: dict[str, Any], spec: dict[str, Any]) -> None:
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             pending.append(load_checkpoint(directory))
+    resumed_from_trial = None
+    if not pending and (state := pruned_trials_state(params)) is not None:  # a pruned configuration run again
+        pending.append(state)
+        resumed_from_trial = params.get(RETRY_KEY)
 
     # Where this attempt runs, and from which epoch it resumed (> 0 after a retry from a checkpoint).
     placement = {
         "worker_node": ray.get_runtime_context().get_node_id(),
         "worker_gpus": ",".join(str(g) for g in ray.get_gpu_ids()),
         "resumed_from_epoch": int(pending[0]["epoch"]) if pending else 0,
+        **({"resumed_from_trial": resumed_from_trial} if resumed_from_trial is not None else {}),
     }
 
     # The last epoch's checkpoint is written only where it may be kept (search.keep_checkpoints: true,
