@@ -525,8 +525,9 @@ def headline(result: dict[str, Any]) -> str:
     oracle = result["references"][primary]["oracle"]["95"]["epochs"]
     unsearched = [m for m in ("random", *result.get("baselines", ())) if m in reached]
     best = min(unsearched, key=key)
+    table = Path(result["table"]).name.removesuffix(".gz").removesuffix(".csv")
     sentence = (
-        f"On the committed {result['configurations']}-configuration table ({result['seeds']} seeds, "
+        f"On the committed {result['configurations']:,}-configuration table `{table}` ({result['seeds']} seeds, "
         f"{result['workers']} workers, the {primary}+10% reference), the default (`{default}`) reaches 95% of the "
         f"true front's hypervolume in a median of {epochs(default)} epochs{interval(default)} (95% bootstrap "
         f"interval), the best of random search and the search-free baselines (`{best}`) in "
