@@ -13,7 +13,8 @@ scheduler where the method names one; the store writer and the stoppers), driven
 trained, and nothing of the engine is wired here.
 
 Methods (:func:`parse_method`) say exactly what runs: ``SAMPLER[+spread][+moasha|+asha-top1]`` with
-SAMPLER ``random``, ``tpe``, ``gp`` (Optuna's GPSampler) or ``nsga2``; no initial spread unless ``+spread``
+SAMPLER ``random``, ``tpe``, ``gp`` (Optuna's GPSampler), ``botorch`` (optuna-integration's BoTorchSampler,
+qLogNEHVI; the ``botorch`` extra) or ``nsga2``; no initial spread unless ``+spread``
 (then the default's, :func:`harness.search.propose.initial_design.default_spread`: 8 on any table of 8
 configurations or more),
 no early stopping unless ``+moasha`` (MO-ASHA, ``early_stopping.mode: pareto``) or ``+asha-top1``
@@ -70,7 +71,7 @@ from search_space.sampling import Feasibility, SpaceFunction
 from search_space.spec import SearchSpec
 from trials.status import TrialStatus
 
-OUR_SAMPLERS = ("random", "tpe", "gp", "nsga2")
+OUR_SAMPLERS = ("random", "tpe", "gp", "botorch", "nsga2")
 SPREAD_FLAG = "spread"  # the default initial spread (initial_design.default_spread); without it: none
 # A replay's n_trials, per configuration of the table: each configuration once, and once more where early
 # stopping pruned it and it is retried when nothing new is left; the budget in epochs ends a replay first.

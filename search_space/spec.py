@@ -17,7 +17,7 @@ search: {sampler: nsga2, n_trials: 8, concurrency: 2, seed: 0}
 ```
 
 Parameter names are stable (one name per setting, per-stage lists indexed ``depths[i]``) so
-that TPE, GP and NSGA-II can model them jointly. Torch is never imported here.
+that TPE, GP, BoTorch and NSGA-II can model them jointly. Torch is never imported here.
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ class Track(_Strict):
 
 
 class SearchSettings(_Strict):
-    sampler: Literal["tpe", "gp", "nsga2", "random", "grid"] = "tpe"
+    sampler: Literal["tpe", "gp", "botorch", "nsga2", "random", "grid"] = "tpe"
     n_trials: int = Field(8, ge=1, le=MAX_TRIALS)
     concurrency: int = Field(1, ge=1, le=MAX_CONCURRENCY, strict=True)
     seed: int = Field(0, ge=0, le=MAX_SEED)  # Optuna's samplers seed numpy's RandomState: 0..2**32 - 1

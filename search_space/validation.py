@@ -62,6 +62,7 @@ def check_spec(spec: SearchSpec, *, check_paths: bool = True) -> None:
     check_stop_rules(spec)
     check_warm_start(spec)
     check_track(spec)
+    check_sampler_installed(spec.search.sampler)
     check_grid(spec)
     check_constraints_leave_something(spec)
 
@@ -230,6 +231,25 @@ def check_warm_start(spec: SearchSpec) -> None:
 
 
 TRACK_EXTRA = "needs the 'track' extra: pip install 'archsearch[track]'"
+# What a sampler from an optional extra needs installed, and the line that names the extra
+SAMPLER_EXTRAS = {"botorch": (("optuna_integration", "botorch", "gpytorch"), "pip install 'archsearch[botorch]'")}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # imported already, by a loader that leaves its __spec__ unset (optuna_integration's)
+        return True
+
+
+def check_sampler_installed(sampler: str) -> None:
+    """A sampler of an optional extra (``botorch``) is installed: else one line naming the extra."""
+    modules, install = SAMPLER_EXTRAS.get(sampler, ((), ""))
+    missing = [module for module in modules if not _installed(module)]
+    if missing:
+        raise ConfigError(
+            "search.sampler", f"{sampler!r} needs the {sampler!r} extra ({missing[0]} is not installed): {install}"
+        )
 
 
 def tracking_secret_route(uri: str) -> str | None:

@@ -47,7 +47,7 @@ BASE = {
         ({"objectives": {"top1": "up"}}, "objectives.top1", "'max' or 'min'"),
         ({"constraints": ["top1 >= 50"]}, "constraints[0]", "cannot be checked before training"),
         ({"constraints": ["flops < lots"]}, "constraints[0]", "is not a constraint"),
-        ({"search": {"sampler": "bayes"}}, "search.sampler", "'tpe', 'gp', 'nsga2', 'random' or 'grid'"),
+        ({"search": {"sampler": "bayes"}}, "search.sampler", "'tpe', 'gp', 'botorch', 'nsga2', 'random' or 'grid'"),
         ({"search": {"n_trials": 0}}, "search.n_trials", "greater than or equal to 1"),
         ({"family": "resnet"}, "family", "'cait' or 'coatnet'"),
         ({"extra": 1}, "extra", "Extra inputs are not permitted"),

@@ -1,6 +1,6 @@
 """The Optuna sampler a spec names, and Optuna's GridSampler made to work under Ray Tune.
 
-:func:`make_sampler` turns ``search.sampler`` (tpe, gp, nsga2, random, grid) into an Optuna sampler.
+:func:`make_sampler` turns ``search.sampler`` (tpe, gp, botorch, nsga2, random, grid) into an Optuna sampler.
 
 Optuna's GridSampler, under Ray Tune's ask-and-tell loop:
 
@@ -16,7 +16,9 @@ Optuna's GPSampler fits completed trials only, and the searcher tells an infeasi
 constraint or does not build, never trained) to Optuna as PRUNED: on the same data the GP proposes the same
 infeasible configuration again, and the searcher ends the search after
 :data:`harness.search.propose.searcher.MAX_INFEASIBLE_IN_A_ROW` of them (a replay of a table that lacks some
-combinations of its values did, half its budget unspent). :class:`InfeasibleAwareGPSampler` fits those too.
+combinations of its values did, half its budget unspent). :class:`InfeasibleAwareGPSampler` fits those too, and
+so does :class:`InfeasibleAwareBoTorchSampler`: optuna-integration's BoTorchSampler (the optional ``botorch``
+extra, loaded only when a spec names ``sampler: botorch``) reads COMPLETE and RUNNING trials only, the same fault.
 
 The sampler classes are at module level so that the searcher (pickled by ``Tuner.restore``) can
 be pickled with them. Before this module moved here (from ``search_space.grid_sampler``), grid
@@ -25,6 +27,7 @@ experiments pickled it under that name: :data:`harness.search.legacy.LEGACY_MODU
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +36,12 @@ import optuna
 from harness.search import adapter
 from search_space.sampling import constraints_from_trial, grid_points, grid_space
 from search_space.spec import SearchSpec
+from search_space.validation import check_sampler_installed
+from trials.lazy import lazy_import
 from trials.status import TrialStatus
+
+# BoTorch, GPyTorch and optuna-integration (the ``botorch`` extra): only when a spec names ``sampler: botorch``
+optuna_botorch = lazy_import("optuna_integration.botorch")
 
 STATUS_ATTR = "archsearch_status"  # Optuna user attribute: what archsearch calls a trial (set by the searcher)
 
@@ -56,6 +64,8 @@ def make_sampler(spec: SearchSpec) -> optuna.samplers.BaseSampler:
         # approximates for TPE. The space function suggests every parameter on every trial, so a parameter
         # sampled independently is one with a single value, not a conditional one: no warning for it.
         return InfeasibleAwareGPSampler(seed=s.seed, warn_independent_sampling=False, **legacy)
+    if s.sampler == "botorch":
+        return InfeasibleAwareBoTorchSampler(seed=s.seed, concurrency=s.concurrency, objectives=len(spec.objectives))
     if s.sampler == "nsga2":
         population = max(4, min(50, s.n_trials // 2))
         return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=population, **legacy)
@@ -109,38 +119,95 @@ class InfeasibleAwareGPSampler(optuna.samplers.GPSampler):
         self.startup_trials = n_startup_trials  # trained trials before the GP proposes
 
     def sample_relative(self, study, trial, search_space):
-        """GPSampler's proposal over the completed trials and the infeasible ones (:meth:`_as_completed`)."""
-        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-        trials = study.get_trials(deepcopy=False, states=states)
-        completed = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-        infeasible = [
-            t
-            for t in trials
-            if t.state == optuna.trial.TrialState.PRUNED
-            and t.user_attrs.get(STATUS_ATTR) == str(TrialStatus.INFEASIBLE)
-            and search_space.keys() <= t.params.keys()
-        ]
-        if not infeasible or len(completed) < self.startup_trials:
-            return super().sample_relative(study, trial, search_space)
-        seen = adapter.study_with_trials(study, self._as_completed(study, completed, infeasible))
-        return super().sample_relative(seen, trial, search_space)
+        """GPSampler's proposal over the completed trials and the infeasible ones (:func:`with_infeasible`)."""
+        return super().sample_relative(with_infeasible(study, search_space, self.startup_trials), trial, search_space)
 
-    @staticmethod
-    def _as_completed(study, completed: list, infeasible: list) -> list:
-        """The infeasible trials as completed ones with the worst values and their constraints violated."""
-        values = [[t.values[k] for t in completed] for k in range(len(study.directions))]
-        worst = [
-            min(column) if direction == optuna.study.StudyDirection.MAXIMIZE else max(column)
-            for direction, column in zip(study.directions, values, strict=True)
-        ]
-        keys = next((list(t.constraints) for t in completed if t.constraints), [])
-        return [
-            optuna.trial.create_trial(
-                values=worst,
-                params=t.params,
-                distributions=t.distributions,
-                constraints={key: t.constraints.get(key, 1.0) for key in keys} or None,
+
+class InfeasibleAwareBoTorchSampler(optuna.samplers.BaseSampler):
+    """optuna-integration's BoTorchSampler, fitted on the configurations found infeasible as well, as
+    :class:`InfeasibleAwareGPSampler` (same rule, :func:`with_infeasible`): BoTorchSampler reads COMPLETE
+    and RUNNING trials only, so it would propose an infeasible configuration again on the same data.
+
+    Several objectives: qLogNEHVI (optuna-integration's ``qnehvi_candidates_func``, the log form where BoTorch
+    has it), with the cost objective (``flops``, ``params``) modelled beside top-1; one objective: the sampler's
+    default (log expected improvement). A wrapper, not a subclass, so that this module imports no BoTorch
+    until a spec names ``sampler: botorch`` (the optional ``botorch`` extra, checked first in one line).
+    """
+
+    def __init__(self, *, seed: int | None, concurrency: int, objectives: int, n_startup_trials: int = 10) -> None:
+        check_sampler_installed("botorch")
+        self.startup_trials = n_startup_trials  # trained trials before the GP proposes (as the gp sampler's)
+        with warnings.catch_warnings():  # "experimental" since optuna 2.4, and GPyTorch's torch.jit note on import
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+            self.botorch = optuna_botorch.BoTorchSampler(
+                candidates_func=optuna_botorch.qnehvi_candidates_func if objectives > 1 else None,
+                n_startup_trials=n_startup_trials,
+                # Concurrent workers: the running trials' configurations enter the acquisition as pending points
+                # (qLogNEHVI's X_pending, integrated over their unknown outcomes), so two workers are not handed
+                # the same proposal: what TPE's constant liar approximates. One worker: nothing is ever running.
+                consider_running_trials=concurrency > 1,
+                seed=seed,
             )
-            for t in infeasible
-        ]
 
+    def infer_relative_search_space(self, study, trial):
+        return self.botorch.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        """BoTorchSampler's proposal over the completed trials and the infeasible ones (:func:`with_infeasible`)."""
+        return self.botorch.sample_relative(
+            with_infeasible(study, search_space, self.startup_trials), trial, search_space
+        )
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self.botorch.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        self.botorch.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self.botorch.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.botorch.reseed_rng()
+
+
+def with_infeasible(study: optuna.Study, search_space: Mapping[str, Any], startup_trials: int) -> Any:
+    """``study`` as a GP sampler should read it: with each configuration found infeasible before training
+    added as a completed trial (:func:`infeasible_as_completed`) once ``startup_trials`` trials completed
+    (the start-up count is of trained trials alone); ``study`` itself where there is none. Nothing is
+    written to the study: the sampler sees these trials, no one else."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    trials = study.get_trials(deepcopy=False, states=states)
+    completed = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    infeasible = [
+        t
+        for t in trials
+        if t.state == optuna.trial.TrialState.PRUNED
+        and t.user_attrs.get(STATUS_ATTR) == str(TrialStatus.INFEASIBLE)
+        and search_space.keys() <= t.params.keys()
+    ]
+    if not infeasible or len(completed) < startup_trials:
+        return study
+    return adapter.study_with_trials(study, infeasible_as_completed(study, completed, infeasible))
+
+
+def infeasible_as_completed(study: optuna.Study, completed: list, infeasible: list) -> list:
+    """The infeasible trials as completed ones with the worst values and their constraints violated: the
+    worst value of each objective among the completed trials and, where the completed trials carry
+    constraint values, its own (a constraint it broke) or 1.0 (violated) for each."""
+    values = [[t.values[k] for t in completed] for k in range(len(study.directions))]
+    worst = [
+        min(column) if direction == optuna.study.StudyDirection.MAXIMIZE else max(column)
+        for direction, column in zip(study.directions, values, strict=True)
+    ]
+    keys = next((list(t.constraints) for t in completed if t.constraints), [])
+    return [
+        optuna.trial.create_trial(
+            values=worst,
+            params=t.params,
+            distributions=t.distributions,
+            constraints={key: t.constraints.get(key, 1.0) for key in keys} or None,
+        )
+        for t in infeasible
+    ]
