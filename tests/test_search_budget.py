@@ -7,16 +7,25 @@ searcher's own ``suggest`` / ``on_trial_complete`` as Ray Tune calls them.
 
 from __future__ import annotations
 
+import importlib.util
+
 import optuna
 import pytest
 
-from harness.search.propose.samplers import STATUS_ATTR, InfeasibleAwareGPSampler, make_sampler
+from harness.search.propose.samplers import (
+    STATUS_ATTR,
+    InfeasibleAwareBoTorchSampler,
+    InfeasibleAwareGPSampler,
+    make_sampler,
+    optuna_botorch,
+)
 from harness.search.propose.searcher import ArchsearchSearch
 from harness.search.result_keys import STATUS_KEY, split_tune_config
 from harness.store import Store
 from search_space.sampling import discrete_space_size
 from search_space.spec import SearchSpec
 from search_space.validation import load_spec
+from trials.configio import ConfigError
 
 
 def _spec(params: dict, sampler: str, n_trials: int, concurrency: int = 1) -> SearchSpec:
@@ -52,7 +61,7 @@ def _drive(searcher: ArchsearchSearch, most: int = 100) -> list[dict]:
     return dispatched
 
 
-@pytest.mark.parametrize("sampler", ["random", "tpe", "gp", "nsga2"])
+@pytest.mark.parametrize("sampler", ["random", "tpe", "gp", "botorch", "nsga2"])
 def test_duplicates_take_no_budget_n_trials_counts_trained_trials(tmp_path, sampler):
     """A space of 6 configurations and n_trials 5: five distinct configurations are trained, whatever
     the sampler repeats on the way (each repeat stored ``duplicate``, not counted)."""
@@ -126,3 +135,83 @@ def test_the_gp_sampler_does_not_propose_a_configuration_found_infeasible_again(
         assert isinstance(make_sampler(_spec({"depth": {"choice": [1, 2]}}, "gp", 5)), InfeasibleAwareGPSampler)
     else:  # Optuna's own: the same infeasible configuration again and again
         assert proposed == [19, 19, 19]
+
+
+def _plain_botorch(seed: int) -> optuna.samplers.BaseSampler:
+    return optuna_botorch.BoTorchSampler(candidates_func=optuna_botorch.qnehvi_candidates_func, seed=seed)
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["BoTorchSampler", "InfeasibleAwareBoTorchSampler"])
+def test_the_botorch_sampler_does_not_propose_a_configuration_found_infeasible_again(plain):
+    """As the gp sampler's test above: optuna-integration's BoTorchSampler (qLogNEHVI here) reads COMPLETE and
+    RUNNING trials only, so an infeasible proposal (told PRUNED) is proposed again on the same data; the sampler
+    ``botorch`` gets (:class:`InfeasibleAwareBoTorchSampler`) fits it as the worst completed trial, and on a
+    discrete space scores only the configurations no trial has (the test below)."""
+    pytest.importorskip("botorch")
+    sampler = _plain_botorch(0) if plain else InfeasibleAwareBoTorchSampler(seed=0, concurrency=1, objectives=2)
+    space = {"x": optuna.distributions.IntDistribution(0, 19)}
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    for x in range(10):  # top-1 rising and cost falling with x: the model looks above 9
+        study.add_trial(optuna.trial.create_trial(values=[x, 10.0 - x], params={"x": x}, distributions=space))
+    proposed = []
+    for _ in range(2):
+        trial = study.ask(space)
+        proposed.append(trial.params["x"])
+        trial.set_user_attr(STATUS_ATTR, "infeasible")  # as the searcher records an infeasible proposal
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    assert proposed[0] >= 10
+    if plain:  # optuna-integration's own: the same infeasible configuration again
+        assert proposed[1] == proposed[0]
+    else:
+        assert proposed[1] != proposed[0]
+
+
+def test_on_a_discrete_space_the_botorch_sampler_proposes_only_configurations_not_tried():
+    """qLogNEHVI is scored on the configurations no trial has (trained, running, a duplicate or infeasible),
+    not maximised over the one-hot relaxation and rounded (which, replaying coatnet-mnist5k-n1000, rounded to
+    trained configurations 200 times in a row); with none left the sampler proposes nothing of its own."""
+    pytest.importorskip("botorch")
+    space = {"depth": optuna.distributions.IntDistribution(1, 4), "kind": optuna.distributions.CategoricalDistribution(
+        ["a", "b", "c"])}  # fmt: skip
+    sampler = InfeasibleAwareBoTorchSampler(seed=0, concurrency=1, objectives=2)
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    for depth, kind in [(d, k) for d in range(1, 5) for k in "abc"][:10]:
+        values = [depth * 10 + "abc".index(kind), depth]
+        study.add_trial(optuna.trial.create_trial(values=values, params={"depth": depth, "kind": kind},
+                                                  distributions=space))  # fmt: skip
+    untried = {(4, "b"), (4, "c")}
+    trial = study.ask(space)
+    assert (trial.params["depth"], trial.params["kind"]) in untried
+    study.tell(trial, [41.0, 4.0])
+    last = study.ask(space)
+    assert {(trial.params["depth"], trial.params["kind"]), (last.params["depth"], last.params["kind"])} == untried
+    study.tell(last, [42.0, 4.0])
+    assert sampler.sample_relative(study, study.ask(), sampler.infer_relative_search_space(study, None)) == {}
+
+
+def test_a_botorch_spec_validates_and_gets_the_botorch_sampler(tmp_path):
+    """``sampler: botorch`` is optuna-integration's BoTorchSampler behind :class:`InfeasibleAwareBoTorchSampler`,
+    seeded by the spec; the 11th trial of a search (past the 10 start-up trials) is the model's proposal, a
+    configuration not trained before (12 in the space)."""
+    pytest.importorskip("botorch")
+    spec = _spec({"depth": {"choice": [1, 2, 3, 4, 5, 6]}, "mlp_ratio": {"choice": [2.0, 4.0]}}, "botorch", 11, 2)
+    assert load_spec(spec.model_dump(mode="json")).search.sampler == "botorch"
+    sampler = make_sampler(spec)
+    assert isinstance(sampler, InfeasibleAwareBoTorchSampler)
+    assert isinstance(sampler.botorch, optuna_botorch.BoTorchSampler)
+    dispatched = _drive(_searcher(spec, f"sqlite:///{tmp_path / 'store.db'}"))
+    assert len(dispatched) == 11
+
+
+def test_a_botorch_spec_where_the_extra_is_missing_is_one_line_naming_the_extra(monkeypatch):
+    """Without the ``botorch`` extra, a spec naming it is refused when read (and the sampler when built), in
+    one line that says what to install; ``import harness.search.propose.samplers`` needs no BoTorch."""
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "botorch" else found(name, *a))
+    spec = _spec({"depth": {"choice": [1, 2]}}, "botorch", 5)
+    for refused in (lambda: load_spec(spec.model_dump(mode="json")), lambda: make_sampler(spec)):
+        with pytest.raises(ConfigError) as error:
+            refused()
+        line = str(error.value)
+        assert "\n" not in line and "search.sampler" in line and "pip install 'archsearch[botorch]'" in line
+    assert isinstance(make_sampler(_spec({"depth": {"choice": [1, 2]}}, "tpe", 5)), optuna.samplers.TPESampler)

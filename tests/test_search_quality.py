@@ -179,6 +179,18 @@ def test_the_gp_sampler_replays_and_the_same_seed_gives_the_same_run(tmp_path):
     assert truth.curve(runs[0]).volume[-1] > 0
 
 
+def test_the_botorch_sampler_replays_end_to_end(tmp_path):
+    """``botorch+spread``: optuna-integration's BoTorchSampler (qLogNEHVI, cost an objective) behind the spread,
+    through the engine, 2 workers (the running trial a pending point), on a table it has never seen."""
+    pytest.importorskip("botorch")
+    table = load_table(_unseen_table(tmp_path / "unseen.csv"))
+    truth = TrueFront(table, {"top1": "max", "flops": "min"})
+    budget = 12 * EPOCHS  # the spread's 8, two more start-up trials, then BoTorch's proposals
+    run = search_quality.replay(table, truth, "botorch+spread", 0, 2, budget, f"sqlite:///{tmp_path / 'b.db'}")
+    assert len(set(run.completed)) == len(run.completed) >= 11  # nothing trained twice
+    assert truth.curve(run).volume[-1] > 0
+
+
 def test_the_committed_table_is_whole_and_its_front_is_the_one_its_readme_states():
     """benchmarks/tables/coatnet-mnist5k.csv.gz: 256 configurations x 8 epochs, the grid of its preset,
     a true front of 9 (what benchmarks/tables/README.md says)."""

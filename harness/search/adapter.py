@@ -34,6 +34,7 @@ ray_cloudpickle = lazy_import("ray.cloudpickle")
 ray_search_generator = lazy_import("ray.tune.search.search_generator")
 ray_services = lazy_import("ray._private.services")
 optuna_hypervolume_history = lazy_import("optuna.visualization._hypervolume_history")
+optuna_transform = lazy_import("optuna._transform")  # how BoTorchSampler encodes a configuration
 
 STUDY_FIELDS = {"_storage": "the study's BaseStorage", "_study_id": "the study's id in that storage"}
 
@@ -254,3 +255,10 @@ def study_with_trials(study: Any, extra: list) -> Any:
             f"(optuna {optuna.__version__}): install the version in constraints.txt"
         )
     return _StudyWithTrials(study, extra)
+
+
+def search_space_transform(search_space: dict) -> Any:
+    """The encoding optuna-integration's BoTorchSampler gives ``search_space`` (Optuna's private
+    ``_SearchSpaceTransform`` with its defaults: one-hot categoricals, log and step transforms), so a
+    configuration encoded here is a row of the ``train_x`` its candidates function is handed."""
+    return optuna_transform._SearchSpaceTransform(search_space)
