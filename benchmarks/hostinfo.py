@@ -29,7 +29,13 @@ def load_average() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def provenance(packages: tuple[str, ...] = ("optuna", "numpy", "scipy", "ray", "torch", "syne-tune")) -> dict:
+PROVENANCE_PACKAGES = (
+    *("optuna", "numpy", "scipy", "ray", "torch", "syne-tune"),
+    *("optuna-integration", "botorch", "gpytorch", "linear-operator"),  # sampler: botorch (its extra)
+)
+
+
+def provenance(packages: tuple[str, ...] = PROVENANCE_PACKAGES) -> dict:
     """What a result was computed with, so that it can be recomputed and two results compared: the commit
     (and whether the tree had changes not in it), Python and each package's installed version (None where
     it is not installed)."""
