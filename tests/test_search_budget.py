@@ -187,6 +187,7 @@ def test_on_a_discrete_space_the_botorch_sampler_proposes_only_configurations_no
     assert {(trial.params["depth"], trial.params["kind"]), (last.params["depth"], last.params["kind"])} == untried
     study.tell(last, [42.0, 4.0])
     assert sampler.sample_relative(study, study.ask(), sampler.infer_relative_search_space(study, None)) == {}
+    assert sampler.candidates.choices is None  # nothing of a proposal kept: the searcher is pickled with it
 
 
 def test_a_botorch_spec_validates_and_gets_the_botorch_sampler(tmp_path):

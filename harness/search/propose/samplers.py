@@ -176,9 +176,10 @@ class InfeasibleAwareBoTorchSampler(optuna.samplers.BaseSampler):
         if not search_space:
             return {}
         if self.candidates is not None:
-            self.candidates.choices = untried_choices(study, search_space)
-            if self.candidates.choices is not None and len(self.candidates.choices) == 0:
+            choices = untried_choices(study, search_space)
+            if choices is not None and len(choices) == 0:
                 return {}  # every configuration tried: the searcher says so (a duplicate, or the space exhausted)
+            self.candidates.choices = choices
         seen = with_infeasible(study, search_space, self.startup_trials)
         try:
             with warnings.catch_warnings():  # the candidates function says "experimental" on each call
