@@ -19,6 +19,9 @@ infeasible configuration again, and the searcher ends the search after
 combinations of its values did, half its budget unspent). :class:`InfeasibleAwareGPSampler` fits those too, and
 so does :class:`InfeasibleAwareBoTorchSampler`: optuna-integration's BoTorchSampler (the optional ``botorch``
 extra, loaded only when a spec names ``sampler: botorch``) reads COMPLETE and RUNNING trials only, the same fault.
+BoTorchSampler has a second one on a discrete space: its qNEHVI candidates function maximises over the one-hot
+relaxation and the sampler rounds the maximiser, to trained configurations again and again (a replay: 202
+duplicates in 204 proposals); :class:`UntriedChoices` scores the configurations not tried yet instead.
 
 The sampler classes are at module level so that the searcher (pickled by ``Tuner.restore``) can
 be pickled with them. Before this module moved here (from ``search_space.grid_sampler``), grid
