@@ -76,3 +76,18 @@ def test_a_retry_resumes_from_a_checkpoint_it_can_read_and_else_trains_from_epoc
     assert pruned_trials_state(params(bad)) is None
     assert pruned_trials_state(params(tmp_path / "missing")) is None
     assert pruned_trials_state({"lr": 0.1, RETRY_KEY: 3}) is None  # a retry the searcher found no checkpoint for
+
+
+def test_a_trial_dir_is_known_by_its_name_until_ray_writes_its_params(tmp_path):
+    """A pruned trial's retry may look for its checkpoint before Ray's logger has written the trial's
+    params.json (a fast trial did, in CI): the dir's name, Ray's config-derived one, says the number until then."""
+    from harness.search.checkpoints import trial_number
+
+    early = tmp_path / "search_trainable_be53f884_2_archsearch_number=13,flops=1368736,lr=0.0030_2026-12-02_01-09-14"
+    early.mkdir()
+    assert trial_number(early) == 13
+    (early / "params.json").write_text('{"archsearch_number": 5}')
+    assert trial_number(early) == 5  # once written, the config Ray wrote is what counts
+    for name in ("search_trainable_x_archsearch_number=13x", "search_trainable_x_1_lr=0.1"):
+        (tmp_path / name).mkdir()
+        assert trial_number(tmp_path / name) is None

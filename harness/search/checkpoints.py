@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from collections.abc import Collection
 from pathlib import Path
@@ -32,13 +33,19 @@ PARAMS_FILE = "params.json"  # ray.air.constants.EXPR_PARAM_FILE
 MAX_PARAMS_BYTES = 1_000_000  # a trial's config is a page of JSON; anything larger is not Ray's
 
 
+# Ray names a trial dir after its config, whose first key is the trial number: ``..._archsearch_number=7,...``
+NUMBER_IN_DIR_NAME = re.compile(rf"_{NUMBER_KEY}=(\d+)(?:[,_]|$)")
+
+
 def trial_number(trial_dir: str | Path) -> int | None:
-    """The archsearch trial number of a Ray trial dir, from the config Ray wrote into it; None when
-    there is no readable ``params.json`` carrying one."""
+    """The archsearch trial number of a Ray trial dir, from the config Ray wrote into it, or where that
+    ``params.json`` is not written yet (Ray's logger writes it after the trial's first results; a pruned
+    trial's retry may look sooner) from the dir's name; None when neither carries one."""
     path = Path(trial_dir) / PARAMS_FILE
     try:
         if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_PARAMS_BYTES:
-            return None
+            named = NUMBER_IN_DIR_NAME.search(Path(trial_dir).name) if not path.exists() else None
+            return int(named.group(1)) if named else None
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
         return None
