@@ -123,18 +123,24 @@ def test_the_gp_sampler_does_not_propose_a_configuration_found_infeasible_again(
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler(seed=0))
     for x in range(10):  # top-1 rising with x: the GP's best guess is the top of the range
         study.add_trial(optuna.trial.create_trial(values=[x, 1.0], params={"x": x}, distributions=space))
-    proposed = []
-    for _ in range(3):
-        trial = study.ask(space)
-        proposed.append(trial.params["x"])
-        trial.set_user_attr(STATUS_ATTR, "infeasible")  # as the searcher records an infeasible proposal
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    proposed = _proposals_told_infeasible(study, space, 3)
     assert proposed[0] == 19
     if sampler is InfeasibleAwareGPSampler:
         assert len(set(proposed)) == 3
         assert isinstance(make_sampler(_spec({"depth": {"choice": [1, 2]}}, "gp", 5)), InfeasibleAwareGPSampler)
     else:  # Optuna's own: the same infeasible configuration again and again
         assert proposed == [19, 19, 19]
+
+
+def _proposals_told_infeasible(study: optuna.Study, space: dict, count: int) -> list[int]:
+    """``count`` proposals of ``x``, each told PRUNED and marked infeasible, as the searcher records one."""
+    proposed = []
+    for _ in range(count):
+        trial = study.ask(space)
+        proposed.append(trial.params["x"])
+        trial.set_user_attr(STATUS_ATTR, "infeasible")
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    return proposed
 
 
 def _plain_botorch(seed: int) -> optuna.samplers.BaseSampler:
@@ -153,12 +159,7 @@ def test_the_botorch_sampler_does_not_propose_a_configuration_found_infeasible_a
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
     for x in range(10):  # top-1 rising and cost falling with x: the model looks above 9
         study.add_trial(optuna.trial.create_trial(values=[x, 10.0 - x], params={"x": x}, distributions=space))
-    proposed = []
-    for _ in range(2):
-        trial = study.ask(space)
-        proposed.append(trial.params["x"])
-        trial.set_user_attr(STATUS_ATTR, "infeasible")  # as the searcher records an infeasible proposal
-        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    proposed = _proposals_told_infeasible(study, space, 2)
     assert proposed[0] >= 10
     if plain:  # optuna-integration's own: the same infeasible configuration again
         assert proposed[1] == proposed[0]
