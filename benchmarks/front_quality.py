@@ -178,6 +178,41 @@ class TrueFront:
             gaps.append(max(0.0, float(point[accuracy]) - best))
         return {"mean": float(np.mean(gaps)), "max": float(np.max(gaps))}
 
+    def within_noise(self, images: int) -> dict[str, Any]:
+        """How much of the front the table's own measurement decides: a top-1 measured on ``images`` validation
+        images has a binomial sd of ``100 * sqrt(p (1 - p) / images)`` points for a fixed model (seed-to-seed
+        variation adds to it, so this is a lower bound on the noise). A member is **contested** where it leads
+        every other configuration at no more of every cost by less than its sd, a non-member where the front
+        at no more of its costs is less than its sd above it: with another draw of the validation images either
+        could swap places. A search cannot tell such configurations apart before training them, so on a table
+        where most of the front is contested, reaching 99% of its hypervolume measures the order configurations
+        were trained in as much as the search."""
+        if images < 1:
+            raise TableError(f"validation images must be >= 1, not {images}")
+        accuracy = next(k for k, name in enumerate(self.objectives) if name == "top1")
+        costs = [k for k in range(len(self.directions)) if k != accuracy]
+        signs = np.array([1.0 if self.directions[k] == "min" else -1.0 for k in costs])
+        finite = np.flatnonzero(np.all(np.isfinite(self.points), axis=1))
+        top1 = self.points[:, accuracy]
+        sd = 100.0 * np.sqrt(np.clip(top1 / 100.0, 0.0, 1.0) * (1.0 - np.clip(top1 / 100.0, 0.0, 1.0)) / images)
+        members = {int(m) for m in self.members}
+
+        def best_at_no_more_cost(index: int, among: Sequence[int]) -> float:
+            point = self.points[index]
+            rivals = [int(j) for j in among if int(j) != index and not np.array_equal(self.points[j], point)]
+            cheap = [j for j in rivals if np.all(self.points[j, costs] * signs <= point[costs] * signs + 1e-12)]
+            return float(top1[cheap].max()) if cheap else -math.inf
+
+        contested_members = [m for m in sorted(members) if top1[m] - best_at_no_more_cost(m, finite) < sd[m]]
+        contested_others = [int(i) for i in finite if int(i) not in members
+                            and best_at_no_more_cost(int(i), sorted(members)) - top1[i] < sd[i]]  # fmt: skip
+        member_sd = sd[sorted(members)]
+        return {
+            "images": images, "members": len(members), "contested_members": len(contested_members),
+            "nonmembers": len(finite) - len(members), "contested_nonmembers": len(contested_others),
+            "member_sd": [round(float(member_sd.min()), 2), round(float(member_sd.max()), 2)],
+        }  # fmt: skip
+
     def oracle(self, level: float, reference: str = PRIMARY) -> dict[str, Any]:
         """The cheapest set of true-front members whose hypervolume reaches ``level`` of the front's,
         by total epochs to train them (each member costs the table's epochs, so: the fewest members;

@@ -612,10 +612,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", choices=DOMAIN_MODES, default="choice",
                         help="each parameter a choice of the table's values, or the int/float domain a user would "
                         "write (nearest row for values between)")  # fmt: skip
+    parser.add_argument("--validation-images", type=int, default=None,
+                        help="the images each top-1 was measured on: records how much of the true front lies "
+                        "within that measurement's noise (front_quality.TrueFront.within_noise)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         if args.seeds < 1 or args.workers < 1 or (args.budget is not None and args.budget < 1):
             raise TableError("--seeds, --workers and --budget must be >= 1")
+        if args.validation_images is not None and args.validation_images < 1:
+            raise TableError(f"--validation-images must be >= 1, not {args.validation_images}")
         table = load_table(args.table)
         objectives = parse_objectives(args.objectives)
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -639,6 +644,13 @@ def main(argv: list[str] | None = None) -> int:
     except TableError as error:  # a table Syne Tune's simulator cannot replay (a combination missing)
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.validation_images is not None:
+        noise = TrueFront(table, objectives).within_noise(args.validation_images)
+        result["true_front"]["within_noise"] = noise
+        print(f"within the noise of {noise['images']:,} validation images (binomial sd {noise['member_sd'][0]}-"
+              f"{noise['member_sd'][1]} points at the front): {noise['contested_members']} of {noise['members']} "
+              f"front members and {noise['contested_nonmembers']} of {noise['nonmembers']:,} other configurations "
+              "could swap places", file=sys.stderr)  # fmt: skip
     if args.png is not None:
         result["figure"] = str(plot(runs, TrueFront(table, objectives), result["budget_epochs"], args.png))
     arguments = sys.argv[1:] if argv is None else argv

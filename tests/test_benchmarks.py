@@ -24,6 +24,7 @@ def test_every_benchmark_is_listed_here():
         "fronts",
         "gpu",
         "gpu_search_check",
+        "known_cost_ehvi",
         "loader_rate",
         "measure",
         "models",

@@ -203,6 +203,48 @@ def test_regret_is_the_accuracy_points_below_the_true_front_at_its_costs(tmp_pat
     assert truth.regret([index[n] for n in "ABCDE"]) == {"mean": 0.0, "max": 0.0}
 
 
+def test_the_front_within_the_measurements_noise_counts_the_configurations_that_could_swap_places(tmp_path):
+    """The binomial sd of a top-1 on n images is 100 sqrt(p (1 - p) / n): at n = 4, B (70%) 22.9 > its lead of 20
+    over A, C (80%) 20 > its lead of 10 over B, D (60%) 24.5 > the 20 it trails C by; E (30%) 22.9 < its 50;
+    A has no rival at its FLOPs. At n = 1000 every sd is under 1.6 points and nothing is contested."""
+    table, _ = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    noisy = truth.within_noise(4)
+    assert (noisy["members"], noisy["contested_members"], noisy["nonmembers"], noisy["contested_nonmembers"]) == (
+        3, 2, 2, 1
+    )  # fmt: skip
+    assert noisy["member_sd"] == [20.0, 25.0]
+    quiet = truth.within_noise(1000)
+    assert (quiet["contested_members"], quiet["contested_nonmembers"]) == (0, 0)
+    with pytest.raises(TableError, match="validation images"):
+        truth.within_noise(0)
+
+
+def test_the_docs_noise_counts_are_the_committed_tables():
+    """docs/benchmarks.md: on e32 8 of 9 front members and 17 of 39 other configurations lie within the noise of
+    its 1,000 validation images; on the 256-configuration table 6 of 9 and 25 of 247; on n1000 2 of 6 and 4 of 42."""
+    expected = {"coatnet-mnist5k-e32": (8, 9, 17, 39), "coatnet-mnist5k": (6, 9, 25, 247),
+                "coatnet-mnist5k-n1000": (2, 6, 4, 42)}  # fmt: skip
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    for name, (contested, members, others, nonmembers) in expected.items():
+        noise = TrueFront(load_table(ROOT / "benchmarks" / "tables" / f"{name}.csv.gz"), OBJECTIVES).within_noise(1000)
+        got = (noise["contested_members"], noise["members"], noise["contested_nonmembers"], noise["nonmembers"])
+        assert got == (contested, members, others, nonmembers)
+        assert f"| `{name}` | {contested} of {members} | {others} of {nonmembers} |" in doc
+
+
+def test_the_replay_records_the_front_within_noise_when_told_the_validation_images(tmp_path, capsys):
+    path = tmp_path / "tiny.csv"
+    _tiny(tmp_path)
+    out = tmp_path / "r.json"
+    assert search_quality.main(["--table", str(path), "--methods", "cheapest-first", "--seeds", "1",
+                                "--validation-images", "4", "--json", str(out)]) == 0  # fmt: skip
+    assert json.loads(out.read_text())["true_front"]["within_noise"]["contested_members"] == 2
+    assert "2 of 3 front members" in capsys.readouterr().err
+    assert search_quality.main(["--table", str(path), "--validation-images", "0", "--json", str(out)]) == 2
+    assert "--validation-images must be >= 1" in capsys.readouterr().err
+
+
 def test_a_median_carries_its_bootstrap_interval_and_the_seeds_that_make_it(tmp_path):
     low, high = median_interval([10, 20, 30, 40, 50])
     assert 10 <= low <= 30 <= high <= 50 and low < high
