@@ -26,6 +26,7 @@ import argparse
 import heapq
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{s['median']:.0f} ({s['reached']}/{s['seeds']})" if s["median"] is not None
                  else f"not reached ({s['reached']}/{s['seeds']})" for s in summary.values()]  # fmt: skip
         print(f"| {method} | {' | '.join(cells)} |", flush=True)
+    arguments = sys.argv[1:] if argv is None else argv
+    result["command"] = shlex.join(["python", "-m", "benchmarks.known_cost_ehvi", *arguments])
     if args.json is not None:
         temporary = args.json.with_name(f".{args.json.name}.tmp")
         temporary.write_text(json.dumps(result, indent=2))

@@ -72,6 +72,7 @@ def test_the_command_prints_both_methods_and_writes_per_seed_values(tmp_path, ca
         assert f"| {method} |" in printed
         assert len(result["methods"][method]["99%"]["per_seed"]) == 3
     assert result["provenance"]["commit"]
+    assert result["command"].startswith("python -m benchmarks.known_cost_ehvi --table ")
 
 
 def test_bad_arguments_are_refused(tmp_path, capsys):
