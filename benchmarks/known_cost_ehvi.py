@@ -7,13 +7,13 @@ the right of the configuration's FLOPs, each ``length * E[max(0, top1 - step lev
 (:func:`expected_improvement`). TPE, the default, models FLOPs as if unknown. This module asks whether
 knowing them pays, before anyone builds a sampler for it.
 
-Its surrogate is Bayesian ridge regression on the one-hot parameters and log FLOPs (:func:`fit_predict`; the
-additive model of NAS-Bench-Macro-style spaces: rank correlation 0.87-0.95 with 16-100 trained configurations
-on the public table). Trials run on W asynchronous workers in simulated time, each epoch its recorded seconds,
-the first trials at the default spread's FLOPs quantiles (``initial_design.pick``), running ones counted at
-their predicted top-1 (the kriging believer). Epochs spent are counted as :mod:`benchmarks.search_quality`
-counts them (every epoch any trial trained by then); it replays ``random`` with the same simulator so that its
-rows can be set beside that module's.
+Its surrogate is Bayesian ridge regression on the one-hot parameters and log FLOPs (:func:`fit_predict`: an
+additive model of top-1, as in NAS-Bench-Macro-style spaces of independent per-layer choices). Trials run on W
+asynchronous workers in simulated time, each epoch its recorded seconds; the first trials are the default
+spread's, at FLOPs quantiles (``initial_design.pick``), and running trials count at their predicted top-1 (the
+kriging believer). Epochs spent are counted as :mod:`benchmarks.search_quality` counts them (every epoch any
+trial trained by then); ``random+spread`` runs in the same simulator, so that its rows can be set beside that
+module's.
 
     python -m benchmarks.known_cost_ehvi --table benchmarks/tables/coatnet-mnist5k-n1000.csv.gz --seeds 10
 
@@ -185,6 +185,20 @@ def summarise(truth: TrueFront, runs: list[Replay]) -> dict:
     return result
 
 
+def cell(summary: dict) -> str:
+    """A level's cell as docs/benchmarks.md shows it: median [its 95% interval], ``(k/n)`` where only k seeds got
+    there, ``not reached (k/n)`` where the median did not."""
+
+    def number(value: float | None) -> str:
+        return "beyond" if value is None else f"{value:,.0f}"
+
+    if summary["median"] is None:
+        return f"not reached ({summary['reached']}/{summary['seeds']})"
+    low, high = summary["interval"]
+    seeds = "" if summary["reached"] == summary["seeds"] else f" ({summary['reached']}/{summary['seeds']})"
+    return f"{number(summary['median'])} [{number(low)}-{number(high)}]{seeds}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, type=Path)
@@ -208,9 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     for method in METHODS:
         runs = [replay(table, method, seed, args.workers, budget) for seed in range(args.seeds)]
         result["methods"][method] = summary = summarise(truth, runs)
-        cells = [f"{s['median']:.0f} ({s['reached']}/{s['seeds']})" if s["median"] is not None
-                 else f"not reached ({s['reached']}/{s['seeds']})" for s in summary.values()]  # fmt: skip
-        print(f"| {method} | {' | '.join(cells)} |", flush=True)
+        print(f"| {method} | {' | '.join(cell(level) for level in summary.values())} |", flush=True)
     arguments = sys.argv[1:] if argv is None else argv
     result["command"] = shlex.join(["python", "-m", "benchmarks.known_cost_ehvi", *arguments])
     if args.json is not None:

@@ -4,6 +4,7 @@ expected hypervolume gain, and its replay charges epochs as the engine's replay 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,3 +80,19 @@ def test_bad_arguments_are_refused(tmp_path, capsys):
     assert known_cost_ehvi.main(["--table", str(tmp_path / "missing.csv"), "--seeds", "1"]) == 2
     assert known_cost_ehvi.main(["--table", str(_unseen_table(tmp_path / "t.csv")), "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err
+
+
+def test_the_docs_rows_are_the_committed_results():
+    """docs/benchmarks.md's known-cost EHVI table: each committed JSON's medians and intervals, and its command."""
+    root = Path(__file__).parents[1]
+    doc = (root / "docs" / "benchmarks.md").read_text()
+    committed = sorted((root / "benchmarks" / "results" / "known_cost_ehvi").glob("*.json"))
+    assert {p.stem for p in committed} == {
+        "coatnet-mnist5k", "coatnet-mnist5k-e32", "coatnet-mnist5k-n1000", "nas-bench-macro-cifar10"
+    }  # fmt: skip
+    for path in committed:
+        result = json.loads(path.read_text())
+        ehvi, random = result["methods"]["known-cost-ehvi"], result["methods"]["random+spread"]
+        cells = [known_cost_ehvi.cell(level) for level in (ehvi["95%"], ehvi["99%"], random["99%"])]
+        assert f"| `{path.stem}` | {' | '.join(cells)} |" in doc
+        assert result["provenance"]["commit"] and not result["provenance"]["uncommitted_changes"]
