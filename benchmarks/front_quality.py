@@ -160,14 +160,19 @@ class TrueFront:
                     seconds.append(run.completed_s[k])
         return Curve(tuple(epochs), tuple(volume), tuple(seconds))
 
+    def _axes(self) -> tuple[int, list[int], np.ndarray]:
+        """The top-1 column, the cost columns, and each cost's sign (+1: less is better), so that "at no more
+        of every cost" is one comparison for :meth:`regret` and :meth:`within_noise` alike."""
+        accuracy = next(k for k, name in enumerate(self.objectives) if name == "top1")
+        costs = [k for k in range(len(self.directions)) if k != accuracy]
+        return accuracy, costs, np.array([1.0 if self.directions[k] == "min" else -1.0 for k in costs])
+
     def regret(self, found: Sequence[int]) -> dict[str, float]:
         """Accuracy points the found set is below the true front, at the true front's costs: for each true-front
         member, its top-1 minus the best top-1 found at no more of every cost (the table's worst top-1 where
         nothing that cheap was found); the mean and the largest over the members. 0 once the front is found.
         Beside the hypervolume because a reference point can make a few members hold most of the volume."""
-        accuracy = next(k for k, name in enumerate(self.objectives) if name == "top1")
-        costs = [k for k in range(len(self.directions)) if k != accuracy]
-        signs = np.array([1.0 if self.directions[k] == "min" else -1.0 for k in costs])
+        accuracy, costs, signs = self._axes()
         table_worst = float(np.nanmin(self.points[:, accuracy]))
         found_points = self.points[list(found)] if len(found) else np.empty((0, self.points.shape[1]))
         gaps = []
@@ -189,9 +194,7 @@ class TrueFront:
         were trained in as much as the search."""
         if images < 1:
             raise TableError(f"validation images must be >= 1, not {images}")
-        accuracy = next(k for k, name in enumerate(self.objectives) if name == "top1")
-        costs = [k for k in range(len(self.directions)) if k != accuracy]
-        signs = np.array([1.0 if self.directions[k] == "min" else -1.0 for k in costs])
+        accuracy, costs, signs = self._axes()
         finite = np.flatnonzero(np.all(np.isfinite(self.points), axis=1))
         top1 = self.points[:, accuracy]
         sd = 100.0 * np.sqrt(np.clip(top1 / 100.0, 0.0, 1.0) * (1.0 - np.clip(top1 / 100.0, 0.0, 1.0)) / images)

@@ -644,15 +644,16 @@ def main(argv: list[str] | None = None) -> int:
     except TableError as error:  # a table Syne Tune's simulator cannot replay (a combination missing)
         print(f"error: {error}", file=sys.stderr)
         return 2
+    truth = TrueFront(table, objectives)
     if args.validation_images is not None:
-        noise = TrueFront(table, objectives).within_noise(args.validation_images)
+        noise = truth.within_noise(args.validation_images)
         result["true_front"]["within_noise"] = noise
         print(f"within the noise of {noise['images']:,} validation images (binomial sd {noise['member_sd'][0]}-"
               f"{noise['member_sd'][1]} points at the front): {noise['contested_members']} of {noise['members']} "
               f"front members and {noise['contested_nonmembers']} of {noise['nonmembers']:,} other configurations "
               "could swap places", file=sys.stderr)  # fmt: skip
     if args.png is not None:
-        result["figure"] = str(plot(runs, TrueFront(table, objectives), result["budget_epochs"], args.png))
+        result["figure"] = str(plot(runs, truth, result["budget_epochs"], args.png))
     arguments = sys.argv[1:] if argv is None else argv
     result["command"] = shlex.join(["python", "-m", "benchmarks.search_quality", *arguments])
     args.json.parent.mkdir(parents=True, exist_ok=True)
