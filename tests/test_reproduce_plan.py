@@ -19,6 +19,7 @@ from harness.reproduce.analysis import summarize_runs
 from harness.reproduce.records import recompute, write_records
 from harness.reproduce.registry import plan
 from harness.reproduce.studies import select_variants, subset_name, variant_config
+from harness.store import mask_url
 from search_space.sampling import grid_points
 from search_space.validation import load_spec
 from trials.status import TrialStatus
@@ -246,3 +247,76 @@ def test_the_plan_shows_each_variants_depths_and_widths_as_the_runs_build_them(m
             cells = rows[variant]
             assert "/".join(map(str, depths)) in cells and "/".join(map(str, widths)) in cells, (variant, cells)
     assert rows["6+2"][4:6] == ["6/2", "64"] and rows["8+0"][4:6] == ["8/0", "64"]
+
+
+def _stored_runs(url: str, spec: dict, runs: dict[str, list[tuple[str, int, str]]]) -> None:
+    """A store holding ``spec``'s grid study (and continuations) with these runs, each ``(variant, seed,
+    status)``, written as the search's store writer writes them (config name and seed)."""
+    from harness.store import Store
+
+    loaded = load_spec(spec, check_paths=False)
+    with Store.open(url) as store:
+        for name, trials in runs.items():
+            store.create_study(name, loaded.model_dump(mode="json"), dict(loaded.objectives))
+            for number, (variant, seed, status) in enumerate(trials):
+                config = {"name": variant, "seed": seed}
+                store.start_trial(name, number, config, seed=seed)
+                if status != "running":
+                    store.finish_trial(name, number, status=status, config=config, seed=seed)
+
+
+def test_the_plan_counts_the_runs_a_store_already_holds_and_the_time_the_rest_needs(store_url):
+    """A reproduction too long for one sitting (cait-width-init: about 6 hours here) is run in several: --plan
+    with its store says how many runs have finished (the continuations pooled; a diverged or failed run is
+    finished, an interrupted one is not: the next `reproduce` runs it again) and how long the rest takes."""
+    (run,) = plan("cait-depth", "tiny", 2, (), "synthetic", None)
+    name, (first, second, *_) = run.spec["name"], list(run.spec["variants"])
+    _stored_runs(store_url, run.spec, {
+        name: [(first, 0, "completed"), (first, 1, "diverged"), (second, 0, "interrupted"), (second, 1, "running")],
+        f"{name}.2": [(second, 0, "failed")],
+    })  # fmt: skip
+    if store_url.startswith("postgresql"):  # a password in the URL (trust auth ignores it) is never printed
+        store_url = store_url.replace("postgres@", "postgres:s3cret-pw@")
+    args = ["cait-depth", "--scale", "tiny", "--seeds", "2", "--dataset", "synthetic", "--store", store_url]
+    output = _plan(*args)
+    total = run.spec["search"]["n_trials"]
+    assert f": 3 of {total} runs have finished; the next `reproduce` with it runs the other {total - 3}" in output
+    rows = _table(output)
+    assert rows[first][2] == "2" and rows[second][2] == "1" and {rows[v][2] for v in rows} - {"2", "1"} == {"0"}
+    report = json.loads(CliRunner().invoke(main, ["reproduce", *args, "--plan", "--format", "json"]).output)
+    (study,) = report["studies"]
+    assert study["finished_runs"] == 3
+    left = sum(v["estimated_run_s"] * (v["seeds"] - v["finished"]) for v in study["variants"])
+    assert study["remaining_wall_time_s"] == round(left / run.spec["search"]["concurrency"])
+    assert study["remaining_wall_time_s"] < study["estimated_wall_time_s"]
+    assert f"in the store {mask_url(store_url)}: 3 of" in output and "s3cret-pw" not in output
+
+
+def test_the_plan_says_when_every_run_has_finished(tmp_path: Path):
+    (run,) = plan("cait-depth", "tiny", 1, (), "synthetic", None)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    _stored_runs(url, run.spec, {run.spec["name"]: [(v, 0, "completed") for v in run.spec["variants"]]})
+    output = _plan("cait-depth", "--scale", "tiny", "--seeds", "1", "--dataset", "synthetic", "--store", url)
+    assert f"all {len(run.spec['variants'])} runs have finished; `reproduce` runs nothing again" in output
+
+
+def test_the_plan_without_a_store_there_creates_none_and_says_nothing_of_one(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'absent.db'}"
+    output = _plan("cait-depth", "--scale", "tiny", "--store", url)
+    assert "in the store" not in output and "finished" not in output
+    assert not (tmp_path / "absent.db").exists()
+    report = json.loads(CliRunner().invoke(main, ["reproduce", "cait-depth", "--scale", "tiny", "--store", url,
+                                                  "--plan", "--format", "json"]).output)  # fmt: skip
+    assert "finished_runs" not in report["studies"][0]
+
+
+def test_the_plan_refuses_a_store_whose_study_was_planned_otherwise_as_the_run_would(tmp_path: Path):
+    """The store holds the same study run with 3 seeds; a plan of 2 would not be continued from it (running it
+    is refused), so its counts would mislead: the plan is refused too, naming the study."""
+    (three,) = plan("cait-depth", "tiny", 3, (), "synthetic", None)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    _stored_runs(url, three.spec, {three.spec["name"]: [(next(iter(three.spec["variants"])), 2, "completed")]})
+    result = CliRunner().invoke(main, ["reproduce", "cait-depth", "--scale", "tiny", "--seeds", "2", "--dataset",
+                                       "synthetic", "--store", url, "--plan"])  # fmt: skip
+    assert result.exit_code != 0
+    assert f"study {three.spec['name']!r} in this store was planned otherwise" in result.output

@@ -203,7 +203,7 @@ def reproduce_command(
     seeds = seeds if seeds_given else reproduction.default_seeds(scale)
     variants = _only_variants(only)
     if plan_only:
-        _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt, variants, scale_given)
+        _print_plan(study, scale, seeds, tuple(protocols), dataset, data_dir, fmt, variants, scale_given, store_url)
         return
     try:  # --only checked (an unknown variant named) before anything is opened or run
         planned = reproduction.plan(study, scale, seeds, tuple(protocols), dataset, data_dir, variants)
@@ -319,8 +319,11 @@ def _print_plan(
     fmt: str,
     only: tuple[str, ...] = (),
     scale_given: bool = True,
+    store_url: str | None = None,
 ) -> None:
-    """``--plan``: the variants (seeds, params, FLOPs, token grids), the protocol and the estimated time here."""
+    """``--plan``: the variants (seeds, params, FLOPs, token grids), the protocol and the estimated time here;
+    where the store (``--store``, else ``$ARCHSEARCH_STORE``, else the default) exists, the runs it already
+    holds and the time the rest needs."""
     try:
         runs = reproduction.plan(study, scale, seeds, protocols, dataset, data_dir, only)
         for planned in runs:  # the checks the run makes before it writes anything: a plan it would refuse is refused
@@ -329,7 +332,8 @@ def _print_plan(
                 load_spec(spec, check_paths=True)
     except (ConfigError, ValueError, SearchError) as error:
         raise UsageError(one_line(str(error))) from None
-    report = planning.plan_report(runs, scale=scale)
+    finished, where = _stored_progress(runs, store_url)
+    report = planning.plan_report(runs, scale=scale, finished=finished)
     if fmt == "json":
         click.echo(json.dumps(report, indent=2))
         return
@@ -346,6 +350,10 @@ def _print_plan(
             for v in entry["variants"]
         ]  # fmt: skip
         columns = ["variant", "seeds", "params", "flops", "depths", "widths", "grids", "run_s"]
+        if finished is not None:
+            for row, variant in zip(rows, entry["variants"], strict=True):
+                row["finished"] = variant["finished"]
+            columns.insert(2, "finished")
         click.echo(render(rows, "table", columns))
         claims = "; ".join(" ".join(c) for c in protocol.claims_run) or "none (no claim has both sides here)"
         click.echo(("claims run: " if protocol.only else "claims: ") + claims)
@@ -357,7 +365,42 @@ def _print_plan(
         for part in entry["parts"]:
             click.echo(f"part {part['study']}: {part['runs']} runs (its own grid study; the summary pools the parts)")
         wall = _wall_time(entry["estimated_wall_time_s"], entry["estimated_wall_time_s_range"])
-        click.echo(f"estimated wall time here: {wall}\n")
+        if finished is None:
+            click.echo(f"estimated wall time here: {wall}\n")
+            continue
+        click.echo(f"estimated wall time here: {wall}")
+        done, total = entry["finished_runs"], entry["runs"]
+        if done == total:
+            click.echo(f"in the store {where}: all {total:,} runs have finished; `reproduce` runs nothing again\n")
+        else:
+            left = _wall_time(entry["remaining_wall_time_s"], entry["remaining_wall_time_s_range"])
+            click.echo(f"in the store {where}: {done:,} of {total:,} runs have finished; the next `reproduce` with "
+                       f"it runs the other {total - done:,}: {left}\n")  # fmt: skip
+
+
+def _stored_progress(runs: list, store_url: str | None) -> tuple[dict[str, set] | None, str]:
+    """Per planned study, the runs the store already holds (:func:`harness.reproduce.run.finished_runs`),
+    and the store's URL as printed (its password masked); None where no store exists there yet. A store
+    that holds one of these studies planned otherwise is refused, as running the plan would be."""
+    url = store_package.resolve_store_url(store_url)
+    where = store_package.mask_url(url)
+    try:
+        store = store_package.Store.open(url, create=False, read_only=True)
+    except store_package.NoStore:
+        return None, where
+    except store_package.StoreError as error:
+        raise UsageError(one_line(str(error))) from None
+    with store:
+        try:
+            finished = {
+                planned.spec["name"]: set().union(
+                    *(reproduction.finished_runs(store, load_spec(p, check_paths=False)) for p in planned.run_specs)
+                )
+                for planned in runs
+            }
+        except store_package.StoreError as error:
+            raise UsageError(one_line(str(error))) from None
+    return finished, where
 
 
 @click.command("verify")

@@ -42,6 +42,7 @@ _EXPORTS = {
     "recompute": "records",
     "recompute_test_pairs": "records",
     "seed_image_interval": "predictions",
+    "finished_runs": "run",
     "reproduce": "run",
     "reproduce_coatnet_layouts": "run",
     "CAIT_SCALES": "studies",

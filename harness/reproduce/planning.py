@@ -74,18 +74,26 @@ def _run_seconds(step: float, run: Run, train_size: int) -> float:
     return round(RUN_OVERHEAD_S + training["epochs"] * epoch, 1)
 
 
-def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
+def describe(run: Run, *, timed: bool = True, finished: set[tuple[str, int]] | None = None) -> dict[str, Any]:
     """One study of the plan: its variants, its protocol, and the estimated wall time here, with its range
-    (from the fastest and the slowest of each variant's timed steps)."""
+    (from the fastest and the slowest of each variant's timed steps).
+
+    ``finished``: the runs ``(variant, seed)`` a store already holds (:func:`harness.reproduce.run.finished_runs`),
+    which the next ``reproduce`` with that store does not run again: their count, and the wall time the
+    rest still needs, are added (a long reproduction run over several sittings says what is left)."""
     train_size = run.protocol.train_size or 0
     concurrency = run.spec["search"]["concurrency"]
     configs = {name: variant_config(run, name) for name in run.spec["variants"]}
     times = _step_times(configs, run.spec["data"].get("batch_size", 64)) if timed and train_size else {}
     variants, seconds, low, high = [], 0.0, 0.0, 0.0
+    left = [0.0, 0.0, 0.0]  # what the runs not yet finished need: estimate, fastest, slowest
     for name, config in configs.items():
         seeds = run.protocol.seeds_of(name)
+        remaining = seeds - sum(1 for variant, _ in finished or () if variant == name)
         entry = {"name": name, "seeds": seeds, "params": estimate_params(config), "flops": estimate_flops(config),
                  "grids": grids(config), **shape(config)}  # fmt: skip
+        if finished is not None:
+            entry["finished"] = seeds - remaining
         if name in times:
             step = times[name]
             entry["estimated_run_s"] = _run_seconds(step.median, run, train_size)
@@ -94,6 +102,8 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
             seconds += entry["estimated_run_s"] * seeds
             low += entry["estimated_run_s_range"][0] * seeds
             high += entry["estimated_run_s_range"][1] * seeds
+            for index, run_s in enumerate((entry["estimated_run_s"], *entry["estimated_run_s_range"])):
+                left[index] += run_s * remaining
         variants.append(entry)
     notes = [note for note in (run.protocol.more_seeds_note(), run.protocol.selection_note()) if note]
     cluster = {}
@@ -102,6 +112,15 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         notes += costs["notes"]
         cluster = {"pilot": {"study": run.pilot["name"], "runs": run.pilot["search"]["n_trials"]},
                    "gpu_hours": costs["gpu_hours"], "training_rates": costs["rates"]}  # fmt: skip
+    progress = {}
+    if finished is not None:
+        progress = {
+            "finished_runs": len(finished),
+            "remaining_wall_time_s": round(left[0] / concurrency, 0) if seconds else None,
+            "remaining_wall_time_s_range": [round(left[1] / concurrency, 0), round(left[2] / concurrency, 0)]
+            if seconds
+            else None,
+        }
     return {
         "study": run.protocol.study,
         "runs": run.spec["search"]["n_trials"],
@@ -112,13 +131,24 @@ def describe(run: Run, *, timed: bool = True) -> dict[str, Any]:
         "estimated_wall_time_s": round(seconds / concurrency, 0) if seconds else None,
         "estimated_wall_time_s_range": [round(low / concurrency, 0), round(high / concurrency, 0)] if seconds else None,
         **cluster,
+        **progress,
     }
 
 
-def plan_report(runs: list[Run], *, timed: bool = True, scale: str | None = None) -> dict[str, Any]:
+def plan_report(
+    runs: list[Run],
+    *,
+    timed: bool = True,
+    scale: str | None = None,
+    finished: dict[str, set[tuple[str, int]]] | None = None,
+) -> dict[str, Any]:
     """The whole reproduction: ``variants`` and ``protocol`` of the first study (every layout study
-    shares its variants), and ``studies`` with each one's own; ``scale`` as asked (or defaulted)."""
-    studies = [describe(run, timed=timed) for run in runs]
+    shares its variants), and ``studies`` with each one's own; ``scale`` as asked (or defaulted).
+    ``finished``: per study name, the runs a store already holds (:func:`describe`)."""
+    studies = [
+        describe(run, timed=timed, finished=None if finished is None else finished.get(run.spec["name"], set()))
+        for run in runs
+    ]
     estimated = all(s["estimated_wall_time_s"] is not None for s in studies)
     return {
         "scale": scale,

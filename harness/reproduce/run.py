@@ -148,13 +148,7 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
         stored = store.study(spec.name) if spec.name in names else None
         started = stored is not None and store.study_counts(spec.name).total > 0
         if stored is not None and started:
-            planned, kept = spec.model_dump(mode="json"), _decoded(stored["spec"]) or {}
-            if any(kept.get(key) != planned.get(key) for key in PLAN_KEYS) or _grid(kept) != _grid(planned):
-                raise StoreError(
-                    f"study {spec.name!r} in this store was planned otherwise (another number of seeds, budget "
-                    "or version of the protocol): write this plan to another --store, or --report-only to "
-                    "summarise it"
-                )
+            _check_same_plan(stored, spec)
             if stored["status"] == TrialStatus.COMPLETED:
                 return
         pooled = pooled_names(spec.name, names)
@@ -185,6 +179,29 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
 
 
 FINISHED = (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.FAILED)  # a run with an outcome: never repeated
+
+
+def finished_runs(store, spec) -> set[tuple[str, int]]:
+    """The runs ``(variant, seed)`` of the grid study ``spec`` (a loaded spec) that have an outcome in
+    ``store``, its continuations pooled: what the next ``reproduce`` with this store will not run again
+    (``--plan`` counts them). Empty where the study never ran; a stored study of that name planned
+    otherwise is refused as running it would be (a StoreError naming it)."""
+    names = store.study_names()
+    if spec.name in names and store.study_counts(spec.name).total > 0:
+        _check_same_plan(store.study(spec.name), spec)
+    planned = {(str(p["variant"]), int(p["seed"])) for p in grid_points(spec)}
+    return _finished_points(store, pooled_names(spec.name, names)) & planned
+
+
+def _check_same_plan(stored, spec) -> None:
+    """Refuse a stored study (a row of the store's studies) that holds another plan's runs than ``spec``'s."""
+    planned, kept = spec.model_dump(mode="json"), _decoded(stored["spec"]) or {}
+    if any(kept.get(key) != planned.get(key) for key in PLAN_KEYS) or _grid(kept) != _grid(planned):
+        raise StoreError(
+            f"study {spec.name!r} in this store was planned otherwise (another number of seeds, budget "
+            "or version of the protocol): write this plan to another --store, or --report-only to "
+            "summarise it"
+        )
 
 
 def pooled_names(name: str, names: list[str]) -> list[str]:
