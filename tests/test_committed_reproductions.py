@@ -8,7 +8,9 @@ protocol the code pre-registers today, and every committed verdict is decided ag
 file alone (an edited number fails here). A run that predates today's protocol says so at its top,
 with the command that re-runs it, and docs/reproductions/README.md lists it as awaiting a re-run. A
 study pre-registered and not run yet (issue 48's controls) has nothing committed and the README lists
-it as awaiting its first run; once its summary is committed, the README may no longer say so.
+it as awaiting its first run; one too long for a sitting, run in part, has its store alone committed (the
+next ``reproduce`` with it runs the rest) and the README says "in progress: N of M runs", N counted from that
+store; once its summary is committed, the README may no longer say either.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ import pytest
 
 from harness.reproduce.records import RUNS_SUFFIX, VERDICTS_SUFFIX, recompute
 from harness.reproduce.registry import STUDIES, plan
+from harness.reproduce.run import finished_runs
+from harness.store import Store
+from search_space.validation import load_spec
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reproductions"
 MANUAL = DOCS.parent / "reproducing.md"
 SUPERSEDED = "> **Run under an earlier protocol; awaiting a re-run.**"
 FIRST_RUN = "awaiting its first run"
+IN_PROGRESS = r"in progress: (?P<done>\d+) of (?P<total>\d+) runs"  # a long study committed between sittings
+STORES = DOCS / "stores"
 
 
 def _committed_runs() -> list[tuple[str, str | None]]:
@@ -43,11 +50,19 @@ def test_every_study_has_its_cpu_run_committed_with_its_command_and_protocol(stu
     run = _run(study, protocol)
     name = run.spec["name"]
     pending = re.search(rf"`{re.escape(name)}`[^\n]*{FIRST_RUN}", (DOCS / "README.md").read_text())
-    if not (DOCS / f"{name}.md").is_file():  # pre-registered, not run yet: nothing of it committed, and said
-        assert pending, f"{name}.md is not committed and the README does not list {name} as {FIRST_RUN}"
+    started = re.search(rf"`{re.escape(name)}`[^\n]*{IN_PROGRESS}", (DOCS / "README.md").read_text())
+    if not (DOCS / f"{name}.md").is_file():  # pre-registered, not finished: no summary, no verdict, and said
         assert not list(DOCS.glob(f"{name}.*")) and not list(DOCS.glob(f"{name}-*.png")), name
+        if not (STORES / f"{name}.db").is_file():  # not run yet: nothing of it committed
+            assert pending, f"{name}.md is not committed and the README does not list {name} as {FIRST_RUN}"
+            return
+        # run in part (too long for one sitting): its store alone, and the README says how far it got
+        assert not pending and started, f"stores/{name}.db is committed: the README must say it is in progress"
+        done, total = _finished_in_committed_store(run)
+        assert (int(started["done"]), int(started["total"])) == (done, total), (started.group(0), done, total)
+        assert done < total, f"every run of {name} has finished: write its summary (reproduce --report-only)"
         return
-    assert not pending, f"{name}.md is committed: the README still lists it as {FIRST_RUN}"
+    assert not pending and not started, f"{name}.md is committed: the README still lists it as not run"
     for suffix in (".md", ".html", "-variants.png", "-loss-vs-accuracy.png"):
         assert (DOCS / f"{name}{suffix}").is_file(), f"{name}{suffix} is not committed"
     summary = (DOCS / f"{name}.md").read_text()
@@ -67,6 +82,15 @@ def test_every_study_has_its_cpu_run_committed_with_its_command_and_protocol(stu
         assert summary.startswith(f"# {name}\n\n{SUPERSEDED}"), f"{name}.md predates the protocol unmarked"
         assert f"archsearch reproduce {study} --scale cpu" in summary.split("\n\n")[1]
         assert re.search(rf"awaiting a re-run[^\n]*{re.escape(name)}|{re.escape(name)}[^\n]*awaiting a re-run", readme)
+
+
+def _finished_in_committed_store(run) -> tuple[int, int]:
+    """The runs of ``run`` its committed store holds finished (what the next ``reproduce`` with that store skips,
+    as ``--plan --store`` counts them), and its planned runs."""
+    name = run.spec["name"]
+    with Store.open(f"sqlite:///{STORES / f'{name}.db'}", create=False, read_only=True) as store:
+        done = set().union(*(finished_runs(store, load_spec(part, check_paths=False)) for part in run.run_specs))
+    return len(done), run.spec["search"]["n_trials"]
 
 
 def _committed_verdicts() -> list[Path]:
