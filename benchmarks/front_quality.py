@@ -283,6 +283,38 @@ def median_interval(values: list[float | None], resamples: int = BOOTSTRAP_RESAM
     return [None if not math.isfinite(v) else float(v) for v in (low, high)]
 
 
+def paired_difference(base: list[float | None], other: list[float | None], budget: int) -> dict[str, Any]:
+    """``other`` against ``base`` seed by seed (two methods replayed on the same seeds: the same spread and the
+    same first proposals, so a seed's two values differ by what the methods do differently, not by which
+    seeds ran): the per-seed differences ``other - base`` (a seed that never got there counts as
+    ``budget + 1``, beyond the budget, as everywhere here; two such seeds are a tie), their median, how many
+    seeds ``other`` got there earlier, at the same epoch and later, and the exact two-sided sign test's p
+    over the seeds that differ (1.0 where none does). Medians over seeds of each method cannot say this:
+    their intervals overlap where a paired comparison still decides."""
+    if len(base) != len(other):
+        raise ValueError(f"paired values need the same seeds: {len(base)} and {len(other)}")
+    beyond = budget + 1
+    pairs = zip(base, other, strict=True)
+    differences = [(beyond if b is None else b) - (beyond if a is None else a) for a, b in pairs]
+    earlier, later = sum(d < 0 for d in differences), sum(d > 0 for d in differences)
+    return {
+        "median_difference": float(np.median(differences)) if differences else None,
+        "earlier": earlier,
+        "same": len(differences) - earlier - later,
+        "later": later,
+        "sign_test_p": sign_test(earlier, later),
+        "differences": differences,
+    }
+
+
+def sign_test(earlier: int, later: int) -> float:
+    """The exact two-sided sign test's p for ``earlier`` against ``later`` (ties left out): twice the
+    binomial(n, 1/2) tail at the smaller count, at most 1."""
+    n = earlier + later
+    tail = sum(math.comb(n, k) for k in range(min(earlier, later) + 1)) / 2**n if n else 1.0
+    return min(1.0, 2 * tail)
+
+
 def _measure(values: list[float | None]) -> dict[str, Any]:
     """Quartiles, the median's bootstrap interval and the per-seed values (recomputable from the JSON)."""
     return {**quartiles(values), "median_95": median_interval(values), "per_seed": list(values)}

@@ -55,7 +55,17 @@ import numpy as np
 import optuna
 
 from benchmarks import search_quality_syne  # Syne Tune itself loads only for its methods
-from benchmarks.front_quality import LEVELS, PRIMARY, REFERENCES, Replay, TrueFront, level_key, quartiles, summarise
+from benchmarks.front_quality import (
+    LEVELS,
+    PRIMARY,
+    REFERENCES,
+    Replay,
+    TrueFront,
+    level_key,
+    paired_difference,
+    quartiles,
+    summarise,
+)
 from benchmarks.hostinfo import provenance
 from benchmarks.table import COST_OBJECTIVES, Table, TableError, load_table
 from benchmarks.table_domains import MODES as DOMAIN_MODES
@@ -414,7 +424,64 @@ def run_all(
         "baselines": list(BASELINES),
         "provenance": provenance(),
     }
+    result["paired_with_base"] = paired_with_base(result)
     return result, runs
+
+
+def paired_with_base(result: dict[str, Any], reference: str = PRIMARY) -> dict[str, dict[str, Any]]:
+    """Each early-stopping method of ``result`` against the same method without early stopping, where both ran
+    (issue 60 item 3: early stopping never worse than the same method without it), seed by seed at each level
+    under ``reference`` (:func:`benchmarks.front_quality.paired_difference`). Read from the per-seed values a
+    result holds, so a committed JSON is compared without replaying it."""
+    methods = result["methods"]
+    paired: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        if method in BASELINES or method in SYNE_METHODS:
+            continue
+        sampler, stopping, spread = parse_method(method)
+        base = method_name(sampler, None, spread)
+        if stopping is None or base not in methods:
+            continue
+        paired[method] = {"base": base, "reference": reference} | {
+            f"epochs_to_{level_key(level)}": paired_difference(
+                methods[base][reference][f"epochs_to_{level_key(level)}"]["per_seed"],
+                methods[method][reference][f"epochs_to_{level_key(level)}"]["per_seed"],
+                result["budget_epochs"],
+            )
+            for level in LEVELS
+        }
+    return paired
+
+
+def paired_table(results: dict[str, dict[str, Any]]) -> str:
+    """A Markdown table of :func:`paired_with_base` over several results (a table's name -> its result): per
+    early-stopping method, at 95% and 99%, the median per-seed difference in epochs and the seeds it got there
+    earlier / at the same epoch / later, with the sign test's p."""
+    lines = ["| table | method | against | 95%: median difference, earlier / same / later (p) | "
+             "99%: median difference, earlier / same / later (p) |", "|---|---|---|---|---|"]  # fmt: skip
+    for name, result in results.items():
+        for method, entry in paired_with_base(result).items():
+            cells = []
+            for level in LEVELS:
+                pair = entry[f"epochs_to_{level_key(level)}"]
+                cells.append(f"{pair['median_difference']:+g}, {pair['earlier']} / {pair['same']} / {pair['later']} "
+                             f"(p {pair['sign_test_p']:.2g})")  # fmt: skip
+            lines.append(f"| {name} | {method} | {entry['base']} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def paired_lines(result: dict[str, Any]) -> list[str]:
+    """One line per early-stopping method: its per-seed difference from the same method without early stopping."""
+    lines = []
+    for method, entry in paired_with_base(result).items():
+        cells = []
+        for level in LEVELS:
+            pair = entry[f"epochs_to_{level_key(level)}"]
+            cells.append(f"{level_key(level)}%: median {pair['median_difference']:+g} epochs, earlier in "
+                         f"{pair['earlier']}, same in {pair['same']}, later in {pair['later']} of "
+                         f"{len(pair['differences'])} seeds (sign test p {pair['sign_test_p']:.2g})")  # fmt: skip
+        lines.append(f"{method} against {entry['base']}, seed by seed: " + "; ".join(cells))
+    return lines
 
 
 def render_table(result: dict[str, Any]) -> str:
@@ -662,6 +729,8 @@ def main(argv: list[str] | None = None) -> int:
     temporary.replace(args.json)
     print(caption(result))
     print(render_table(result))
+    for line in paired_lines(result):
+        print(line)
     return 0
 
 

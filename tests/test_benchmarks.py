@@ -28,6 +28,7 @@ def test_every_benchmark_is_listed_here():
         "loader_rate",
         "measure",
         "models",
+        "paired_seeds",
         "public_tables",
         "report_page",
         "search",

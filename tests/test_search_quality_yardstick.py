@@ -350,3 +350,71 @@ def test_the_docs_show_the_held_out_tables_as_their_committed_results():
         assert set(search_quality.BASELINES) <= set(result["methods"])
         for stats in result["methods"].values():
             assert len(stats["nadir"]["epochs_to_95"]["per_seed"]) == result["seeds"]
+
+
+def test_a_paired_difference_counts_seeds_earlier_same_and_later_with_the_exact_sign_test():
+    """Hand-checked: differences other - base are -10, 0, +5, and (never reached, budget 100: 101) 101 - 90 = +11;
+    two seeds that never got there are a tie. Sign test over the 3 seeds that differ (1 earlier, 2 later):
+    2 x (C(3,0) + C(3,1)) / 8 = 1.0; 17 earlier against 3 later: 2 x (1 + 20 + 190 + 1140) / 2^20."""
+    from benchmarks.front_quality import paired_difference, sign_test
+
+    pair = paired_difference([50, 60, 70, 90, None], [40, 60, 75, None, None], budget=100)
+    assert pair["differences"] == [-10, 0, 5, 11, 0]
+    assert (pair["earlier"], pair["same"], pair["later"]) == (1, 2, 2) and pair["median_difference"] == 0
+    assert pair["sign_test_p"] == 1.0
+    assert sign_test(17, 3) == pytest.approx(2 * 1351 / 2**20) and sign_test(3, 17) == sign_test(17, 3)
+    assert sign_test(0, 0) == 1.0 and sign_test(6, 0) == pytest.approx(2 / 64)
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_difference([1, 2], [1], budget=10)
+
+
+def test_each_early_stopping_method_is_paired_with_the_same_method_without_it():
+    def stats(values):
+        return {"nadir": {"epochs_to_95": {"per_seed": values}, "epochs_to_99": {"per_seed": values}}}
+
+    names = ("random", "tpe+spread", "tpe+spread+moasha", "tpe+spread+moasha-ungated", "random+asha-top1",
+             "tpe+moasha", "cheapest-first", "syne-moasha")  # fmt: skip
+    result = {"budget_epochs": 100, "methods": {name: stats([10, 20]) for name in names}}
+    result["methods"]["tpe+spread+moasha"] = stats([5, 20])
+    paired = search_quality.paired_with_base(result)
+    assert {method: entry["base"] for method, entry in paired.items()} == {
+        "tpe+spread+moasha": "tpe+spread", "tpe+spread+moasha-ungated": "tpe+spread", "random+asha-top1": "random",
+    }  # fmt: skip (tpe+moasha has no tpe here; baselines and Syne Tune's methods are never paired)
+    assert paired["tpe+spread+moasha"]["epochs_to_99"]["differences"] == [-5, 0]
+
+
+def test_a_replay_holds_the_paired_comparison_and_prints_it(tmp_path, capsys):
+    table = _grid_table(tmp_path, 9)
+    out = tmp_path / "q.json"
+    args = ["--table", str(table.path), "--methods", "random,random+moasha", "--seeds", "2", "--workers", "2"]
+    assert search_quality.main([*args, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["paired_with_base"] == search_quality.paired_with_base(result)
+    assert set(result["paired_with_base"]) == {"random+moasha"}
+    assert "random+moasha against random, seed by seed: 95%: median" in capsys.readouterr().out
+
+
+def test_the_docs_paired_table_is_the_committed_results_and_the_gated_rule_is_never_later_in_the_median():
+    """docs/benchmarks.md's seed-by-seed table is what benchmarks.paired_seeds prints from the committed JSONs, and
+    what the docs say of it holds: every gated early-stopping method's median per-seed difference is <= 0."""
+    results = ROOT / "benchmarks" / "results"
+    committed = {"coatnet-mnist5k": results / "search_quality.json",
+                 "coatnet-mnist5k-n1000": results / "held_out" / "coatnet-mnist5k-n1000.json",
+                 "coatnet-mnist5k-e32": results / "held_out" / "coatnet-mnist5k-e32.json"}  # fmt: skip
+    loaded = {name: json.loads(path.read_text()) for name, path in committed.items()}
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert search_quality.paired_table(loaded) in doc
+    command = "python -m benchmarks.paired_seeds " + " ".join(
+        f"{name}={path.relative_to(ROOT)}" for name, path in committed.items()
+    )
+    assert command in doc
+    gated = 0
+    for result in loaded.values():
+        for method, entry in search_quality.paired_with_base(result).items():
+            if not method.endswith("-ungated"):
+                gated += 1
+                assert all(entry[level]["median_difference"] <= 0 for level in ("epochs_to_95", "epochs_to_99"))
+    assert gated >= 8
+    e32 = search_quality.paired_with_base(loaded["coatnet-mnist5k-e32"])["tpe+spread+moasha"]["epochs_to_99"]
+    assert (e32["earlier"], e32["same"], e32["later"]) == (2, 5, 3)
+    assert "(below: 5 of 10 seeds reach 99% at the same epoch, 2 earlier, 3 later)" in " ".join(doc.split())
