@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 import ray
+from click.testing import CliRunner
 
+from harness.cli import main
 from harness.reproduce import LAYOUTS, PAPER_CLAIMS, coatnet_layouts_spec, markdown_summary, summarize
 from search_space.validation import load_spec
 
@@ -52,6 +54,13 @@ def test_tiny_layout_study_runs_and_reports(tmp_path):
             conn.execute(text("UPDATE archsearch_studies SET status = 'interrupted'"))
         engine.dispose()
         shutil.rmtree(tmp_path / "ray")
+        # What the next sitting has left, as --plan with this store says it: the 7 finished runs, not the 3.
+        planned = CliRunner().invoke(main, ["reproduce", "coatnet-layouts", "--scale", "tiny", "--seeds", "2",
+                                            "--protocol", "generalisation", "--dataset", "synthetic", "--store", url,
+                                            "--plan"])  # fmt: skip
+        assert f"in the store {url}: 7 of 10 runs have finished; the next `reproduce` with it runs the other 3" in (
+            planned.output
+        ), planned.output
         again = reproduce_coatnet_layouts(url, **options)
         third = reproduce_coatnet_layouts(url, **options)  # nothing left: runs nothing more
     finally:

@@ -320,3 +320,30 @@ def test_the_plan_refuses_a_store_whose_study_was_planned_otherwise_as_the_run_w
                                        "synthetic", "--store", url, "--plan"])  # fmt: skip
     assert result.exit_code != 0
     assert f"study {three.spec['name']!r} in this store was planned otherwise" in result.output
+
+
+def test_a_later_sitting_says_how_many_runs_the_store_already_holds_before_it_runs_the_rest(tmp_path: Path):
+    """`reproduce` with a store holding part of the study: one note line (runs finished, runs this sitting
+    runs) before Ray starts; none for a study none of whose runs has finished."""
+    from harness.cli.run_commands import progress_notes
+
+    (run,) = plan("cait-depth", "tiny", 2, (), "synthetic", None)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    first = next(iter(run.spec["variants"]))
+    _stored_runs(url, run.spec, {run.spec["name"]: [(first, 0, "completed"), (first, 1, "interrupted")]})
+    total = run.spec["search"]["n_trials"]
+    assert progress_notes([run], url) == [
+        f"1 of {total} runs of {run.spec['name']} have finished in the store {url}; running the other {total - 1}"
+    ]
+    (other,) = plan("cait-class-attention", "tiny", 2, (), "synthetic", None)
+    assert progress_notes([other], url) == []
+
+
+def test_a_run_whose_store_was_planned_otherwise_is_refused_before_anything_starts(tmp_path: Path):
+    (three,) = plan("cait-depth", "tiny", 3, (), "synthetic", None)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    _stored_runs(url, three.spec, {three.spec["name"]: [(next(iter(three.spec["variants"])), 2, "completed")]})
+    result = CliRunner().invoke(main, ["reproduce", "cait-depth", "--scale", "tiny", "--seeds", "2", "--dataset",
+                                       "synthetic", "--store", url, "--output", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 2 and "planned otherwise" in result.output
+    assert not (tmp_path / "out").exists()

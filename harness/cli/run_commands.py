@@ -221,6 +221,7 @@ def reproduce_command(
     # Said once every check has passed (a refusal stays one line), before hours of runs start.
     notes = [_default_scale_note(scale)] if not (scale_given or report_only) else []
     notes += [run.protocol.more_seeds_note() for run in planned] if seeds_given and not report_only else []
+    notes += progress_notes(planned, url) if store is not None and not report_only else []
     for note in dict.fromkeys(n for n in notes if n):
         click.echo(f"note: {note}", err=True)
     protocols = tuple(protocols) or reproduce_registry.STUDIES[study].protocols
@@ -376,6 +377,19 @@ def _print_plan(
             left = _wall_time(entry["remaining_wall_time_s"], entry["remaining_wall_time_s_range"])
             click.echo(f"in the store {where}: {done:,} of {total:,} runs have finished; the next `reproduce` with "
                        f"it runs the other {total - done:,}: {left}\n")  # fmt: skip
+
+
+def progress_notes(planned: list, url: str) -> list[str]:
+    """A later sitting of a reproduction: per planned study, how many of its runs the store already holds
+    finished (not run again) and how many this sitting runs; nothing for a study none of whose runs finished."""
+    finished, where = _stored_progress(planned, url)
+    notes = []
+    for run in planned:
+        done, total = len((finished or {}).get(run.spec["name"], ())), run.spec["search"]["n_trials"]
+        if done:
+            rest = "nothing is left to run" if done == total else f"running the other {total - done:,}"
+            notes.append(f"{done:,} of {total:,} runs of {run.spec['name']} have finished in the store {where}; {rest}")
+    return notes
 
 
 def _stored_progress(runs: list, store_url: str | None) -> tuple[dict[str, set] | None, str]:
