@@ -259,6 +259,23 @@ def test_a_completed_run_without_a_finite_value_in_the_store_is_left_out_with_it
     assert by_variant["6+2"].n == 2 and by_variant["6+2"].excluded == 1 and math.isfinite(by_variant["6+2"].mean)
 
 
+@pytest.mark.parametrize("protocol", ["accuracy", "capacity"])
+def test_completed_runs_that_recorded_no_metric_at_all_are_left_out_not_a_crash(tmp_path, protocol):
+    """No completed trial of the study holds the metric's column (a store from a sitting that ended before any
+    run reported it; the column is then absent, not missing): every run is left out with its reason; before,
+    a KeyError. The failure rule reads the same columns and flags nothing it cannot see."""
+    (run,) = plan("cait-class-attention", "tiny", 2, (), "synthetic", None)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("c", run.spec, {"top1": "max"})
+        for number, (variant, seed) in enumerate((v, s) for s in range(2) for v in ("6+0", "6+2")):
+            store.start_trial("c", number, {"name": variant, "seed": seed}, seed=seed)
+            store.finish_trial("c", number, status="completed", config={"name": variant, "seed": seed}, seed=seed)
+    with Store.open(url, create=False) as store:
+        runs, _, _ = run_table(store, "c", protocol)
+    assert len(runs) == 4 and (runs["left_out"] == NO_VALUE).all() and runs["value"].isna().all()
+
+
 def test_reproduce_from_a_store_with_a_run_counted_twice_exits_2_with_one_line(tmp_path):
     (run,) = plan("cait-class-attention", "tiny", 3, (), "synthetic", None)
     name = run.spec["name"]

@@ -91,12 +91,18 @@ def _metric_range(kind: str) -> tuple[float, float]:
     return (0.0, float("inf")) if kind == "capacity" else (0.0, 100.0)
 
 
+def _column(trials: pd.DataFrame, name: str) -> pd.Series:
+    """A metric column of the trials, all missing where no trial recorded it (its runs are then left out as
+    having no value, never a crash: a store that ended before any run reported is still summarised)."""
+    return trials[name] if name in trials else pd.Series(np.nan, index=trials.index, dtype=float)
+
+
 def failed_to_learn(trials: pd.DataFrame, classes: int) -> pd.Series:
-    """Runs that learned nothing: final training loss within 5% of ln(classes), or accuracy at chance + 2."""
-    loss = trials["train_eval_loss"] if "train_eval_loss" in trials else trials["train_loss"]
-    loss = loss.fillna(trials["train_loss"]) if "train_loss" in trials else loss
+    """Runs that learned nothing: final training loss within 5% of ln(classes), or accuracy at chance + 2
+    (a run with neither recorded is not flagged here: it has no value, and is left out as such)."""
+    loss = _column(trials, "train_eval_loss").fillna(_column(trials, "train_loss"))
     near_guessing = loss >= (1 - FAILED_LOSS_FRACTION) * math.log(classes)
-    accuracy = trials["test_top1"].fillna(trials["top1"]) if "test_top1" in trials else trials["top1"]
+    accuracy = _column(trials, "test_top1").fillna(_column(trials, "top1"))
     return near_guessing | (accuracy <= 100.0 / classes + 2.0)
 
 
@@ -184,11 +190,11 @@ def _study_runs(store, study: str, protocol: str | Protocol) -> tuple[pd.DataFra
         metric = f"validation top-1 at train loss {level:.3g}"
     elif kind == "capacity":
         column = "train_eval_loss" if "train_eval_loss" in trials and trials["train_eval_loss"].notna().any() else None
-        value = trials[column or "train_loss"]
+        value = _column(trials, column or "train_loss")
         metric = "final train loss" + (" (eval mode)" if column else "")
     else:
         has_test = "test_top1" in trials and trials[completed]["test_top1"].notna().any()
-        value = trials["test_top1"] if has_test else trials["top1"]
+        value = trials["test_top1"] if has_test else _column(trials, "top1")
         metric = "final test top-1" if has_test else "final validation top-1"
         # The rule needs the class count: the built-in datasets' (10 unless listed); a user's ImageFolder
         # has its own, not recorded here, so its runs are never flagged (10 would flag healthy MixUp runs).
