@@ -347,3 +347,19 @@ def test_a_run_whose_store_was_planned_otherwise_is_refused_before_anything_star
                                        "synthetic", "--store", url, "--output", str(tmp_path / "out")])  # fmt: skip
     assert result.exit_code == 2 and "planned otherwise" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_database_without_archsearchs_tables_is_no_store_yet_for_the_plan_and_the_dry_run(store_url):
+    """An empty database (a fresh PostgreSQL database, an empty SQLite file) opened read-only is "no store there
+    yet" (NoStore), as a missing SQLite file is: --plan plans without counting, and `archsearch check` says the
+    search would create the store. Before, read-only commands called it unreadable and --plan stopped there."""
+    from harness.search.dry_run import store_note
+    from harness.store import NoStore, Store
+
+    if store_url.startswith("sqlite"):
+        Path(store_url.removeprefix("sqlite:///")).write_bytes(b"")
+    with pytest.raises(NoStore, match="no archsearch tables yet"):
+        Store.open(store_url, create=False, read_only=True)
+    output = _plan("cait-depth", "--scale", "tiny", "--store", store_url)
+    assert "in the store" not in output and "finished" not in output
+    assert store_note(store_url, "s").endswith("does not exist yet: the search would create it")

@@ -172,10 +172,10 @@ class Migrations(StoreBase):
             current = self.schema_version()
         except DBAPIError as error:  # e.g. a file that is not a database at all
             raise StoreError(f"no archsearch store at {self.url}: {_first_line(error)}") from None
-        if current is None:
+        if current is None:  # a database without archsearch's tables: no store there yet, as for a missing file
             with self.engine.connect() as conn:
                 _refuse_foreign_tables(conn, self.url)
-            raise StoreError(f"no archsearch store at {self.url}: it has no archsearch tables")
+            raise NoStore(f"no archsearch store at {self.url}: it has no archsearch tables yet")
         if current not in known:
             raise StoreError(
                 f"the store at {self.url} has schema version {current}, newer than this archsearch "
