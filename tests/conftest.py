@@ -8,6 +8,30 @@ import uuid
 import pytest
 import torch
 
+from trials.lazy import real_module
+
+
+class _RealModuleMonkeyPatch(pytest.MonkeyPatch):
+    """pytest's MonkeyPatch, patching a lazily imported module (:func:`trials.lazy.lazy_import`) in its real
+    module. Patched through the proxy, pytest (>= 9) reads the value to restore from the proxy's own
+    ``__dict__``, finds none and deletes the real attribute at teardown: one test's
+    ``monkeypatch.setattr(trainable.runner, "run_trial", ...)`` left ``trials.runner`` without
+    ``run_trial`` for every later test of its worker (five failures in one run)."""
+
+    def setattr(self, target, *args, **kwargs):
+        return super().setattr(real_module(target) if not isinstance(target, str) else target, *args, **kwargs)
+
+    def delattr(self, target, *args, **kwargs):
+        return super().delattr(real_module(target) if not isinstance(target, str) else target, *args, **kwargs)
+
+
+@pytest.fixture
+def monkeypatch():
+    """Every test's ``monkeypatch``: pytest's own, lazy modules patched where they live (see above)."""
+    patch = _RealModuleMonkeyPatch()
+    yield patch
+    patch.undo()
+
 
 @pytest.fixture(autouse=True)
 def _seed_and_threads():

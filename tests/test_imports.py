@@ -249,3 +249,20 @@ def test_dashboards_points_to_harness_for_the_names_it_does_not_define():
     assert callable(load_study)
     with pytest.raises(AttributeError):
         _ = dashboards.no_such_name
+
+
+def test_a_patch_made_through_a_lazy_module_is_undone_in_the_real_module(monkeypatch):
+    """tests/conftest.py's monkeypatch patches a lazy module's real module: undone, the real attribute is back
+    (pytest's own, since 9, deleted it: it looked for the value to restore in the proxy's empty namespace)."""
+    import colorsys
+
+    from trials.lazy import LazyModule, real_module
+
+    proxy, original = LazyModule("colorsys"), colorsys.rgb_to_hsv
+    assert real_module(proxy) is colorsys and real_module(colorsys) is colorsys
+    with monkeypatch.context() as patch:
+        patch.setattr(proxy, "rgb_to_hsv", None)
+        assert colorsys.rgb_to_hsv is None and proxy.rgb_to_hsv is None
+        patch.delattr(proxy, "hsv_to_rgb")
+        assert not hasattr(colorsys, "hsv_to_rgb")
+    assert colorsys.rgb_to_hsv is original and callable(colorsys.hsv_to_rgb)

@@ -75,3 +75,13 @@ def lazy_import(name: str) -> types.ModuleType:
     LAZY_MODULES.add(name)
     module = sys.modules.get(name)
     return module if module is not None else LazyModule(name)
+
+
+def real_module(module: types.ModuleType) -> types.ModuleType:
+    """The module behind ``module``: a lazy one's real module (imported now), any other as it is.
+
+    For code that must reach the real module's own namespace, not the proxy's: pytest's ``monkeypatch``
+    (since 9) records the value it will put back from the target's ``__dict__``, which on a proxy holds
+    none of the module's names, so undoing a patch made through a proxy deleted the real attribute
+    (``trials.runner.run_trial`` gone for every later test in that process)."""
+    return module._lazy_load() if isinstance(module, LazyModule) else module
