@@ -148,13 +148,18 @@ def test_a_method_name_says_exactly_what_runs(tmp_path):
                                 str(tmp_path / "q.json")]) == 2  # fmt: skip
 
 
-def test_a_replay_reports_both_references_the_auc_and_the_oracle(tmp_path, capsys):
+def _replayed(tmp_path: Path, methods: str) -> tuple[dict, list[str]]:
+    """``methods`` replayed on the 9-width grid table (2 seeds, 2 workers) through the CLI: its JSON, its arguments."""
     table = _grid_table(tmp_path, 9)
     out = tmp_path / "q.json"
-    args = ["--table", str(table.path), "--methods", "random,random+spread", "--seeds", "2", "--workers", "2"]
-    assert search_quality.main([*args, "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
-    assert result["command"] == "python -m benchmarks.search_quality " + " ".join([*args, "--json", str(out)])
+    args = ["--table", str(table.path), "--methods", methods, "--seeds", "2", "--workers", "2", "--json", str(out)]
+    assert search_quality.main(args) == 0
+    return json.loads(out.read_text()), args
+
+
+def test_a_replay_reports_both_references_the_auc_and_the_oracle(tmp_path, capsys):
+    result, args = _replayed(tmp_path, "random,random+spread")
+    assert result["command"] == "python -m benchmarks.search_quality " + " ".join(args)
     assert result["default_method"] == "tpe+spread" and result["primary_reference"] == "nadir"
     for reference in ("nadir", "worst"):
         assert set(result["references"][reference]["oracle"]) == {"95", "99"}
@@ -384,11 +389,7 @@ def test_each_early_stopping_method_is_paired_with_the_same_method_without_it():
 
 
 def test_a_replay_holds_the_paired_comparison_and_prints_it(tmp_path, capsys):
-    table = _grid_table(tmp_path, 9)
-    out = tmp_path / "q.json"
-    args = ["--table", str(table.path), "--methods", "random,random+moasha", "--seeds", "2", "--workers", "2"]
-    assert search_quality.main([*args, "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
+    result, _ = _replayed(tmp_path, "random,random+moasha")
     assert result["paired_with_base"] == search_quality.paired_with_base(result)
     assert set(result["paired_with_base"]) == {"random+moasha"}
     assert "random+moasha against random, seed by seed: 95%: median" in capsys.readouterr().out
