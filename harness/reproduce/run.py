@@ -108,7 +108,7 @@ def reproduce(
             for part in parts:  # a part that stopped before its end: its runs so far are pooled
                 pooled = pooled_names(part.name, names)
                 if pooled:
-                    done = len(_finished_points(store, pooled) & {(p["variant"], p["seed"]) for p in grid_points(part)})
+                    done = len(_planned_and_finished(store, part, names))
                     if done < part.search.n_trials:
                         deviations.append(
                             f"part {part.name} is incomplete: {done} of its {part.search.n_trials} runs have finished "
@@ -189,6 +189,11 @@ def finished_runs(store, spec) -> set[tuple[str, int]]:
     names = store.study_names()
     if spec.name in names and store.study_counts(spec.name).total > 0:
         _check_same_plan(store.study(spec.name), spec)
+    return _planned_and_finished(store, spec, names)
+
+
+def _planned_and_finished(store, spec, names: list[str]) -> set[tuple[str, int]]:
+    """The grid points of ``spec`` that its study and continuations among ``names`` hold finished."""
     planned = {(str(p["variant"]), int(p["seed"])) for p in grid_points(spec)}
     return _finished_points(store, pooled_names(spec.name, names)) & planned
 
