@@ -372,3 +372,56 @@ def test_the_claims_pairs_on_the_test_split_are_shown_as_exploratory_and_paired_
     text = markdown_summary("s", run.protocol, [], [], "cmd", test_pairs=[pair])
     assert "Exploratory, not pre-registered" in text and "| CCTT - CTTT | " in text and "| 6 | 6 / 0 |" in text
     assert "Exploratory" not in markdown_summary("s", "accuracy", [], [], "cmd", test_pairs=[pair])
+
+
+@pytest.mark.slow
+def test_a_stopped_reproduction_says_to_rerun_reproduce_and_that_command_finishes_it(tmp_path):
+    """A reproduction stopped with Ctrl-C said "resume with: archsearch search --resume STUDY", which
+    would run the rest but write no summary (and, in a new sitting, has no Ray state to resume). It
+    now says to rerun its own ``reproduce`` command with its store, on screen and in the study's
+    message, and that very command, run as printed, finishes the study and writes the summary."""
+    import os
+    import shlex
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from harness.store import Store
+
+    exe = os.path.join(os.path.dirname(sys.executable), "archsearch")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    name = "coatnet-layouts-generalisation-tiny-only-CCTT_CTTT"  # --only runs those variants as their own study
+    command = ["reproduce", "coatnet-layouts", "--scale", "tiny", "--seeds", "2", "--only", "CCTT,CTTT",
+               "--protocol", "generalisation", "--dataset", "synthetic", "--output", "out", "--store", url]  # fmt: skip
+    driver = subprocess.Popen([exe, *command], cwd=tmp_path, start_new_session=True, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline, counts = time.time() + 300, {}
+    while time.time() < deadline and driver.poll() is None:  # until one run finished and another runs
+        time.sleep(0.5)
+        try:
+            with Store.open(url, create=False) as store:
+                counts = store.counts(name) if name in store.study_names() else {}
+        except Exception:
+            continue
+        if counts.get("completed", 0) >= 1 and counts.get("running", 0) >= 1:
+            break
+    assert driver.poll() is None, "the reproduction ended before it could be interrupted"
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=180)
+    assert driver.returncode == 130, err[-2000:]
+    said = [line for line in err.splitlines() if "resume with: " in line]
+    assert len(said) == 1 and "archsearch search --resume" not in err, err[-2000:]
+    rerun = said[0].split("resume with: ", 1)[1].strip()
+    assert rerun.startswith("archsearch reproduce coatnet-layouts --scale tiny --seeds 2 --only CCTT,CTTT")
+    assert rerun.endswith(f"--output out --store {url}")
+    with Store.open(url, create=False) as store:
+        study = store.study(name)
+    assert study["status"] == "interrupted" and study["status_message"].endswith(f"resume with: {rerun}")
+
+    again = subprocess.run([exe, *shlex.split(rerun)[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "out" / f"{name}.md").is_file()
+    with Store.open(url, create=False) as store:
+        finished = sum(store.counts(n).get("completed", 0) for n in store.study_names())
+    assert finished == 4  # each of the 4 runs once: none lost, none repeated

@@ -19,7 +19,7 @@ from harness.reproduce.studies import DEFAULT_DATASET, default_seeds
 from harness.reproduce.summary import markdown_summary, study_figures
 from harness.search.cluster.ray_setup import experiment_path, storage_location
 from harness.search.driver import run_search
-from harness.store import Store, StoreError
+from harness.store import Store, StoreError, mask_url
 from search_space.sampling import grid_points
 from search_space.validation import load_spec
 from trials.lazy import lazy_import
@@ -56,11 +56,13 @@ def reproduce(
     summaries and reports), each step a few lines.
     """
     written = []
+    rerun = rerun_command(command, store_url, address)
     # At a cluster scale (--scale imagenet) each study's learning-rate pilot runs first and its choice
     # fixes every variant's lr; None elsewhere. Refuses while a pilot is incomplete.
     pilot = pilot_step(
         study, store_url, scale=scale, seeds=seeds, protocols=tuple(protocols), dataset=dataset,
         data_dir=data_dir, address=address, results_dir=results_dir, output=output, run=run, only=tuple(only),
+        rerun=rerun,
     )  # fmt: skip
     for planned in plan(study, scale, seeds, protocols, dataset, data_dir, tuple(only), pilot):
         protocol = planned.protocol
@@ -68,7 +70,7 @@ def reproduce(
         parts = [load_spec(part, check_paths=address is None) for part in planned.run_specs]
         if run:
             for part in parts:
-                _run_or_resume(part, store_url, address, results_dir)
+                _run_or_resume(part, store_url, address, results_dir, rerun)
         with Store.open(store_url, create=False) as store:
             names = store.study_names()
             present = [n for part in parts for n in pooled_names(part.name, names)]
@@ -133,7 +135,15 @@ def reproduce(
     return written
 
 
-def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path | None) -> None:
+def rerun_command(command: str, store_url: str, address: str | None) -> str:
+    """What continues a stopped reproduction: the same ``archsearch reproduce`` command with its store
+    (masked) and cluster. Rerun, it keeps every finished run and runs the rest (resumed, or as a
+    continuation study), then writes the summaries; ``archsearch search --resume`` would run the rest
+    but write no summary, and after a new sitting has no Ray state to resume from."""
+    return f"{command} --store {mask_url(store_url)}" + (f" --address {address}" if address else "")
+
+
+def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path | None, rerun: str) -> None:
     """Run the study's grid; a study already in the store is resumed where it stopped (its finished
     runs kept) or, when complete, not run again. A stored study planned otherwise (other seeds,
     another budget) is refused: its runs would be mixed with this plan's.
@@ -142,7 +152,8 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
     sitting (a store carried to another machine, a results dir cleaned), the runs the study still
     lacks are run as a continuation, ``<name>.K``, a grid study of exactly those points that the
     summary pools with it (:func:`pooled_names`). Finished runs (completed, diverged, failed) are
-    never repeated; interrupted ones are."""
+    never repeated; interrupted ones are. ``rerun``: the command a stop says continues it
+    (:func:`rerun_command`)."""
     with Store.open(store_url) as store:
         names = store.study_names()
         stored = store.study(spec.name) if spec.name in names else None
@@ -154,14 +165,14 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
         pooled = pooled_names(spec.name, names)
         finished = _finished_points(store, pooled) if started else set()
     if not started:
-        run_search(spec, store_url, address=address, results_dir=results_dir)
+        run_search(spec, store_url, address=address, results_dir=results_dir, resume_with=rerun)
         return
     remaining = [p for p in grid_points(spec) if (p["variant"], p["seed"]) not in finished]
     if not remaining:
         return
     storage_path, _ = storage_location(results_dir)
     if len(pooled) == 1 and _can_restore(experiment_path(storage_path, spec.name)):
-        run_search(spec, store_url, address=address, results_dir=results_dir, resume=True)
+        run_search(spec, store_url, address=address, results_dir=results_dir, resume=True, resume_with=rerun)
         return
     continuation = spec.model_copy(
         update={
@@ -175,7 +186,7 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
         }
     )
     run_search(load_spec(continuation.model_dump(mode="json"), check_paths=address is None), store_url,
-               address=address, results_dir=results_dir)  # fmt: skip
+               address=address, results_dir=results_dir, resume_with=rerun)  # fmt: skip
 
 
 FINISHED = (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.FAILED)  # a run with an outcome: never repeated
@@ -266,6 +277,7 @@ def pilot_step(
     output: Path,
     run: bool,
     only: tuple[str, ...],
+    rerun: str,
 ) -> dict[str, dict[str, float]] | None:
     """At a cluster scale: run (or resume) each study's learning-rate pilot, choose each variant's lr
     by the pre-registered rule, write ``<pilot>.json`` to ``output``; pilot name -> the choice. None
@@ -277,7 +289,7 @@ def pilot_step(
     for planned in plan(study, scale, seeds, protocols, dataset, data_dir, only):
         pilot = planned.pilot
         if run:
-            _run_or_resume(load_spec(pilot, check_paths=address is None), store_url, address, results_dir)
+            _run_or_resume(load_spec(pilot, check_paths=address is None), store_url, address, results_dir, rerun)
         with Store.open(store_url, create=False) as store:
             names = pooled_names(pilot["name"], store.study_names())
             tables = [store.trials(n) for n in names if store.study_counts(n).total > 0]

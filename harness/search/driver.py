@@ -155,6 +155,7 @@ def run_search(
     resume: bool = False,
     verbose: bool = False,
     on_epoch: OnEpoch | None = None,
+    resume_with: str | None = None,
 ) -> SearchSummary:
     """Run the search the spec describes; every trial lands in the store at ``store_url``.
 
@@ -164,9 +165,16 @@ def run_search(
     ``on_epoch``: called in this process with every trial's every epoch (an
     :class:`trials.epoch_progress.EpochProgress`), from the results Tune hands the driver; held by the
     search's session, never pickled (a resumed search takes the one it is given now).
+    ``resume_with``: the command that continues this search once it was stopped, said on the stop and
+    kept in the study's message; default ``archsearch search --resume STUDY ...``. A caller that
+    continues its searches its own way gives its own (``archsearch reproduce`` does: rerun, it runs
+    what its studies still lack and writes their summaries). Its store URL must be masked.
     """
     with process_state_restored():  # the environment, umask and log levels it sets are this search's
-        return _search(spec, store_url, study_name, address, results_dir, resume, verbose, on_epoch=on_epoch)
+        return _search(
+            spec, store_url, study_name, address, results_dir, resume, verbose, on_epoch=on_epoch,
+            resume_with=resume_with,
+        )  # fmt: skip
 
 
 def _search(
@@ -179,6 +187,7 @@ def _search(
     verbose: bool,
     *,
     on_epoch: OnEpoch | None = None,
+    resume_with: str | None = None,
 ) -> SearchSummary:
     started = time.perf_counter()
     name = check_study_name(study_name or spec.name)
@@ -192,14 +201,14 @@ def _search(
         recorded = recorded_results_root(store_url, name)
         if recorded is not None:
             storage_path, chosen = recorded, True
-    command = resume_command(name, store_url, address, storage_path, chosen)
+    command = resume_with or resume_command(name, store_url, address, storage_path, chosen)
     watchdog = StopWatchdog(store_url, name, command)
     # What this search's hooks share; they write to this store and study, whatever Ray pickled.
     session = SearchSession(name, on_stop=watchdog.arm, store_url=split_secret(store_url)[0], on_epoch=on_epoch)
     watchdog.session = session  # its writes go under the lease the session will hold
     try:
         with session.active(), session.handling_signals():
-            run = SearchRun(spec, store_url, name, storage_path, chosen, address, resume, verbose, started)
+            run = SearchRun(spec, store_url, name, storage_path, chosen, address, resume, verbose, started, command)
             return _run_search(session, run, tracking, tracker_secrets)
     finally:
         watchdog.cancel()
@@ -290,7 +299,7 @@ def _check_before_writing(
 class SearchRun:
     """What one search was asked to do, settled before it starts: the spec (tracking password taken
     out), the store, the study's name, where Ray keeps its results (and whether the user chose it),
-    the Ray cluster, whether it resumes, and when it started."""
+    the Ray cluster, whether it resumes, when it started, and the command that continues it once stopped."""
 
     spec: SearchSpec
     store_url: str
@@ -301,9 +310,10 @@ class SearchRun:
     resume: bool
     verbose: bool
     started: float
+    resume_with: str  # said when the search stops early (:func:`resume_command` unless the caller gave its own)
 
     def resume_command(self) -> str:
-        return resume_command(self.name, self.store_url, self.address, self.storage_path, self.chosen)
+        return self.resume_with
 
 
 def _run_search(
