@@ -449,6 +449,33 @@ def test_a_second_search_on_a_running_study_names_its_driver_not_resume(tmp_path
             done = subprocess.run([EXE, *args, "--store", url], capture_output=True, text=True, timeout=120)
             assert done.returncode == 2 and f"being run by another driver (pid {holder.pid} on" in done.stderr
             assert "use --resume" not in done.stderr
+            assert f"then continue it with: archsearch search --resume busy --store {url}" in done.stderr
+    finally:
+        holder.kill()
+
+
+def test_a_second_reproduce_on_a_study_another_driver_runs_names_the_reproduce_command(tmp_path):
+    """A reproduction's study run by a live driver: the second ``reproduce`` is refused before Ray starts,
+    and the way on it names is that ``reproduce`` command with its store, not ``search --resume`` (which
+    would write no summary)."""
+    from harness.reproduce import coatnet_layouts_spec
+    from harness.store import Store
+    from harness.store.store import driver_identity
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    spec = coatnet_layouts_spec("tiny", "generalisation", 2, dataset="synthetic")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Store.open(url) as store:
+            store.create_study(spec["name"], spec, {"top1": "max", "train_loss": "min"})
+            store.set_study_status(spec["name"], "running", driver=driver_identity(holder.pid))
+        args = ["reproduce", "coatnet-layouts", "--scale", "tiny", "--seeds", "2", "--protocol", "generalisation",
+                "--dataset", "synthetic", "--output", "out", "--store", url]  # fmt: skip
+        done = subprocess.run([EXE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and f"being run by another driver (pid {holder.pid} on" in done.stderr
+        assert "--resume" not in done.stderr, done.stderr
+        rerun = "archsearch reproduce coatnet-layouts --scale tiny --seeds 2 --protocol generalisation"
+        assert f"then continue it with: {rerun} --dataset synthetic --output out --store {url}" in done.stderr
     finally:
         holder.kill()
 

@@ -233,12 +233,11 @@ def _hand_password_to_libpq(password: str | None) -> None:
         os.environ["PGPASSWORD"] = password
 
 
-def _check_before_writing(
-    spec: SearchSpec, store_url: str, name: str, storage_path: str, resume: bool
-) -> tuple[str, str]:
+def _check_before_writing(run: SearchRun) -> tuple[str, str]:
     """Everything about the study, its warm start and its results dir that can refuse the search,
     checked before anything is written (no store, results dir or study is created by a refused
     search). Returns (the results-dir entry the study owns or will create, its path)."""
+    spec, store_url, name, storage_path, resume = run.spec, run.store_url, run.name, run.storage_path, run.resume
     store = Store.open_existing(store_url)  # None: no store yet, created once the checks pass
     with contextlib.closing(store) if store is not None else contextlib.nullcontext():
         known = store is not None and name in store.study_names()
@@ -255,7 +254,7 @@ def _check_before_writing(
         if live is not None:  # said first: --resume would be refused too while it runs
             raise StoreError(
                 f"study {name!r} is being run by another driver ({live}): wait for it to end, or stop it "
-                "(Ctrl-C there) and then resume it with --resume"
+                f"(Ctrl-C there) and then continue it with: {run.resume_command()}"
             )
         if not resume and known and _has_trials(store, name):
             raise StoreError(
@@ -339,7 +338,7 @@ def _check_and_start_ray(session: SearchSession, run: SearchRun) -> tuple[str, s
     A refused search leaves nothing behind (a results dir it created is removed)."""
     created = experiment_guard.check_storage_root(run.storage_path)  # removed again if the search is refused
     try:
-        experiment = _check_before_writing(run.spec, run.store_url, run.name, run.storage_path, run.resume)
+        experiment = _check_before_writing(run)
         quiet_ray(run.verbose)
         if sys.stderr.isatty():  # a person watching: a first line now, not after Ray's start-up (5-7 s)
             where = f"joining the Ray cluster at {run.address}" if run.address else "starting a local Ray"
