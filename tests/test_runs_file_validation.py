@@ -276,6 +276,23 @@ def test_completed_runs_that_recorded_no_metric_at_all_are_left_out_not_a_crash(
     assert len(runs) == 4 and (runs["left_out"] == NO_VALUE).all() and runs["value"].isna().all()
 
 
+def test_a_store_whose_runs_recorded_no_model_config_gets_its_summary_and_an_uncoloured_report(tmp_path):
+    """The report is coloured by the model's LayerScale (CaiT) or layout (CoAtNet); runs that recorded no
+    model config (an older or hand-made store) refused that colour after the summary was written, which
+    left a summary without its report and exit 2. Now the report is drawn uncoloured, beside the summary."""
+    (run,) = plan("cait-class-attention", "tiny", 3, (), "synthetic", None)
+    trials = [(v, s, 80.0 + s + (v == "6+2")) for s in range(3) for v in run.spec["variants"]]
+    url = _store_with(tmp_path, run.spec["name"], run.spec, trials)
+    result = CliRunner().invoke(
+        main, ["reproduce", "cait-class-attention", "--scale", "tiny", "--seeds", "3", "--dataset", "synthetic",
+               "--report-only", "--store", url, "--output", str(tmp_path / "out")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for suffix in (".md", ".html", ".runs.csv", ".verdicts.json"):
+        assert (tmp_path / "out" / f"{run.spec['name']}{suffix}").is_file(), suffix
+    assert "coloured by" not in (tmp_path / "out" / f"{run.spec['name']}.html").read_text()
+
+
 def test_reproduce_from_a_store_with_a_run_counted_twice_exits_2_with_one_line(tmp_path):
     (run,) = plan("cait-class-attention", "tiny", 3, (), "synthetic", None)
     name = run.spec["name"]

@@ -124,6 +124,8 @@ def reproduce(
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
             atomic_write(summary, text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"
+            if color not in {c for name in present for c in store.config_columns(name)}:
+                color = None  # runs that recorded no model config (an older or hand-made store): uncoloured
             # The static page (PNGs, ~0.3 MB): a reproduction's report is an archive committed beside its
             # summary, five of them in the repository; `archsearch report` on the study's store gives the
             # interactive one (plotly.js alone is 4.6 MB a page).
