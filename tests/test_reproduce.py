@@ -374,18 +374,47 @@ def test_the_claims_pairs_on_the_test_split_are_shown_as_exploratory_and_paired_
     assert "Exploratory" not in markdown_summary("s", "accuracy", [], [], "cmd", test_pairs=[pair])
 
 
+def _stop_once_running(exe: str, args: list[str], cwd, url: str, study: str) -> str:
+    """Start ``archsearch ARGS`` in ``cwd``, SIGINT it once ``study`` has a run in progress that has reported
+    an epoch (so it has a checkpoint to resume from); its stderr (after checking it exited 130)."""
+    import signal
+    import subprocess
+    import time
+
+    from harness.store import Store
+
+    driver = subprocess.Popen([exe, *args], cwd=cwd, start_new_session=True, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline and driver.poll() is None:
+        time.sleep(0.2)
+        try:
+            with Store.open(url, create=False) as store:
+                counts = store.study_counts(study) if study in store.study_names() else None
+        except Exception:
+            continue
+        if counts is not None and counts.by_status["running"] >= 1 and counts.epochs >= 1:
+            break
+    assert driver.poll() is None, f"{study} ended before it could be interrupted"
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=180)
+    assert driver.returncode == 130, err[-2000:]
+    return err
+
+
 @pytest.mark.slow
 def test_a_stopped_reproduction_says_to_rerun_reproduce_and_that_command_finishes_it(tmp_path):
     """A reproduction stopped with Ctrl-C said "resume with: archsearch search --resume STUDY", which
     would run the rest but write no summary (and, in a new sitting, has no Ray state to resume). It
     now says to rerun its own ``reproduce`` command with its store, on screen and in the study's
-    message, and that very command, run as printed, finishes the study and writes the summary."""
+    message, and that very command, run as printed, continues it: in a new sitting as a continuation
+    study, and a continuation stopped in its turn is resumed from Ray's state (no third study, no run
+    trained twice), then the summary is written."""
     import os
     import shlex
-    import signal
+    import shutil
     import subprocess
     import sys
-    import time
 
     from harness.store import Store
 
@@ -394,22 +423,7 @@ def test_a_stopped_reproduction_says_to_rerun_reproduce_and_that_command_finishe
     name = "coatnet-layouts-generalisation-tiny-only-CCTT_CTTT"  # --only runs those variants as their own study
     command = ["reproduce", "coatnet-layouts", "--scale", "tiny", "--seeds", "2", "--only", "CCTT,CTTT",
                "--protocol", "generalisation", "--dataset", "synthetic", "--output", "out", "--store", url]  # fmt: skip
-    driver = subprocess.Popen([exe, *command], cwd=tmp_path, start_new_session=True, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    deadline, counts = time.time() + 300, {}
-    while time.time() < deadline and driver.poll() is None:  # until one run finished and another runs
-        time.sleep(0.5)
-        try:
-            with Store.open(url, create=False) as store:
-                counts = store.counts(name) if name in store.study_names() else {}
-        except Exception:
-            continue
-        if counts.get("completed", 0) >= 1 and counts.get("running", 0) >= 1:
-            break
-    assert driver.poll() is None, "the reproduction ended before it could be interrupted"
-    driver.send_signal(signal.SIGINT)
-    _, err = driver.communicate(timeout=180)
-    assert driver.returncode == 130, err[-2000:]
+    err = _stop_once_running(exe, command, tmp_path, url, name)
     said = [line for line in err.splitlines() if "resume with: " in line]
     assert len(said) == 1 and "archsearch search --resume" not in err, err[-2000:]
     rerun = said[0].split("resume with: ", 1)[1].strip()
@@ -419,9 +433,15 @@ def test_a_stopped_reproduction_says_to_rerun_reproduce_and_that_command_finishe
         study = store.study(name)
     assert study["status"] == "interrupted" and study["status_message"].endswith(f"resume with: {rerun}")
 
+    shutil.rmtree(tmp_path / "ray_results")  # a new sitting: Ray's state of the first one is gone
+    err = _stop_once_running(exe, shlex.split(rerun)[1:], tmp_path, url, f"{name}.2")
+    assert f"resume with: {rerun}" in err, err[-2000:]
     again = subprocess.run([exe, *shlex.split(rerun)[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (tmp_path / "out" / f"{name}.md").is_file()
     with Store.open(url, create=False) as store:
+        assert store.study_names() == [name, f"{name}.2"]  # the continuation resumed, not a third study
         finished = sum(store.counts(n).get("completed", 0) for n in store.study_names())
+        continued, planned = store.trials(f"{name}.2"), store.study(f"{name}.2")["spec"]["search"]["n_trials"]
     assert finished == 4  # each of the 4 runs once: none lost, none repeated
+    assert (continued["status"] == "completed").all() and len(continued) == planned  # its stopped run resumed

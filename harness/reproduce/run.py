@@ -154,8 +154,10 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
     sitting (a store carried to another machine, a results dir cleaned), the runs the study still
     lacks are run as a continuation, ``<name>.K``, a grid study of exactly those points that the
     summary pools with it (:func:`pooled_names`). Finished runs (completed, diverged, failed) are
-    never repeated; interrupted ones are. ``rerun``: the command a stop says continues it
-    (:func:`rerun_command`)."""
+    never repeated; interrupted ones are, unless the latest sitting's Ray state is still here: that
+    sitting, the study or its latest continuation, is then resumed, its unfinished runs from their last
+    checkpoint (a run stopped after hours is not trained again from its first epoch). ``rerun``: the
+    command a stop says continues it (:func:`rerun_command`)."""
     with Store.open(store_url) as store:
         names = store.study_names()
         stored = store.study(spec.name) if spec.name in names else None
@@ -166,6 +168,7 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
                 return
         pooled = pooled_names(spec.name, names)
         finished = _finished_points(store, pooled) if started else set()
+        latest = store.study(pooled[-1]) if started else None  # the sitting a rerun can resume
     if not started:
         run_search(spec, store_url, address=address, results_dir=results_dir, resume_with=rerun)
         return
@@ -173,8 +176,10 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
     if not remaining:
         return
     storage_path, _ = storage_location(results_dir)
-    if len(pooled) == 1 and _can_restore(experiment_path(storage_path, spec.name)):
-        run_search(spec, store_url, address=address, results_dir=results_dir, resume=True, resume_with=rerun)
+    if latest["status"] != TrialStatus.COMPLETED and _can_restore(experiment_path(storage_path, latest["name"])):
+        # A continuation's spec is the one it was started with (the points lacking then), as stored.
+        resumed = spec if latest["name"] == spec.name else load_spec(latest["spec"], check_paths=address is None)
+        run_search(resumed, store_url, address=address, results_dir=results_dir, resume=True, resume_with=rerun)
         return
     continuation = spec.model_copy(
         update={
