@@ -293,6 +293,23 @@ def test_a_store_whose_runs_recorded_no_model_config_gets_its_summary_and_an_unc
     assert "coloured by" not in (tmp_path / "out" / f"{run.spec['name']}.html").read_text()
 
 
+def test_a_report_that_cannot_be_written_leaves_no_summary_behind(tmp_path):
+    """The summary is written last: a report that fails (here its name is taken by a folder) leaves no
+    summary pointing at a report that is not there, and says so in one line."""
+    (run,) = plan("cait-class-attention", "tiny", 3, (), "synthetic", None)
+    name = run.spec["name"]
+    url = _store_with(tmp_path, name, run.spec, [(v, s, 80.0 + s) for s in range(3) for v in run.spec["variants"]])
+    (tmp_path / "out" / f"{name}.html").mkdir(parents=True)
+    result = CliRunner().invoke(
+        main, ["reproduce", "cait-class-attention", "--scale", "tiny", "--seeds", "3", "--dataset", "synthetic",
+               "--report-only", "--store", url, "--output", str(tmp_path / "out")],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    (line,) = [line for line in result.output.splitlines() if line]
+    assert line.startswith("Error: cannot write ") and line.endswith(f"{name}.html: Is a directory"), line
+    assert not (tmp_path / "out" / f"{name}.md").exists()
+
+
 def test_reproduce_from_a_store_with_a_run_counted_twice_exits_2_with_one_line(tmp_path):
     (run,) = plan("cait-class-attention", "tiny", 3, (), "synthetic", None)
     name = run.spec["name"]

@@ -252,6 +252,11 @@ def reproduce_command(
         )
     except (ConfigError, store_package.StoreError, ValueError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
+    except OSError as error:  # a file of the summary set that cannot be written: one line, exit 2, no summary
+        target = error.filename2 or error.filename
+        if not (isinstance(target, str) and Path(target).resolve().is_relative_to(Path(output).resolve())):
+            raise
+        raise UsageError(printable(f"cannot write {os.path.relpath(target)}: {error.strerror or error}")) from None
     for path in written:
         click.echo(f"wrote {printable(os.path.relpath(path))}")
 

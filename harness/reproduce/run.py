@@ -122,7 +122,6 @@ def reproduce(
                 test_pairs=pairs_on_test_split(runs, list(protocol.claims), predictions),
             )  # fmt: skip
             text += "".join(f"\n![{title}]({path.name})\n" for title, path in figures)
-            atomic_write(summary, text)
             color = "config.model.layout" if spec.family == "coatnet" else "config.model.layer_scale"
             if color not in {c for name in present for c in store.config_columns(name)}:
                 color = None  # runs that recorded no model config (an older or hand-made store): uncoloured
@@ -133,6 +132,7 @@ def reproduce(
                 store, present, dict(spec.objectives), output / f"{spec.name}.html", color_by=color, static=True
             )
             records = write_records(output, spec.name, runs, verdicts, metric, predictions)
+            atomic_write(summary, text)  # last: a summary is never left without its report and records
         written += [summary, *records, report, *(path for _, path in figures)]
     return written
 
