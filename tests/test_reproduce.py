@@ -374,9 +374,11 @@ def test_the_claims_pairs_on_the_test_split_are_shown_as_exploratory_and_paired_
     assert "Exploratory" not in markdown_summary("s", "accuracy", [], [], "cmd", test_pairs=[pair])
 
 
-def _stop_once_running(exe: str, args: list[str], cwd, url: str, study: str) -> str:
+def _stop_once_running(exe: str, args: list[str], cwd, url: str, study: str, group_sigterm: bool = False) -> str:
     """Start ``archsearch ARGS`` in ``cwd``, SIGINT it once ``study`` has a run in progress that has reported
-    an epoch (so it has a checkpoint to resume from); its stderr (after checking it exited 130)."""
+    an epoch (so it has a checkpoint to resume from), or SIGTERM its whole process group as a batch scheduler
+    does; its stderr (after checking it exited 130, or 143)."""
+    import os
     import signal
     import subprocess
     import time
@@ -396,9 +398,12 @@ def _stop_once_running(exe: str, args: list[str], cwd, url: str, study: str) -> 
         if counts is not None and counts.by_status["running"] >= 1 and counts.epochs >= 1:
             break
     assert driver.poll() is None, f"{study} ended before it could be interrupted"
-    driver.send_signal(signal.SIGINT)
+    if group_sigterm:
+        os.killpg(driver.pid, signal.SIGTERM)  # Ray's processes get it too
+    else:
+        driver.send_signal(signal.SIGINT)
     _, err = driver.communicate(timeout=180)
-    assert driver.returncode == 130, err[-2000:]
+    assert driver.returncode == (143 if group_sigterm else 130), err[-2000:]
     return err
 
 
@@ -426,6 +431,7 @@ def test_a_stopped_reproduction_says_to_rerun_reproduce_and_that_command_finishe
     err = _stop_once_running(exe, command, tmp_path, url, name)
     said = [line for line in err.splitlines() if "resume with: " in line]
     assert len(said) == 1 and "archsearch search --resume" not in err, err[-2000:]
+    assert said[0].startswith("search interrupted by SIGINT"), said[0]  # a stop, as a search's: not an "Error:"
     rerun = said[0].split("resume with: ", 1)[1].strip()
     assert rerun.startswith("archsearch reproduce coatnet-layouts --scale tiny --seeds 2 --only CCTT,CTTT")
     assert rerun.endswith(f"--output out --store {url}")
@@ -434,8 +440,9 @@ def test_a_stopped_reproduction_says_to_rerun_reproduce_and_that_command_finishe
     assert study["status"] == "interrupted" and study["status_message"].endswith(f"resume with: {rerun}")
 
     shutil.rmtree(tmp_path / "ray_results")  # a new sitting: Ray's state of the first one is gone
-    err = _stop_once_running(exe, shlex.split(rerun)[1:], tmp_path, url, f"{name}.2")
-    assert f"resume with: {rerun}" in err, err[-2000:]
+    # This one ended by a batch scheduler: SIGTERM to the process group, exit 143 (not Ray's shutdown's 1).
+    err = _stop_once_running(exe, shlex.split(rerun)[1:], tmp_path, url, f"{name}.2", group_sigterm=True)
+    assert "search interrupted by SIGTERM" in err and f"resume with: {rerun}" in err, err[-2000:]
     again = subprocess.run([exe, *shlex.split(rerun)[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert (tmp_path / "out" / f"{name}.md").is_file()

@@ -7,6 +7,7 @@ import math
 import os
 import shlex
 from pathlib import Path
+from typing import NoReturn
 
 import click
 from click.core import ParameterSource
@@ -119,9 +120,7 @@ def search_command(
     except (store_package.StoreError, SearchError, cluster.ClusterError) as error:
         raise UsageError(str(error)) from None
     except interrupts.SearchInterrupted as interrupted:  # Ctrl-C, SIGTERM, a store outage: resumable, one line
-        click.echo(f"\n{interrupted}", err=True)
-        watch.exit_at_once_if_local_ray_died(interrupted.exit_code)
-        raise SystemExit(interrupted.exit_code) from None
+        _end_interrupted(interrupted)
     except KeyboardInterrupt:  # before the search started: nothing ran
         click.echo("\nsearch interrupted before any trial ran", err=True)
         raise SystemExit(130) from None
@@ -252,6 +251,8 @@ def reproduce_command(
         )
     except (ConfigError, store_package.StoreError, ValueError) as error:
         raise UsageError(str(error).splitlines()[0]) from None
+    except interrupts.SearchInterrupted as interrupted:  # as a search's: its line says to rerun this command
+        _end_interrupted(interrupted)
     except OSError as error:  # a file of the summary set that cannot be written: one line, exit 2, no summary
         target = error.filename2 or error.filename
         if not (isinstance(target, str) and Path(target).resolve().is_relative_to(Path(output).resolve())):
@@ -259,6 +260,15 @@ def reproduce_command(
         raise UsageError(printable(f"cannot write {os.path.relpath(target)}: {error.strerror or error}")) from None
     for path in written:
         click.echo(f"wrote {printable(os.path.relpath(path))}")
+
+
+def _end_interrupted(interrupted) -> NoReturn:
+    """A search (or a reproduction's) stopped early: its one line (how to continue), then the stop's exit code,
+    at once where the signal also ended the local Ray (a batch scheduler's SIGTERM to the process group),
+    whose own shutdown would wait a minute and exit 1."""
+    click.echo(f"\n{interrupted}", err=True)
+    watch.exit_at_once_if_local_ray_died(interrupted.exit_code)
+    raise SystemExit(interrupted.exit_code) from None
 
 
 def _existing_store(url: str):
