@@ -211,7 +211,8 @@ class Liveness(StoreBase):
             if held and driver_gone(record, stale_after_s) is None:
                 raise StoreError(
                     f"study {name!r} is being run by another driver ({describe_driver(record.driver)}): wait for "
-                    "it to end, or stop it (Ctrl-C there) and resume it with --resume"
+                    "it to end, or stop it (Ctrl-C there) and continue it then (`archsearch search --resume`, or the "
+                    "`archsearch reproduce` command that started it)"
                 )
             conn.execute(
                 table.update()
