@@ -624,3 +624,61 @@ def test_the_local_rays_processes_leave_a_group_stop_signal_to_the_driver_and_en
         assert stops <= set(found["blocked"][kind]), (kind, found["blocked"])
     assert not stops & set(found["blocked"]["the driver"]), found["blocked"]
     assert found["left"] == [], "Ray's shutdown left processes running"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("left_on_disk", ["a-newer-checkpoint", "no-checkpoint"])
+def test_a_trial_whose_saved_checkpoint_was_deleted_after_the_last_saved_state_resumes_not_fails(
+    tmp_path, left_on_disk
+):
+    """Ray deletes a trial's older checkpoint as soon as it registers a newer one (``num_to_keep=1``) but
+    saves the experiment state naming the latest only every 10 s or more: a driver SIGKILLed in between
+    left a state naming a checkpoint that was gone, and ``--resume`` failed that trial at every retry
+    ("does not exist on storage anymore"; the SIGKILL test in tests/test_search.py, under load). Made
+    here exactly: a stopped search's running trial loses the checkpoint its saved state names, a newer
+    one on disk (or none). The resume takes the newest one on disk (or starts the trial again): every
+    trial completes, none fails, none is lost."""
+    import shutil
+
+    from harness.store import Store
+
+    name = "lost-checkpoint"
+    driver, url, common = _start(tmp_path, name)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # until a trial still running has a checkpoint to resume from
+        with Store.open(url, create=False) as store:
+            curves = store.learning_curves(name)
+        if (curves["status"] == "running").any():
+            break
+        time.sleep(0.3)
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err[-2000:]
+    with Store.open(url, create=False) as store:
+        stopped = store.trials(name)
+    lost = []
+    for number in stopped.loc[stopped["status"] == "interrupted", "number"]:
+        (trial_dir,) = (tmp_path / "ray" / name).glob(f"*archsearch_number={number},*")
+        on_disk = sorted(trial_dir.glob("checkpoint_*"))
+        if not on_disk:
+            continue
+        named = on_disk[0]  # the older one left is the one the saved state names (Ray deletes the rest)
+        newer = named.with_name(f"checkpoint_{int(named.name.split('_')[1]) + 1:06d}")
+        if left_on_disk == "a-newer-checkpoint" and not newer.exists():
+            shutil.copytree(named, newer)  # registered by the driver that died, after its last saved state
+        for checkpoint in on_disk if left_on_disk == "no-checkpoint" else [named]:
+            shutil.rmtree(checkpoint)
+        lost.append(number)
+    assert lost, "no interrupted trial had a checkpoint"
+    resumed = subprocess.run([EXE, "search", "--resume", name, *common], capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    counts, study, states = _state(url, name)
+    assert study["status"] == "completed" and counts["failed"] == 0, resumed.stderr[-3000:]
+    assert counts["completed"] == 4 and sum(counts.values()) == 4 and states == ["COMPLETE"] * 4
+    with Store.open(url, create=False) as store:
+        trials = store.trials(name).set_index("number")
+    resumed_from = trials.reindex(columns=["resumed_from_epoch"]).loc[lost, "resumed_from_epoch"].fillna(0)
+    if left_on_disk == "a-newer-checkpoint":  # from the newer checkpoint, not from its first epoch
+        assert (resumed_from >= 1).all(), resumed_from
+    else:
+        assert (resumed_from == 0).all(), resumed_from

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -32,6 +33,7 @@ ray = lazy_import("ray")
 ray_raylet = lazy_import("ray._raylet")
 ray_cloudpickle = lazy_import("ray.cloudpickle")
 ray_search_generator = lazy_import("ray.tune.search.search_generator")
+ray_train_session = lazy_import("ray.train._internal.session")  # _TrainingResult: a checkpoint and its metrics
 ray_services = lazy_import("ray._private.services")
 optuna_hypervolume_history = lazy_import("optuna.visualization._hypervolume_history")
 optuna_transform = lazy_import("optuna._transform")  # how BoTorchSampler encodes a configuration
@@ -212,6 +214,81 @@ def relocate_saved_search_state(experiment_dir: str, storage_path: str, experime
     experiment.spec["storage"] = moved
     atomic_write(newest, ray_cloudpickle.dumps(state))
     return True
+
+
+_PICKLED = "CLOUDPICKLE_FALLBACK"  # how Tune's JSON encoder writes an object it cannot write as JSON
+
+
+def _unpickled(blob: Any) -> Any:
+    return ray_cloudpickle.loads(bytes.fromhex(blob["value"])) if isinstance(blob, dict) else None
+
+
+def _pickled(value: Any) -> dict[str, str]:
+    return {"_type": _PICKLED, "value": ray_cloudpickle.dumps(value).hex()}
+
+
+def repoint_lost_checkpoints(experiment_dir: str) -> list[str]:
+    """A saved trial whose latest checkpoint is gone resumes from the newest one it has on disk, or from its
+    start, instead of failing; returns the trials repointed.
+
+    Ray Tune deletes a trial's older checkpoint as soon as it registers a newer one (``num_to_keep=1``)
+    but writes the experiment state that names the latest only every 10 s or more. A driver SIGKILLed in
+    between (the OOM killer, a lost node) leaves a state naming a checkpoint that no longer exists, and
+    ``Tuner.restore`` then fails that trial at every retry ("does not exist on storage anymore"): a trial
+    lost on resume. Before the restore, each such trial of the newest state file (the one Ray loads) is
+    pointed at the newest ``checkpoint_*`` of its own directory, with the metrics Ray recorded for it, and
+    its checkpoint index at that one's (the next is written after it, never over it); with none left it
+    starts again. Our trainable resumes from the epoch its checkpoint holds. Local storage only; a trial
+    directory that is not where the state says (a moved results dir) is left to Ray's relocation.
+    Rewritten to a temporary name and renamed."""
+    saved = sorted(Path(experiment_dir).glob("experiment_state-*.json"))
+    if not saved:
+        return []
+    newest = saved[-1]  # Ray loads the greatest name (a timestamp)
+    state = json.loads(newest.read_text())
+    repointed = []
+    for entry in state.get("trial_data", []):
+        trial, metadata = json.loads(entry[0]), json.loads(entry[1])
+        manager = _unpickled(metadata.get("checkpoint_manager"))
+        latest = getattr(manager, "latest_checkpoint_result", None)
+        if latest is None or latest.checkpoint is None or "://" in str(latest.checkpoint.path):
+            continue
+        named = Path(latest.checkpoint.path)
+        if named.exists() or not named.parent.is_dir():
+            continue
+        on_disk = sorted(p for p in named.parent.glob("checkpoint_*") if p.is_dir() and not p.is_symlink())
+        if on_disk:
+            replacement = ray_train_session._TrainingResult(
+                checkpoint=type(latest.checkpoint)(path=str(on_disk[-1]), filesystem=latest.checkpoint.filesystem),
+                metrics=_recorded_metrics(named.parent, on_disk[-1].name) or latest.metrics,
+            )
+            manager._latest_checkpoint_result, manager._checkpoint_results = replacement, [replacement]
+            storage = _unpickled(trial.get("storage"))
+            if storage is not None:
+                storage.current_checkpoint_index = int(on_disk[-1].name.rsplit("_", 1)[1])
+                trial["storage"] = _pickled(storage)
+        else:
+            manager._latest_checkpoint_result, manager._checkpoint_results = None, []
+        metadata["checkpoint_manager"] = _pickled(manager)
+        entry[0], entry[1] = json.dumps(trial, indent=2), json.dumps(metadata, indent=2)
+        repointed.append(str(trial.get("trial_id")))
+    if repointed:
+        atomic_write(newest, json.dumps(state, indent=2))
+    return repointed
+
+
+def _recorded_metrics(trial_dir: Path, checkpoint_name: str) -> dict[str, Any] | None:
+    """The result Ray recorded with checkpoint ``checkpoint_name`` (its ``result.json`` line), or None."""
+    try:
+        lines = (trial_dir / "result.json").read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        with contextlib.suppress(ValueError):
+            result = json.loads(line)
+            if isinstance(result, dict) and result.get("checkpoint_dir_name") == checkpoint_name:
+                return result
+    return None
 
 
 def report_intermediate(study: Any, number: int, step: int, value: float) -> None:

@@ -390,6 +390,7 @@ def _tuner(
         # Tune restores the run config it pickled, callbacks included (the trackers the search started
         # with); Tuner.restore takes no others.
         adapter.relocate_saved_search_state(experiment, run.storage_path, experiment_name)  # a moved results dir
+        adapter.repoint_lost_checkpoints(experiment)  # a checkpoint deleted after the last saved state (SIGKILL)
         tuner = tune.Tuner.restore(experiment, trainable=_trainable(spec), resume_errored=True)
         replay_finished(tuner, spec, public_url, name, optuna_storage)
         return tuner, optuna_storage
