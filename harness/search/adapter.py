@@ -33,6 +33,7 @@ ray = lazy_import("ray")
 ray_raylet = lazy_import("ray._raylet")
 ray_cloudpickle = lazy_import("ray.cloudpickle")
 ray_search_generator = lazy_import("ray.tune.search.search_generator")
+ray_tune_controller = lazy_import("ray.tune.execution.tune_controller")
 ray_train_session = lazy_import("ray.train._internal.session")  # _TrainingResult: a checkpoint and its metrics
 ray_services = lazy_import("ray._private.services")
 optuna_hypervolume_history = lazy_import("optuna.visualization._hypervolume_history")
@@ -241,7 +242,7 @@ def repoint_lost_checkpoints(experiment_dir: str) -> list[str]:
     starts again. Our trainable resumes from the epoch its checkpoint holds. Local storage only; a trial
     directory that is not where the state says (a moved results dir) is left to Ray's relocation.
     Rewritten to a temporary name and renamed."""
-    saved = sorted(Path(experiment_dir).glob("experiment_state-*.json"))
+    saved = sorted(Path(experiment_dir).glob(ray_tune_controller.TuneController.CKPT_FILE_TMPL.format("*")))
     if not saved:
         return []
     newest = saved[-1]  # Ray loads the greatest name (a timestamp)
