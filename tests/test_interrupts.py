@@ -480,6 +480,45 @@ def test_a_second_reproduce_on_a_study_another_driver_runs_names_the_reproduce_c
         holder.kill()
 
 
+def test_a_reproduce_whose_continuation_another_driver_runs_is_refused_not_run_twice(tmp_path):
+    """Only the sitting being written was checked for a live driver: with the first sitting stopped and
+    its continuation ``.2`` run by a live driver whose Ray state is elsewhere (another machine on a
+    shared store, another results dir), a second ``reproduce`` started ``.3`` on the very runs ``.2``
+    was training, so each was trained and recorded twice. It is refused before Ray starts, naming the
+    sitting, its driver and the command that continues the study once that driver is done."""
+    from harness.reproduce import coatnet_layouts_spec
+    from harness.store import Store
+    from harness.store.store import driver_identity
+    from search_space.validation import load_spec
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    spec = load_spec(coatnet_layouts_spec("tiny", "generalisation", 2, dataset="synthetic")).model_dump(mode="json")
+    name = spec["name"]
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Store.open(url) as store:
+            store.create_study(name, spec, {"top1": "max", "train_loss": "min"})
+            run = {"name": "CCTT", "seed": 0}
+            store.start_trial(name, 0, run)  # the first sitting, stopped: a run interrupted
+            store.finish_trial(name, 0, status="interrupted", config=run, error="interrupted by SIGINT")
+            store.set_study_status(name, "interrupted")
+            store.create_study(f"{name}.2", {**spec, "name": f"{name}.2"}, {"top1": "max", "train_loss": "min"})
+            store.start_trial(f"{name}.2", 0, run)
+            store.set_study_status(f"{name}.2", "running", driver=driver_identity(holder.pid))
+        args = ["reproduce", "coatnet-layouts", "--scale", "tiny", "--seeds", "2", "--protocol", "generalisation",
+                "--dataset", "synthetic", "--output", "out", "--store", url]  # fmt: skip
+        done = subprocess.run([EXE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert f"study '{name}.2' is being run by another driver (pid {holder.pid} on" in done.stderr
+        assert f"then continue it with: archsearch {' '.join(args)}" in done.stderr
+        with Store.open(url, create=False) as store:
+            assert store.study_names() == [name, f"{name}.2"]  # no third sitting
+            assert store.study(f"{name}.2")["status"] == "running" and store.counts(f"{name}.2")["running"] == 1
+        assert not (tmp_path / "out").exists()
+    finally:
+        holder.kill()
+
+
 @pytest.mark.parametrize(("signum", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 @pytest.mark.parametrize("swallowed", [False, True])
 def test_a_signal_reaching_a_command_before_its_own_handlers_exits_in_one_line(monkeypatch, signum, code, swallowed):

@@ -108,6 +108,39 @@ def test_a_dead_driver_in_this_pid_namespace_is_known_at_once(store_url):
         holder.kill()
 
 
+def test_a_dead_drivers_study_is_shown_and_recorded_interrupted_with_the_trials_it_left_running(store_url):
+    """A driver killed outright (SIGKILL, the OOM killer, a lost node) leaves its study and the trials it
+    ran ``running``. ``studies`` showed the study ``interrupted`` beside ``running 1``, and recording it
+    changed the study alone: a reproduction whose continuation replaced that sitting kept its trials
+    ``running`` in the store for ever. Both now say what happened to the trials too; a read still
+    writes nothing, and ``names`` limits the recording to the studies asked for."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with Store.open(store_url) as store:
+            for name in ("s", "other"):
+                store.create_study(name, {"name": name}, {"top1": "max"})
+                store.claim_study(name)
+                store.start_trial(name, 0, {"model": {}})
+                store.finish_trial(name, 0, status="completed", config={"model": {}}, final={"top1": 50.0})
+                store.start_trial(name, 1, {"model": {}})
+                _set(store, name, driver=liveness.driver_identity(holder.pid))
+            holder.kill()
+            holder.wait()
+            shown = store.studies().set_index("name").loc["s"]
+            assert shown["status"] == "interrupted" and "stopped before the search ended" in shown["message"]
+            assert (shown["running"], shown["interrupted"], shown["completed"]) == (0, 1, 1)
+            assert store.counts("s")["running"] == 1 and store.study("s")["status"] == "running"  # a read
+            assert store.mark_interrupted(names=["s"]) == ["s"]
+            trials = store.trials("s").set_index("number")
+            assert trials["status"].to_dict() == {0: "completed", 1: "interrupted"}
+            assert "stopped before the search ended" in trials.loc[1, "error"]
+            assert store.study("s")["status"] == "interrupted"
+            assert store.study("other")["status"] == "running" and store.counts("other")["running"] == 1
+            assert store.mark_interrupted() == ["other"] and store.counts("other")["running"] == 0
+    finally:
+        holder.kill()
+
+
 @pytest.mark.parametrize("skew_s", [-7200.0, 7200.0])
 def test_a_skewed_client_clock_never_reads_as_a_dead_driver(store_url, monkeypatch, skew_s):
     """Beats are stamped and judged on the database's clock: a reader (or a driver) whose own clock is

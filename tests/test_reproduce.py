@@ -374,10 +374,13 @@ def test_the_claims_pairs_on_the_test_split_are_shown_as_exploratory_and_paired_
     assert "Exploratory" not in markdown_summary("s", "accuracy", [], [], "cmd", test_pairs=[pair])
 
 
-def _stop_once_running(exe: str, args: list[str], cwd, url: str, study: str, group_sigterm: bool = False) -> str:
+def _stop_once_running(
+    exe: str, args: list[str], cwd, url: str, study: str, group_sigterm: bool = False, group_sigkill: bool = False
+) -> str:
     """Start ``archsearch ARGS`` in ``cwd``, SIGINT it once ``study`` has a run in progress that has reported
     an epoch (so it has a checkpoint to resume from), or SIGTERM its whole process group as a batch scheduler
-    does; its stderr (after checking it exited 130, or 143)."""
+    does, or SIGKILL it (the OOM killer, a lost node: nothing is recorded); its stderr (after checking it
+    exited 130, 143 or by SIGKILL)."""
     import os
     import signal
     import subprocess
@@ -398,12 +401,12 @@ def _stop_once_running(exe: str, args: list[str], cwd, url: str, study: str, gro
         if counts is not None and counts.by_status["running"] >= 1 and counts.epochs >= 1:
             break
     assert driver.poll() is None, f"{study} ended before it could be interrupted"
-    if group_sigterm:
-        os.killpg(driver.pid, signal.SIGTERM)  # Ray's processes get it too
+    if group_sigterm or group_sigkill:
+        os.killpg(driver.pid, signal.SIGKILL if group_sigkill else signal.SIGTERM)  # Ray's processes get it too
     else:
         driver.send_signal(signal.SIGINT)
     _, err = driver.communicate(timeout=180)
-    assert driver.returncode == (143 if group_sigterm else 130), err[-2000:]
+    assert driver.returncode == (-signal.SIGKILL if group_sigkill else 143 if group_sigterm else 130), err[-2000:]
     return err
 
 
@@ -452,3 +455,43 @@ def test_a_stopped_reproduction_says_to_rerun_reproduce_and_that_command_finishe
         continued, planned = store.trials(f"{name}.2"), store.study(f"{name}.2")["spec"]["search"]["n_trials"]
     assert finished == 4  # each of the 4 runs once: none lost, none repeated
     assert (continued["status"] == "completed").all() and len(continued) == planned  # its stopped run resumed
+
+
+@pytest.mark.slow
+def test_a_continuation_whose_driver_was_killed_is_recorded_interrupted_and_the_next_sitting_runs_it_once(tmp_path):
+    """A sitting whose driver was SIGKILLed leaves its study and the run it trained ``running``. The next
+    ``reproduce`` in a new sitting (no Ray state to resume) starts a continuation of the runs it lacks; the
+    killed sitting stayed ``running``, its run too, in the store for ever. It is now recorded
+    ``interrupted`` (study and run, with why) before the continuation starts, and every run of the study
+    is finished exactly once across the three sittings."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from harness.store import Store
+
+    exe = os.path.join(os.path.dirname(sys.executable), "archsearch")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    name = "coatnet-layouts-generalisation-tiny-only-CCTT_CTTT"
+    command = ["reproduce", "coatnet-layouts", "--scale", "tiny", "--seeds", "2", "--only", "CCTT,CTTT",
+               "--protocol", "generalisation", "--dataset", "synthetic", "--output", "out", "--store", url]  # fmt: skip
+    _stop_once_running(exe, command, tmp_path, url, name)
+    shutil.rmtree(tmp_path / "ray_results")  # a new sitting
+    _stop_once_running(exe, command, tmp_path, url, f"{name}.2", group_sigkill=True)
+    with Store.open(url, create=False) as store:
+        assert store.study(f"{name}.2")["status"] == "running" and store.counts(f"{name}.2")["running"] >= 1
+    shutil.rmtree(tmp_path / "ray_results")  # and another: the killed sitting cannot be resumed from Ray's state
+    again = subprocess.run([exe, *command], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    with Store.open(url, create=False) as store:
+        names = store.study_names()
+        killed, counts = store.study(f"{name}.2"), {n: store.counts(n) for n in names}
+        left = store.trials(f"{name}.2")
+    assert names == [name, f"{name}.2", f"{name}.3"]
+    assert killed["status"] == "interrupted" and "stopped before the search ended" in killed["status_message"]
+    assert all(c["running"] == 0 for c in counts.values()), counts
+    stopped = left[left["status"] == "interrupted"]
+    assert len(stopped) >= 1 and stopped["error"].str.contains("stopped before the search ended").all()
+    assert sum(c["completed"] for c in counts.values()) == 4  # each of the 4 runs once: none lost, none repeated
+    assert (tmp_path / "out" / f"{name}.md").is_file()

@@ -156,8 +156,10 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
     summary pools with it (:func:`pooled_names`). Finished runs (completed, diverged, failed) are
     never repeated; interrupted ones are, unless the latest sitting's Ray state is still here: that
     sitting, the study or its latest continuation, is then resumed, its unfinished runs from their last
-    checkpoint (a run stopped after hours is not trained again from its first epoch). ``rerun``: the
-    command a stop says continues it (:func:`rerun_command`)."""
+    checkpoint (a run stopped after hours is not trained again from its first epoch). A sitting a live
+    driver runs refuses the rerun (:func:`_refuse_live_sittings`); one whose driver is gone (killed) is
+    recorded ``interrupted``, with the runs it left ``running``, before a continuation replaces it.
+    ``rerun``: the command a stop says continues it (:func:`rerun_command`)."""
     with Store.open(store_url) as store:
         names = store.study_names()
         stored = store.study(spec.name) if spec.name in names else None
@@ -169,6 +171,8 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
         pooled = pooled_names(spec.name, names)
         finished = _finished_points(store, pooled) if started else set()
         latest = store.study(pooled[-1]) if started else None  # the sitting a rerun can resume
+        if started:
+            _refuse_live_sittings(store, pooled, rerun)
     if not started:
         run_search(spec, store_url, address=address, results_dir=results_dir, resume_with=rerun)
         return
@@ -181,6 +185,8 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
         resumed = spec if latest["name"] == spec.name else load_spec(latest["spec"], check_paths=address is None)
         run_search(resumed, store_url, address=address, results_dir=results_dir, resume=True, resume_with=rerun)
         return
+    with Store.open(store_url) as store:  # the sittings a driver left running are over: recorded so, trials too
+        store.mark_interrupted(names=pooled)
     continuation = spec.model_copy(
         update={
             "name": f"{spec.name}.{len(pooled) + 1}",
@@ -194,6 +200,21 @@ def _run_or_resume(spec, store_url: str, address: str | None, results_dir: Path 
     )
     run_search(load_spec(continuation.model_dump(mode="json"), check_paths=address is None), store_url,
                address=address, results_dir=results_dir, resume_with=rerun)  # fmt: skip
+
+
+def _refuse_live_sittings(store, pooled: list[str], rerun: str) -> None:
+    """Refuse (:class:`StoreError`) while a live driver runs any sitting of the study, before Ray starts.
+
+    Only the sitting being written was checked: where that driver's Ray state is not here (another
+    machine on a shared store, another results dir) a second ``reproduce`` started a continuation of
+    the very runs the first was training, and each was trained and recorded twice."""
+    for name in pooled:
+        live = store.live_driver(name)
+        if live is not None:
+            raise StoreError(
+                f"study {name!r} is being run by another driver ({live}): wait for it to end, or stop it "
+                f"(Ctrl-C there) and then continue it with: {rerun}"
+            )
 
 
 FINISHED = (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.FAILED)  # a run with an outcome: never repeated
@@ -240,6 +261,8 @@ def _finished_points(store, names: list[str]) -> set[tuple[str, int]]:
         if trials.empty:  # a part interrupted before its first run
             continue
         done = trials[trials["status"].isin(FINISHED)]
+        if done.empty:  # nothing finished (its configs may predate the grid's columns)
+            continue
         points |= {(str(v), int(s)) for v, s in zip(done["config.name"], done["config.seed"], strict=True)}
     return points
 

@@ -26,12 +26,12 @@ from pathlib import Path
 
 from sqlalchemy import DateTime, func, select
 
-from trials.status import StudyStatus
+from trials.status import StudyStatus, TrialStatus
 
 from . import driver_lock
 from .base import StoreBase, _now
 from .errors import LeaseLost, StoreError
-from .schema import Study
+from .schema import Study, Trial
 
 HEARTBEAT_S = 30.0  # a running search's driver renews its lease this often
 HEARTBEAT_STALE_S = 600.0  # a lease not renewed this long (on the database's clock) is taken as gone
@@ -296,13 +296,19 @@ class Liveness(StoreBase):
         }
         return {name: reason for name, reason in reasons.items() if reason is not None}
 
-    def mark_interrupted(self, stale_after_s: float = HEARTBEAT_STALE_S) -> list[str]:
-        """Studies marked ``running`` whose driver is gone (:func:`driver_gone`) become ``interrupted``;
-        returns their names. Each is re-checked inside its write transaction, so a driver that renewed
-        its lease meanwhile is never marked."""
+    def mark_interrupted(self, stale_after_s: float = HEARTBEAT_STALE_S, names: list[str] | None = None) -> list[str]:
+        """Studies marked ``running`` whose driver is gone (:func:`driver_gone`) become ``interrupted``,
+        and so do their trials still marked ``running`` (the driver that would have recorded their end
+        is gone; each keeps why in its ``error``), as a stop the driver saw records them; returns the
+        studies' names. ``names``: only these studies. Each is re-checked inside its write transaction,
+        so a driver that renewed its lease meanwhile is never marked.
+
+        Optuna's trials are left as they are (RUNNING): the study stays resumable, as after Ctrl-C."""
         gone = []
-        table = Study.__table__
+        table, trials = Study.__table__, Trial.__table__
         for name in self.gone_drivers(stale_after_s):
+            if names is not None and name not in names:
+                continue
             study_id = self._study_id(name)
 
             def write(conn, study_id=study_id) -> bool:
@@ -317,6 +323,11 @@ class Liveness(StoreBase):
                     .where(table.c.id == study_id)
                     .values(status=StudyStatus.INTERRUPTED, driver=None, status_message=reason, updated_at=_now())
                     .values(lease=None)  # judged gone: a driver still alive has lost its lease
+                )
+                conn.execute(
+                    trials.update()
+                    .where(trials.c.study_id == study_id, trials.c.status == TrialStatus.RUNNING)
+                    .values(status=TrialStatus.INTERRUPTED, error=reason, ended_at=_now())
                 )
                 return True
 

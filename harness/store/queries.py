@@ -26,7 +26,7 @@ from pandas.api.types import is_numeric_dtype
 from sqlalchemy import func, inspect, literal, select
 
 from dashboards.reader import StudyCounts
-from trials.status import StudyStatus
+from trials.status import StudyStatus, TrialStatus
 from trials.training.predictions import TestPredictions
 
 from . import rows
@@ -137,8 +137,9 @@ class Queries(StoreBase):
     def studies(self):
         """One row per study: name, status (and why), objectives, times, version, trial counts by status.
 
-        A ``running`` study whose driver is gone is shown ``interrupted`` (with why), so the status
-        shown is true, but nothing is recorded: a read never writes. ``mark_interrupted()`` records it.
+        A ``running`` study whose driver is gone is shown ``interrupted`` (with why), and so are the
+        trials that driver left ``running``, so the status shown is true, but nothing is recorded: a read
+        never writes. ``mark_interrupted()`` records it.
         """
         table = Study.__table__
         columns = [table.c[c] for c in ("id", "name", "status", "status_message", "created_at", "archsearch_version")]
@@ -160,8 +161,10 @@ class Queries(StoreBase):
             running = shown_status == StudyStatus.RUNNING
             record = driver_record(row, self.driver_lock_held(s["id"])) if running else None
             gone = driver_gone(record, HEARTBEAT_STALE_S) if record is not None else None
-            if gone:  # shown as it is, without recording it
+            if gone:  # shown as it is, without recording it: the study and its trials the driver left running
                 shown_status, message = "interrupted", gone
+                status_counts[TrialStatus.INTERRUPTED] += status_counts[TrialStatus.RUNNING]
+                status_counts[TrialStatus.RUNNING] = 0
             try:
                 objectives = ",".join(f"{o.name}:{o.direction}" for o in rows.objectives_of(s["name"], s["objectives"]))
             except DamagedRow as problem:  # listed with what is wrong; every other study as usual
