@@ -6,6 +6,7 @@ these tests start in their own session and signal by PID.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -515,6 +516,13 @@ def test_a_reproduce_whose_continuation_another_driver_runs_is_refused_not_run_t
             assert store.study_names() == [name, f"{name}.2"]  # no third sitting
             assert store.study(f"{name}.2")["status"] == "running" and store.counts(f"{name}.2")["running"] == 1
         assert not (tmp_path / "out").exists()
+        planned = subprocess.run([EXE, *args, "--plan"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert planned.returncode == 0, planned.stderr[-2000:]  # the plan says so too
+        assert f"{name}.2 is being run now by another driver (pid {holder.pid} on" in planned.stdout
+        planned = subprocess.run([EXE, *args, "--plan", "--format", "json"], cwd=tmp_path, capture_output=True,
+                                 text=True, timeout=120)  # fmt: skip
+        (entry,) = json.loads(planned.stdout)["studies"]
+        assert [r["study"] for r in entry["running_now"]] == [f"{name}.2"]
     finally:
         holder.kill()
 

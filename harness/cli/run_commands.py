@@ -348,8 +348,11 @@ def _print_plan(
                 load_spec(spec, check_paths=True)
     except (ConfigError, ValueError, SearchError) as error:
         raise UsageError(one_line(str(error))) from None
-    finished, where = _stored_progress(runs, store_url)
+    finished, where, running = _stored_progress(runs, store_url)
     report = planning.plan_report(runs, scale=scale, finished=finished)
+    if running is not None:
+        for entry in report["studies"]:
+            entry["running_now"] = [{"study": s, "driver": d} for s, d in running.get(entry["study"], [])]
     if fmt == "json":
         click.echo(json.dumps(report, indent=2))
         return
@@ -390,14 +393,16 @@ def _print_plan(
             click.echo(f"in the store {where}: all {total:,} runs have finished; `reproduce` runs nothing again\n")
         else:
             left = _wall_time(entry["remaining_wall_time_s"], entry["remaining_wall_time_s_range"])
+            busy = "".join(f"; {r['study']} is being run now by another driver ({r['driver']}): a `reproduce` "
+                           "is refused until it ends" for r in entry.get("running_now", []))  # fmt: skip
             click.echo(f"in the store {where}: {done:,} of {total:,} runs have finished; the next `reproduce` with "
-                       f"it runs the other {total - done:,}: {left}\n")  # fmt: skip
+                       f"it runs the other {total - done:,}: {left}{busy}\n")  # fmt: skip
 
 
 def progress_notes(planned: list, url: str) -> list[str]:
     """A later sitting of a reproduction: per planned study, how many of its runs the store already holds
     finished (not run again) and how many this sitting runs; nothing for a study none of whose runs finished."""
-    finished, where = _stored_progress(planned, url)
+    finished, where, _ = _stored_progress(planned, url)
     notes = []
     for run in planned:
         done, total = len((finished or {}).get(run.spec["name"], ())), run.spec["search"]["n_trials"]
@@ -407,16 +412,17 @@ def progress_notes(planned: list, url: str) -> list[str]:
     return notes
 
 
-def _stored_progress(runs: list, store_url: str | None) -> tuple[dict[str, set] | None, str]:
+def _stored_progress(runs: list, store_url: str | None) -> tuple[dict[str, set] | None, str, dict[str, list] | None]:
     """Per planned study, the runs the store already holds (:func:`harness.reproduce.run.finished_runs`),
-    and the store's URL as printed (its password masked); None where no store exists there yet. A store
-    that holds one of these studies planned otherwise is refused, as running the plan would be."""
+    the store's URL as printed (its password masked), and per planned study its sittings a live driver
+    runs now (:func:`harness.reproduce.run.running_sittings`); None where no store exists there yet. A
+    store that holds one of these studies planned otherwise is refused, as running the plan would be."""
     url = store_package.resolve_store_url(store_url)
     where = store_package.mask_url(url)
     try:
         store = store_package.Store.open(url, create=False, read_only=True)
     except store_package.NoStore:
-        return None, where
+        return None, where, None
     except store_package.StoreError as error:
         raise UsageError(one_line(str(error))) from None
     with store:
@@ -427,9 +433,17 @@ def _stored_progress(runs: list, store_url: str | None) -> tuple[dict[str, set] 
                 )
                 for planned in runs
             }
+            running = {
+                planned.spec["name"]: [
+                    found
+                    for p in planned.run_specs
+                    for found in reproduction.running_sittings(store, load_spec(p, check_paths=False))
+                ]
+                for planned in runs
+            }
         except store_package.StoreError as error:
             raise UsageError(one_line(str(error))) from None
-    return finished, where
+    return finished, where, running
 
 
 @click.command("verify")

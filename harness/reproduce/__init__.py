@@ -43,6 +43,7 @@ _EXPORTS = {
     "recompute_test_pairs": "records",
     "seed_image_interval": "predictions",
     "finished_runs": "run",
+    "running_sittings": "run",
     "reproduce": "run",
     "reproduce_coatnet_layouts": "run",
     "CAIT_SCALES": "studies",

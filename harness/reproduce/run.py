@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +209,26 @@ def _refuse_live_sittings(store, pooled: list[str], rerun: str) -> None:
     Only the sitting being written was checked: where that driver's Ray state is not here (another
     machine on a shared store, another results dir) a second ``reproduce`` started a continuation of
     the very runs the first was training, and each was trained and recorded twice."""
-    for name in pooled:
+    running = next(_live(store, pooled), None)
+    if running is not None:
+        name, live = running
+        raise StoreError(
+            f"study {name!r} is being run by another driver ({live}): wait for it to end, or stop it "
+            f"(Ctrl-C there) and then continue it with: {rerun}"
+        )
+
+
+def running_sittings(store, spec) -> list[tuple[str, str]]:
+    """``(sitting, "pid N on HOST")`` for each sitting of the grid study ``spec`` (the study or a
+    continuation) a live driver runs now: what ``--plan`` says a next ``reproduce`` would wait for."""
+    return list(_live(store, pooled_names(spec.name, store.study_names())))
+
+
+def _live(store, names: list[str]) -> Iterator[tuple[str, str]]:
+    for name in names:
         live = store.live_driver(name)
         if live is not None:
-            raise StoreError(
-                f"study {name!r} is being run by another driver ({live}): wait for it to end, or stop it "
-                f"(Ctrl-C there) and then continue it with: {rerun}"
-            )
+            yield name, live
 
 
 FINISHED = (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.FAILED)  # a run with an outcome: never repeated
