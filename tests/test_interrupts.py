@@ -455,6 +455,30 @@ def test_a_second_search_on_a_running_study_names_its_driver_not_resume(tmp_path
         holder.kill()
 
 
+def test_a_resume_with_no_ray_state_left_records_the_trials_a_killed_driver_left_running(tmp_path):
+    """``search --resume`` of a study whose driver was killed, where Ray's experiment state is gone (a new
+    machine, a cleaned results dir), cannot resume: it recorded the study ``interrupted`` and left the
+    trials the killed driver ran ``running`` under it, for ever. They are recorded ``interrupted`` too."""
+    from harness.store import Store
+    from harness.store.store import driver_identity
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    spec = _spec("killed")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with Store.open(url) as store:
+        store.create_study("killed", spec, {"top1": "max", "flops": "min"})
+        store.start_trial("killed", 0, {"model": {}})
+        store.set_study_status("killed", "running", driver=driver_identity(holder.pid))
+    holder.kill()
+    holder.wait()
+    done = subprocess.run([EXE, "search", "--resume", "killed", "--store", url, "--results-dir", str(tmp_path / "ray")],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode != 0 and "cannot resume study 'killed': no Ray Tune experiment state" in done.stderr
+    with Store.open(url, create=False) as store:
+        assert store.study("killed")["status"] == "interrupted"
+        assert store.counts("killed")["running"] == 0 and store.counts("killed")["interrupted"] == 1
+
+
 def test_a_second_reproduce_on_a_study_another_driver_runs_names_the_reproduce_command(tmp_path):
     """A reproduction's study run by a live driver: the second ``reproduce`` is refused before Ray starts,
     and the way on it names is that ``reproduce`` command with its store, not ``search --resume`` (which

@@ -396,7 +396,8 @@ def _tuner(
         return tuner, optuna_storage
     if run.resume:
         why = f"cannot resume: no Ray Tune experiment state under {experiment}"
-        set_study_status(run.store_url, name, StudyStatus.INTERRUPTED, why, session.lease)
+        # The trials a killed driver left running will not be resumed from here: recorded so, as the study.
+        set_study_status(run.store_url, name, StudyStatus.INTERRUPTED, why, session.lease, trials=True)
         raise StoreError(f"cannot resume study {name!r}: no Ray Tune experiment state under {experiment}")
     return _new_tuner(spec, public_url, name, run.storage_path, session, callbacks, experiment_name)
 
@@ -416,7 +417,7 @@ def _fit(session: SearchSession, run: SearchRun, tuner) -> None:
             session.request_stop(f"stopped: Ray failed under the driver: {type(error).__name__}: {line}")
         except BaseException as error:  # a crash in Ray: the study did not finish
             why = f"interrupted: {type(error).__name__}: {error}"[:500]
-            set_study_status(store_url, name, StudyStatus.INTERRUPTED, why, session.lease)
+            set_study_status(store_url, name, StudyStatus.INTERRUPTED, why, session.lease, trials=True)
             raise
 
 

@@ -118,10 +118,16 @@ def record_interruption(store_url: str, name: str, stop, command: str, lease: st
     return SearchInterrupted(stop, f"search {stop.reason}{f' ({done})' if done else ''}; resume with: {command}")
 
 
-def set_study_status(store_url: str, name: str, status: str, message: str | None, lease: str | None = None) -> None:
+def set_study_status(
+    store_url: str, name: str, status: str, message: str | None, lease: str | None = None, *, trials: bool = False
+) -> None:
+    """Record the study's status under the driver's ``lease``; ``trials``: its ``running`` trials become
+    ``interrupted`` too (the search that would record their end is not going to run)."""
     try:
         with Store.open(store_url) as store:
             store.hold_lease(name, lease)
+            if trials:
+                store.interrupt_running_trials(name)
             store.set_study_status(name, status, message=message)
     except Exception:  # recording the status must never hide the original error
         pass
