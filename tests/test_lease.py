@@ -10,6 +10,7 @@ over stops in one line and writes nothing more.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -130,6 +131,7 @@ def test_a_dead_drivers_study_is_shown_and_recorded_interrupted_with_the_trials_
             assert shown["status"] == "interrupted" and "stopped before the search ended" in shown["message"]
             assert (shown["running"], shown["interrupted"], shown["completed"]) == (0, 1, 1)
             assert store.counts("s")["running"] == 1 and store.study("s")["status"] == "running"  # a read
+            _trials_and_front_show_the_cut_off_trial_interrupted(store_url)
             assert store.mark_interrupted(names=["s"]) == ["s"]
             trials = store.trials("s").set_index("number")
             assert trials["status"].to_dict() == {0: "completed", 1: "interrupted"}
@@ -139,6 +141,22 @@ def test_a_dead_drivers_study_is_shown_and_recorded_interrupted_with_the_trials_
             assert store.mark_interrupted() == ["other"] and store.counts("other")["running"] == 0
     finally:
         holder.kill()
+
+
+def _trials_and_front_show_the_cut_off_trial_interrupted(url: str) -> None:
+    """``trials`` and ``pareto`` of study ``s``, whose driver is gone, show its trial 1 ``interrupted`` (as
+    ``studies`` shows the study), with one note on stderr; they said ``running`` for ever."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    listed = CliRunner().invoke(main, ["trials", "s", "--store", url, "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert [row["status"] for row in json.loads(listed.stdout)] == ["completed", "interrupted"]
+    assert "note: study s: interrupted: its driver (pid" in listed.stderr and "the 1 trials it left" in listed.stderr
+    front = CliRunner().invoke(main, ["pareto", "s", "--store", url])
+    assert front.exit_code == 0, front.output
+    assert "front of 1 from 2 trials (completed 1, interrupted 1)" in front.stdout
 
 
 @pytest.mark.parametrize("skew_s", [-7200.0, 7200.0])

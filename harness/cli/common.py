@@ -136,6 +136,25 @@ def warn_damaged(store, study: str | None = None) -> int:
     return sum(problem.trial is not None for problem in damaged)
 
 
+def show_cut_off_trials(store, frame, studies: list[str]):
+    """``frame`` (trials with a ``status`` column, and ``study`` where several studies are read) with
+    the trials a gone driver left ``running`` shown ``interrupted``, as ``studies`` shows their study;
+    one note on stderr per such study. A read writes nothing: the next sitting or resume records it."""
+    gone = {name: why for name, why in store.gone_drivers().items() if name in studies}
+    if not gone or frame.empty:
+        return frame
+    frame = frame.copy()
+    of_gone = frame["study"].isin(list(gone)) if "study" in frame.columns else True
+    cut = (frame["status"] == "running") & of_gone
+    frame.loc[cut, "status"] = "interrupted"
+    for name, why in gone.items():
+        n = int((cut & (frame["study"] == name)).sum()) if "study" in frame.columns else int(cut.sum())
+        if n:
+            click.echo(printable(one_line(f"note: study {name}: {why}; the {n} trials it left running are "
+                                          "shown interrupted")), err=True)  # fmt: skip
+    return frame
+
+
 def integer_columns(frame) -> set[str]:
     """The columns of ``frame`` that hold whole numbers although pandas made them floats (a missing
     value turns a column of ints into floats: ``seed`` 1.0, ``params`` 156606.0): every stored

@@ -13,7 +13,15 @@ from dashboards import compare
 from dashboards.columns import searched_config_columns
 from dashboards.files import OutputRefused, check_output, check_output_dir
 from harness.cli import admin_commands
-from harness.cli.common import UsageError, open_store, records, store_option, warn_damaged, where_option
+from harness.cli.common import (
+    UsageError,
+    open_store,
+    records,
+    show_cut_off_trials,
+    store_option,
+    warn_damaged,
+    where_option,
+)
 from harness.output import FORMATS, format_number, printable, render
 from trials.lazy import lazy_import
 from trials.measurement.machine_load import load_note
@@ -100,6 +108,7 @@ def trials_command(
             metric, descending = _parse_sort(sort, store, study) if sort else (None, False)
             cut = None if filters else limit
             frame = store.trials(study, sort=metric, descending=descending, limit=cut, flatten_config=False)
+            frame = show_cut_off_trials(store, frame, [study])
             total = store.study_counts(study).total
             spec = store.study(study).get("spec")
         except (store_package.StoreError, pareto.FilterError) as error:
@@ -242,6 +251,7 @@ def pareto_command(
         with open_store(store_url, create=False, read_only=True) as store:
             wanted = pareto.parse_objectives(objectives) if objectives else _studies_objectives(store, studies)
             result = pareto.query_front(store, list(studies), wanted, filters)
+            shown = show_cut_off_trials(store, result.trials, list(studies))
             specs = {name: store.study(name)["spec"] for name in dict.fromkeys(studies)}
     except (pareto.ParetoError, pareto.FilterError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
@@ -268,8 +278,9 @@ def pareto_command(
     if footnote:
         click.echo(printable(footnote))
     if fmt == "table":
-        counted = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
-        click.echo(f"front of {len(front)} from {sum(result.counts.values())} trials ({counted})")
+        counts = shown["status"].value_counts().to_dict()
+        counted = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        click.echo(f"front of {len(front)} from {sum(counts.values())} trials ({counted})")
 
 
 def _with_verified(store_url: str | None, front, objectives: dict[str, str]):
