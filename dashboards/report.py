@@ -35,7 +35,7 @@ from dashboards.pareto import front_mask, hypervolume_progress, resolve_color_by
 from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts, load_footnote, load_marks
 from trials.config.data_config import DATA_STARVED_FRACTION
-from trials.status import TrialStatus
+from trials.status import StudyStatus, TrialStatus
 
 from .files import OutputSet, write_output
 
@@ -245,6 +245,25 @@ def _empty_section(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _as_shown(store: StudyReader, name: str) -> tuple[dict[str, Any], bool]:
+    """The study's record with the status ``studies`` shows (a ``running`` study whose driver is gone:
+    ``interrupted``, with why), and whether its driver is gone: its trials still marked ``running`` were
+    cut off with it and are shown ``interrupted`` (:func:`_cut_off`). A report writes nothing to the store."""
+    record = store.study(name)
+    if record.get("status") != StudyStatus.RUNNING:
+        return record, False
+    listed = store.studies()
+    shown = listed[listed["name"] == name]
+    if shown.empty or shown.iloc[0]["status"] == StudyStatus.RUNNING:
+        return record, False
+    return {**record, "status": shown.iloc[0]["status"], "status_message": shown.iloc[0]["message"]}, True
+
+
+def _cut_off(by_status: dict[str, int]) -> dict[str, int]:
+    cut = by_status.get(TrialStatus.RUNNING, 0) + by_status.get(TrialStatus.INTERRUPTED, 0)
+    return {**by_status, TrialStatus.RUNNING: 0, TrialStatus.INTERRUPTED: cut}
+
+
 def _hardware_rows(hardware: Any) -> list[tuple[str, str]]:
     """The recorded hardware as (key, value) rows; lists joined, nested values as short text."""
     if not isinstance(hardware, Mapping):
@@ -338,13 +357,14 @@ def _study_section(
     Long because it lays out one section of the report in reading order (front, figures, tables, fidelity,
     verification), each a few lines; split, the order would be scattered.
     """
-    record = store.study(name)
+    record, cut_off = _as_shown(store, name)
     objectives = dict(objectives) if objectives else store.objectives(name)
     section = _empty_section({**record, "name": name})
     if record.get("status_message"):  # why it ended (a stop rule, a failure, an interruption)
-        section["notes"].append(f"Study {record['status']}: {record['status_message']}")
+        why = str(record["status_message"]).removeprefix(f"{record['status']}: ")  # said once: "Study interrupted: ..."
+        section["notes"].append(f"Study {record['status']}: {why}")
     counts = store.study_counts(name)
-    section["counts"] = dict(counts.by_status)
+    section["counts"] = _cut_off(dict(counts.by_status)) if cut_off else dict(counts.by_status)
     if not counts.total:
         section["notes"].append("This study has no trials yet.")
         return section
@@ -355,6 +375,8 @@ def _study_section(
     if missing:  # all trials failed so far, or an objective this study never records
         section["notes"].append(f"No trial has recorded {', '.join(missing)}.")
     outcomes = store.outcomes(name, list(objectives), strict=False)
+    if cut_off:
+        outcomes = outcomes.assign(status=outcomes["status"].replace(TrialStatus.RUNNING, TrialStatus.INTERRUPTED))
     present = len(objectives) >= 2
     large = len(outcomes) > LARGE_STUDY
     mask = front_mask(outcomes, objectives) if present else np.zeros(len(outcomes), dtype=bool)

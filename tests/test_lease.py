@@ -18,6 +18,7 @@ import sys
 import textwrap
 import time
 from datetime import timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -109,7 +110,7 @@ def test_a_dead_driver_in_this_pid_namespace_is_known_at_once(store_url):
         holder.kill()
 
 
-def test_a_dead_drivers_study_is_shown_and_recorded_interrupted_with_the_trials_it_left_running(store_url):
+def test_a_dead_drivers_study_is_shown_and_recorded_interrupted_with_the_trials_it_left_running(store_url, tmp_path):
     """A driver killed outright (SIGKILL, the OOM killer, a lost node) leaves its study and the trials it
     ran ``running``. ``studies`` showed the study ``interrupted`` beside ``running 1``, and recording it
     changed the study alone: a reproduction whose continuation replaced that sitting kept its trials
@@ -131,7 +132,7 @@ def test_a_dead_drivers_study_is_shown_and_recorded_interrupted_with_the_trials_
             assert shown["status"] == "interrupted" and "stopped before the search ended" in shown["message"]
             assert (shown["running"], shown["interrupted"], shown["completed"]) == (0, 1, 1)
             assert store.counts("s")["running"] == 1 and store.study("s")["status"] == "running"  # a read
-            _trials_and_front_show_the_cut_off_trial_interrupted(store_url)
+            _trials_front_and_report_show_the_cut_off_trial_interrupted(store_url, tmp_path / "report.html")
             assert store.mark_interrupted(names=["s"]) == ["s"]
             trials = store.trials("s").set_index("number")
             assert trials["status"].to_dict() == {0: "completed", 1: "interrupted"}
@@ -143,9 +144,10 @@ def test_a_dead_drivers_study_is_shown_and_recorded_interrupted_with_the_trials_
         holder.kill()
 
 
-def _trials_and_front_show_the_cut_off_trial_interrupted(url: str) -> None:
-    """``trials`` and ``pareto`` of study ``s``, whose driver is gone, show its trial 1 ``interrupted`` (as
-    ``studies`` shows the study), with one note on stderr; they said ``running`` for ever."""
+def _trials_front_and_report_show_the_cut_off_trial_interrupted(url: str, html: Path) -> None:
+    """``trials``, ``pareto`` and ``report`` of study ``s``, whose driver is gone, show its trial 1
+    ``interrupted`` (as ``studies`` shows the study), the first two with one note on stderr; they said
+    ``running`` for ever (the report: the study too)."""
     from click.testing import CliRunner
 
     from harness.cli import main
@@ -157,6 +159,16 @@ def _trials_and_front_show_the_cut_off_trial_interrupted(url: str) -> None:
     front = CliRunner().invoke(main, ["pareto", "s", "--store", url])
     assert front.exit_code == 0, front.output
     assert "front of 1 from 2 trials (completed 1, interrupted 1)" in front.stdout
+    written = CliRunner().invoke(main, ["report", "s", "--store", url, "--output", str(html)])
+    assert written.exit_code == 0, written.output
+    page = " ".join(html.read_text().split())
+    assert '<tr><td>status</td><td class="text">interrupted</td></tr>' in page
+    assert "Study interrupted: its driver (pid" in page
+    counts = page.split("Trials by status", 1)[1].split("</table>", 1)[0]
+    header = [cell.split("</th>")[0] for cell in counts.split("<th>")[1:]]
+    values = [cell.split("</td>")[0] for cell in counts.split("<td>")[1:]]
+    assert dict(zip(header, values, strict=True))["running"] == "0"
+    assert dict(zip(header, values, strict=True))["interrupted"] == "1"
 
 
 @pytest.mark.parametrize("skew_s", [-7200.0, 7200.0])
