@@ -16,6 +16,7 @@ from dashboards.files import standard_output_is
 from harness.output import printable
 from trials.errors import cut_at_word
 from trials.lazy import lazy_import
+from trials.status import TrialStatus
 
 store_package = lazy_import("harness.store")  # SQLAlchemy: only for the commands that open a store
 store_schema = lazy_import("harness.store.schema")  # which stored columns hold whole numbers
@@ -145,8 +146,8 @@ def show_cut_off_trials(store, frame, studies: list[str]):
         return frame
     frame = frame.copy()
     of_gone = frame["study"].isin(list(gone)) if "study" in frame.columns else True
-    cut = (frame["status"] == "running") & of_gone
-    frame.loc[cut, "status"] = "interrupted"
+    cut = (frame["status"] == TrialStatus.RUNNING) & of_gone
+    frame.loc[cut, "status"] = TrialStatus.INTERRUPTED.value
     for name, why in gone.items():
         n = int((cut & (frame["study"] == name)).sum()) if "study" in frame.columns else int(cut.sum())
         if n:

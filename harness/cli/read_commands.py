@@ -251,7 +251,7 @@ def pareto_command(
         with open_store(store_url, create=False, read_only=True) as store:
             wanted = pareto.parse_objectives(objectives) if objectives else _studies_objectives(store, studies)
             result = pareto.query_front(store, list(studies), wanted, filters)
-            shown = show_cut_off_trials(store, result.trials, list(studies))
+            outcomes = show_cut_off_trials(store, result.trials, list(studies))
             specs = {name: store.study(name)["spec"] for name in dict.fromkeys(studies)}
     except (pareto.ParetoError, pareto.FilterError, store_package.StoreError) as error:
         raise UsageError(str(error)) from None
@@ -278,7 +278,7 @@ def pareto_command(
     if footnote:
         click.echo(printable(footnote))
     if fmt == "table":
-        counts = shown["status"].value_counts().to_dict()
+        counts = outcomes["status"].value_counts().to_dict()
         counted = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         click.echo(f"front of {len(front)} from {sum(counts.values())} trials ({counted})")
 
