@@ -220,7 +220,7 @@ def _refuse_live_sittings(store, pooled: list[str], rerun: str) -> None:
 
 def running_sittings(store, spec) -> list[tuple[str, str]]:
     """``(sitting, "pid N on HOST")`` for each sitting of the grid study ``spec`` (the study or a
-    continuation) a live driver runs now: what ``--plan`` says a next ``reproduce`` would wait for."""
+    continuation) a live driver runs now: what ``--plan`` says a next ``reproduce`` is refused for."""
     return list(_live(store, pooled_names(spec.name, store.study_names())))
 
 
