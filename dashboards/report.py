@@ -245,23 +245,20 @@ def _empty_section(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _as_shown(store: StudyReader, name: str) -> tuple[dict[str, Any], bool]:
-    """The study's record with the status ``studies`` shows (a ``running`` study whose driver is gone:
-    ``interrupted``, with why), and whether its driver is gone: its trials still marked ``running`` were
-    cut off with it and are shown ``interrupted`` (:func:`_cut_off`). A report writes nothing to the store."""
+def _as_shown(store: StudyReader, name: str) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """The study's record with the status ``studies`` shows, and, where that differs (a ``running`` study
+    whose driver is gone: ``interrupted``, with why), the trial counts it shows (the trials that driver
+    left ``running`` counted ``interrupted``); None where they are the stored ones. A read writes nothing."""
     record = store.study(name)
     if record.get("status") != StudyStatus.RUNNING:
-        return record, False
+        return record, None
     listed = store.studies()
     shown = listed[listed["name"] == name]
     if shown.empty or shown.iloc[0]["status"] == StudyStatus.RUNNING:
-        return record, False
-    return {**record, "status": shown.iloc[0]["status"], "status_message": shown.iloc[0]["message"]}, True
-
-
-def _cut_off(by_status: dict[str, int]) -> dict[str, int]:
-    cut = by_status.get(TrialStatus.RUNNING, 0) + by_status.get(TrialStatus.INTERRUPTED, 0)
-    return {**by_status, TrialStatus.RUNNING: 0, TrialStatus.INTERRUPTED: cut}
+        return record, None
+    row = shown.iloc[0]
+    counts = {str(status): int(row[status]) for status in TrialStatus}
+    return {**record, "status": row["status"], "status_message": row["message"]}, counts
 
 
 def _hardware_rows(hardware: Any) -> list[tuple[str, str]]:
@@ -357,14 +354,14 @@ def _study_section(
     Long because it lays out one section of the report in reading order (front, figures, tables, fidelity,
     verification), each a few lines; split, the order would be scattered.
     """
-    record, cut_off = _as_shown(store, name)
+    record, shown_counts = _as_shown(store, name)
     objectives = dict(objectives) if objectives else store.objectives(name)
     section = _empty_section({**record, "name": name})
     if record.get("status_message"):  # why it ended (a stop rule, a failure, an interruption)
         why = str(record["status_message"]).removeprefix(f"{record['status']}: ")  # said once: "Study interrupted: ..."
         section["notes"].append(f"Study {record['status']}: {why}")
     counts = store.study_counts(name)
-    section["counts"] = _cut_off(dict(counts.by_status)) if cut_off else dict(counts.by_status)
+    section["counts"] = {k: (shown_counts or counts.by_status).get(k, 0) for k in counts.by_status}  # stored order
     if not counts.total:
         section["notes"].append("This study has no trials yet.")
         return section
@@ -375,7 +372,7 @@ def _study_section(
     if missing:  # all trials failed so far, or an objective this study never records
         section["notes"].append(f"No trial has recorded {', '.join(missing)}.")
     outcomes = store.outcomes(name, list(objectives), strict=False)
-    if cut_off:
+    if shown_counts is not None:  # the trials a gone driver left running
         outcomes = outcomes.assign(status=outcomes["status"].replace(TrialStatus.RUNNING, TrialStatus.INTERRUPTED))
     present = len(objectives) >= 2
     large = len(outcomes) > LARGE_STUDY
