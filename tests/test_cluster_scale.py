@@ -195,9 +195,10 @@ def test_the_loader_processes_are_the_ones_a_trial_with_those_cpus_gets(monkeypa
 
 
 def test_the_readme_quotes_the_h100_hours_the_plan_computes_now():
-    """The H100-hours and rates quoted in docs/reproductions/README.md are regenerated from the code: a change of
-    rates or recipe that moves them fails here until the page is updated."""
-    text = " ".join((ROOT / "docs/reproductions/README.md").read_text().split())
+    """The H100-hours and rates quoted in docs/reproducing.md ("Larger scales", which docs/reproductions/README.md
+    links) are regenerated from the code: a change of rates or recipe that moves them fails here until the page is
+    updated."""
+    text = " ".join((ROOT / "docs/reproducing.md").read_text().split())
     totals, gpu, loader = [], {"cait": [], "coatnet": []}, {}
     studied = (("coatnet-layouts", ("generalisation",)), ("cait-depth", ()), ("cait-residual-schemes", ()))
     for study, protocols in studied:

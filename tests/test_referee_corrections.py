@@ -76,9 +76,13 @@ def test_no_overclaim_is_left_in_the_reproduction_docs(name):
     assert not [page.name for page in PAGES if words in _text(page)], name
 
 
+CORRECTED_IN_THE_MANUAL = {"imagenet's limits"}  # the README links the manual's "Larger scales" for these
+
+
 @pytest.mark.parametrize("name", CORRECTIONS)
 def test_each_corrected_sentence_stands_in_the_summary_of_the_reproductions(name):
-    assert CORRECTIONS[name] in _text(PAGES[0]), name
+    page = PAGES[1] if name in CORRECTED_IN_THE_MANUAL else PAGES[0]
+    assert CORRECTIONS[name] in _text(page), (name, page.name)
 
 
 def test_the_attention_logit_spreads_quoted_are_width_times_the_init_variance():
