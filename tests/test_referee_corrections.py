@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.reproduce.records import read_runs
 from harness.reproduce.registry import plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,8 +59,7 @@ CORRECTIONS = {
     "attention not isolated": "`init: xavier` also draws the MLP weights about 4x larger, so attention is not isolated",
     "not Table 1's LayerScale": "LayerScale with Xavier is not Table 1's LayerScale, so this is not Table 1's "
     "comparison",
-    "the width is varied": "LayerScale with Xavier is not Table 1's LayerScale, so this is not Table 1's comparison; "
-    "the width control (below) varies the width",
+    "the width is varied": "comparison; the width control (below) varies the width",
     "the revised claims": "after the 2026-11-24 five-seed runs two claims were changed (class attention `cls@3` to "
     "`cls@5`, `t-fixup` to `t-fixup+ln`) and re-run on overlapping seeds 0-4",
     "predictions are stored": "Runs since 2026-11-27 store their per-image predictions",
@@ -122,16 +122,10 @@ def test_every_study_plans_at_the_imagenet_scale_so_the_docs_name_no_study_it_re
 def test_the_width_controls_means_and_gaps_quoted_are_its_runs_files():
     """Issue 59 (6): the README's per-width means of cait-width-init and the gaps its first bullet quotes are
     the committed runs file's (an edited number, or a re-run that moves one, fails here)."""
-    import csv
-
-    path = DOCS / "reproductions" / "cait-width-init-cpu-mnist5k.runs.csv"
-    rows = list(csv.DictReader(line for line in path.read_text().splitlines() if not line.startswith("#")))
-    rows = [r for r in rows if r["status"] == "completed"]  # the runs file lists the interrupted sittings' too
-    assert len(rows) == 42 and len({(r["variant"], r["seed"]) for r in rows}) == 42
-    mean = {}
-    for variant in {r["variant"] for r in rows}:
-        values = [float(r["value"]) for r in rows if r["variant"] == variant]
-        mean[variant] = sum(values) / len(values)
+    runs, _ = read_runs(DOCS / "reproductions" / "cait-width-init-cpu-mnist5k.runs.csv", "accuracy")
+    runs = runs[runs["status"] == "completed"]  # the runs file lists the interrupted sittings' runs too
+    assert len(runs) == 42 and not runs.duplicated(["variant", "seed"]).any()
+    mean = runs.groupby("variant")["value"].mean()
     text = _text(PAGES[0])
     widths = (64, 192, 384)
     layerscale = ", ".join(f"{mean[f'w{w}-layerscale']:.1f}%" for w in widths)
