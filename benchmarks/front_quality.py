@@ -37,6 +37,7 @@ REFERENCES = ("nadir", "worst")  # the primary first
 PRIMARY = "nadir"
 LEVELS = (0.95, 0.99)
 ORACLE_EXACT_SUBSETS = 1 << 16  # subsets tried exactly before the oracle falls back to a greedy bound
+SHORTFALL_BISECTIONS = 60  # halvings of the top-1 span: far below any top-1 a table records
 BOOTSTRAP_RESAMPLES = 2000  # the medians' intervals (as the fidelity command's)
 
 
@@ -215,6 +216,26 @@ class TrueFront:
             "nonmembers": len(finite) - len(members), "contested_nonmembers": len(contested_others),
             "member_sd": [round(float(member_sd.min()), 2), round(float(member_sd.max()), 2)],
         }  # fmt: skip
+
+    def shortfall(self, level: float, reference: str = PRIMARY) -> float:
+        """The top-1 points by which every true-front member may fall short at once, its costs unchanged, for the
+        front to keep ``level`` of its hypervolume: what "reaching 99%" asks of a search, in top-1's own unit.
+        Where it is a fraction of one validation image's step, or of the measurement's sd (:meth:`within_noise`),
+        the level tells searches apart by which configurations won the validation draw, not by what they found.
+        Bisection on the hypervolume itself, so any number of cost objectives is exact."""
+        if not 0.0 < level <= 1.0:
+            raise ValueError(f"a hypervolume level is in (0, 1], not {level}")
+        accuracy, _, _ = self._axes()
+        members = self.points[self.members]
+        sign = 1.0 if self.directions[accuracy] == "max" else -1.0
+        low, high = 0.0, float(sign * (members[:, accuracy] - self.references[reference][accuracy]).max())
+        for _ in range(SHORTFALL_BISECTIONS):
+            middle = (low + high) / 2
+            shifted = members.copy()
+            shifted[:, accuracy] -= sign * middle
+            kept = hypervolume(shifted, self.directions, self.references[reference]) / self.volumes[reference]
+            low, high = (middle, high) if kept >= level else (low, middle)
+        return low
 
     def oracle(self, level: float, reference: str = PRIMARY) -> dict[str, Any]:
         """The cheapest set of true-front members whose hypervolume reaches ``level`` of the front's,

@@ -417,6 +417,9 @@ def run_all(
                 "point": truth.references[name].tolist(),
                 "hv": truth.volumes[name],
                 "oracle": {level_key(level): truth.oracle(level, name) for level in LEVELS},
+                # the top-1 points every front member may fall short by at once and keep the level (the level's
+                # resolution, to set beside the measurement's noise: TrueFront.shortfall)
+                "shortfall_points": {level_key(level): truth.shortfall(level, name) for level in LEVELS},
             }
             for name in REFERENCES
         },
@@ -719,6 +722,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{noise['member_sd'][1]} points at the front): {noise['contested_members']} of {noise['members']} "
               f"front members and {noise['contested_nonmembers']} of {noise['nonmembers']:,} other configurations "
               "could swap places", file=sys.stderr)  # fmt: skip
+        step = 100.0 / args.validation_images  # one validation image, in top-1 points
+        for level in LEVELS:
+            allowed = result["references"][PRIMARY]["shortfall_points"][level_key(level)]
+            smallest_sd = noise["member_sd"][0]
+            of_sd = f"{allowed / smallest_sd:.2f}" if smallest_sd > 0 else "-"  # a front member at 0% or 100%
+            print(f"{level:.0%} of the front's hypervolume ({PRIMARY} reference) allows every member {allowed:.3f} "
+                  f"top-1 points short at once: {of_sd} of the smallest sd at the front, {allowed / step:.2f} of "
+                  f"one validation image ({step:.3g} points)", file=sys.stderr)  # fmt: skip
     if args.png is not None:
         result["figure"] = str(plot(runs, truth, result["budget_epochs"], args.png))
     arguments = sys.argv[1:] if argv is None else argv

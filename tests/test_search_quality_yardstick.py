@@ -225,6 +225,37 @@ def test_the_front_within_the_measurements_noise_counts_the_configurations_that_
         truth.within_noise(0)
 
 
+def test_the_shortfall_a_level_allows_is_the_top1_points_every_member_may_lose_at_once(tmp_path):
+    """Front A (10, 50), B (20, 70), C (30, 80). Under the nadir reference (47, 32) the volume is 326 and every
+    point all three lose costs 32 - 10 = 22 units of it, so 99% allows 3.26 / 22 points and 95% 16.3 / 22; under
+    the worst values (30, 50) 1,600 and 40 a point: 0.4 and 2.0. The whole volume allows nothing."""
+    table, _ = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    assert truth.shortfall(0.99) == pytest.approx(3.26 / 22, abs=1e-9)
+    assert truth.shortfall(0.95, "nadir") == pytest.approx(16.3 / 22, abs=1e-9)
+    assert truth.shortfall(0.99, "worst") == pytest.approx(0.4, abs=1e-9)
+    assert truth.shortfall(0.95, "worst") == pytest.approx(2.0, abs=1e-9)
+    assert truth.shortfall(1.0) == pytest.approx(0.0, abs=1e-9)
+    for level in (0.0, 1.5):
+        with pytest.raises(ValueError, match="level"):
+            truth.shortfall(level)
+
+
+def test_the_docs_shortfalls_are_the_committed_tables():
+    """docs/benchmarks.md: 99% of each table's front (nadir reference) allows every member this many top-1 points
+    short at once: on the three CoAtNet tables less than one of their 1,000 validation images (0.1 points)."""
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    images = {"coatnet-mnist5k": 1000, "coatnet-mnist5k-n1000": 1000, "coatnet-mnist5k-e32": 1000,
+              "nas-bench-macro-cifar10": 10000}  # fmt: skip
+    for name, count in images.items():
+        truth = TrueFront(load_table(ROOT / "benchmarks" / "tables" / f"{name}.csv.gz"), OBJECTIVES)
+        at_95, at_99 = truth.shortfall(0.95), truth.shortfall(0.99)
+        smallest_sd = truth.within_noise(count)["member_sd"][0]
+        assert f"| `{name}` | {at_95:.3f} | {at_99:.3f} | {100 / count:g} | {smallest_sd:g} |" in doc, name
+        if name.startswith("coatnet"):
+            assert at_99 < 0.1  # a single validation image of 1,000 is 0.1 points
+
+
 def test_the_docs_noise_counts_are_the_committed_tables():
     """docs/benchmarks.md: on e32 8 of 9 front members and 17 of 39 other configurations lie within the noise of
     its 1,000 validation images; on the 256-configuration table 6 of 9 and 25 of 247; on n1000 2 of 6 and 4 of 42."""
@@ -257,8 +288,15 @@ def test_the_replay_records_the_front_within_noise_when_told_the_validation_imag
     out = tmp_path / "r.json"
     assert search_quality.main(["--table", str(path), "--methods", "cheapest-first", "--seeds", "1",
                                 "--validation-images", "4", "--json", str(out)]) == 0  # fmt: skip
-    assert json.loads(out.read_text())["true_front"]["within_noise"]["contested_members"] == 2
-    assert "2 of 3 front members" in capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert result["true_front"]["within_noise"]["contested_members"] == 2
+    assert result["references"]["nadir"]["shortfall_points"]["99"] == pytest.approx(3.26 / 22, abs=1e-9)
+    assert result["references"]["worst"]["shortfall_points"]["95"] == pytest.approx(2.0, abs=1e-9)
+    err = capsys.readouterr().err
+    assert "2 of 3 front members" in err
+    # 0.148 points of 25 (one image of 4): 0.01 of one image; the smallest sd at the front is 20 points
+    assert "99% of the front's hypervolume (nadir reference) allows every member 0.148 top-1 points short at once: " \
+        "0.01 of the smallest sd at the front, 0.01 of one validation image (25 points)" in err
     assert search_quality.main(["--table", str(path), "--validation-images", "0", "--json", str(out)]) == 2
     assert "--validation-images must be >= 1" in capsys.readouterr().err
 
