@@ -417,9 +417,7 @@ def run_all(
                 "point": truth.references[name].tolist(),
                 "hv": truth.volumes[name],
                 "oracle": {level_key(level): truth.oracle(level, name) for level in LEVELS},
-                # the top-1 points every front member may fall short by at once and keep the level (the level's
-                # resolution, to set beside the measurement's noise: TrueFront.shortfall)
-                "shortfall_points": {level_key(level): truth.shortfall(level, name) for level in LEVELS},
+                "shortfall_points": {level_key(level): truth.shortfall(level, name) for level in LEVELS},  # in top-1
             }
             for name in REFERENCES
         },
@@ -668,6 +666,25 @@ def parse_objectives(text: str) -> dict[str, str]:
     return objectives
 
 
+def record_noise(result: dict[str, Any], truth: TrueFront, images: int) -> None:
+    """Record and print how much of the front lies within the noise of ``images`` validation images
+    (:meth:`TrueFront.within_noise`), and what each level allows against it (its shortfall, in sds and images)."""
+    noise = truth.within_noise(images)
+    result["true_front"]["within_noise"] = noise
+    print(f"within the noise of {noise['images']:,} validation images (binomial sd {noise['member_sd'][0]}-"
+          f"{noise['member_sd'][1]} points at the front): {noise['contested_members']} of {noise['members']} "
+          f"front members and {noise['contested_nonmembers']} of {noise['nonmembers']:,} other configurations "
+          "could swap places", file=sys.stderr)  # fmt: skip
+    step = 100.0 / images  # one validation image, in top-1 points
+    for level in LEVELS:
+        allowed = result["references"][PRIMARY]["shortfall_points"][level_key(level)]
+        smallest_sd = noise["member_sd"][0]
+        of_sd = f"{allowed / smallest_sd:.2f}" if smallest_sd > 0 else "-"  # a front member at 0% or 100%
+        print(f"{level:.0%} of the front's hypervolume ({PRIMARY} reference) allows every member {allowed:.3f} "
+              f"top-1 points short at once: {of_sd} of the smallest sd at the front, {allowed / step:.2f} of "
+              f"one validation image ({step:.3g} points)", file=sys.stderr)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, type=Path)
@@ -716,20 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     truth = TrueFront(table, objectives)
     if args.validation_images is not None:
-        noise = truth.within_noise(args.validation_images)
-        result["true_front"]["within_noise"] = noise
-        print(f"within the noise of {noise['images']:,} validation images (binomial sd {noise['member_sd'][0]}-"
-              f"{noise['member_sd'][1]} points at the front): {noise['contested_members']} of {noise['members']} "
-              f"front members and {noise['contested_nonmembers']} of {noise['nonmembers']:,} other configurations "
-              "could swap places", file=sys.stderr)  # fmt: skip
-        step = 100.0 / args.validation_images  # one validation image, in top-1 points
-        for level in LEVELS:
-            allowed = result["references"][PRIMARY]["shortfall_points"][level_key(level)]
-            smallest_sd = noise["member_sd"][0]
-            of_sd = f"{allowed / smallest_sd:.2f}" if smallest_sd > 0 else "-"  # a front member at 0% or 100%
-            print(f"{level:.0%} of the front's hypervolume ({PRIMARY} reference) allows every member {allowed:.3f} "
-                  f"top-1 points short at once: {of_sd} of the smallest sd at the front, {allowed / step:.2f} of "
-                  f"one validation image ({step:.3g} points)", file=sys.stderr)  # fmt: skip
+        record_noise(result, truth, args.validation_images)
     if args.png is not None:
         result["figure"] = str(plot(runs, truth, result["budget_epochs"], args.png))
     arguments = sys.argv[1:] if argv is None else argv

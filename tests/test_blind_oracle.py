@@ -1,0 +1,83 @@
+"""The blind oracle (``benchmarks.blind_oracle``): an oracle that knows each configuration's top-1 but not the
+validation draw. Checked by hand on a tiny table (top-1 max, FLOPs min, 2 epochs a configuration):
+
+A (10, 50), B (20, 70), C (30, 80) make the front; D (30, 60) and E (50, 30) do not. Under the front's nadir+10%
+reference (47, 32) the exclusive volumes are A [10, 20) x 3 = 30, B [20, 30) x 20 = 200, C [30, 32) x 10 = 20, so
+without noise the order is B, A, C, then D and E cheapest first. B alone holds 276 of 326, B+A 306 (0.94): 95% and
+99% both need all three, 6 epochs, as the oracle does (no pair reaches 95%: 306, 296, 126 of 326).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmarks import blind_oracle
+from benchmarks.table import load_table
+
+ROOT = Path(__file__).parents[1]
+POINTS = {"A": (10, 50), "B": (20, 70), "C": (30, 80), "D": (30, 60), "E": (50, 30)}
+NOISELESS = 10**12  # images: a binomial sd of a micro-point
+
+
+def _tiny(tmp_path: Path) -> Path:
+    rows = [{"config_id": k, "epoch": epoch, "top1": top1, "epoch_s": 1.0, "flops": flops, "params": flops,
+             "throughput": 1.0, "name": name}
+            for k, (name, (flops, top1)) in enumerate(POINTS.items()) for epoch in (1, 2)]  # fmt: skip
+    path = tmp_path / "tiny.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_without_noise_the_order_is_by_exclusive_volume_and_the_blind_oracle_is_the_oracle(tmp_path):
+    table = load_table(_tiny(tmp_path))
+    names = [table.params[i]["name"] for i in range(len(table))]
+    top1 = np.array([POINTS[n][1] for n in names], dtype=float)
+    flops = np.array([POINTS[n][0] for n in names], dtype=float)
+    members, volumes = blind_oracle.exclusive_volumes(top1, flops, np.arange(len(table)))
+    assert [names[i] for i in members] == ["A", "B", "C"]
+    assert volumes == pytest.approx([30.0, 200.0, 20.0])
+    order = blind_oracle.blind_order(top1, flops, blind_oracle.binomial_sd(top1, NOISELESS), draws=3, seed=0)
+    assert [names[i] for i in order] == ["B", "A", "C", "D", "E"]
+    result = blind_oracle.blind_oracle(table, NOISELESS, draws=5)
+    for level in ("95", "99"):
+        at = result["levels"][level]
+        assert at["oracle"] == at["blind_median"] == at["order_on_the_tables_draw"] == 6
+        assert at["blind_per_draw"] == [6] * 5
+
+
+def test_with_noise_the_draws_disagree_and_the_order_still_reaches_every_level(tmp_path):
+    """On 4 images a top-1 of 70% has a sd of 23 points: the draws' fronts differ, so the per-draw epochs do."""
+    table = load_table(_tiny(tmp_path))
+    result = blind_oracle.blind_oracle(table, 4, draws=50, seed=3)
+    per_draw = result["levels"]["99"]["blind_per_draw"]
+    assert len(per_draw) == 50 and len(set(per_draw)) > 1
+    assert all(2 <= epochs <= 10 and epochs % 2 == 0 for epochs in per_draw)  # 1 to 5 configurations of 2 epochs
+    assert blind_oracle.blind_oracle(table, 4, draws=50, seed=3) == result  # seeded
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--validation-images", "0"), ("--draws", "0")])
+def test_a_count_below_one_is_refused_by_name(tmp_path, capsys, flag, value):
+    arguments = ["--table", str(_tiny(tmp_path)), "--validation-images", "10", flag, value]
+    out = tmp_path / "r.json"
+    assert blind_oracle.main([*arguments, "--json", str(out)]) == 2
+    assert f"{flag} must be >= 1, not 0" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_docs_rows_are_the_committed_results_and_n1000_recomputes():
+    """docs/benchmarks.md quotes each table's row from its committed JSON; the smallest is recomputed here."""
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    results = ROOT / "benchmarks" / "results" / "blind_oracle"
+    names = ["coatnet-mnist5k", "coatnet-mnist5k-n1000", "coatnet-mnist5k-e32", "nas-bench-macro-cifar10"]
+    for name in names:
+        result = json.loads((results / f"{name}.json").read_text())
+        assert blind_oracle.render_row(name, result) in doc, name
+        assert result["command"].startswith("python -m benchmarks.blind_oracle --table benchmarks/tables/")
+    committed = json.loads((results / "coatnet-mnist5k-n1000.json").read_text())
+    again = blind_oracle.blind_oracle(load_table(ROOT / "benchmarks" / "tables" / "coatnet-mnist5k-n1000.csv.gz"), 1000)
+    assert again["levels"] == committed["levels"]
