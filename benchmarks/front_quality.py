@@ -161,6 +161,18 @@ class TrueFront:
                     seconds.append(run.completed_s[k])
         return Curve(tuple(epochs), tuple(volume), tuple(seconds))
 
+    def reached_by(self, run: Replay, level: float, reference: str = PRIMARY) -> int | None:
+        """The configuration whose completion first brought the run's found set to ``level`` (None: never): what
+        the level waited for. A bisection over the completions, the volume growing with each."""
+        if self.normalised(run.completed, reference) < level - 1e-12:
+            return None
+        low, high = 1, len(run.completed)
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if self.normalised(run.completed[:middle], reference) >= level - 1e-12 else (
+                middle + 1, high)  # fmt: skip
+        return int(run.completed[low - 1])
+
     def _axes(self) -> tuple[int, list[int], np.ndarray]:
         """The top-1 column, the cost columns, and each cost's sign (+1: less is better), so that "at no more
         of every cost" is one comparison for :meth:`regret` and :meth:`within_noise` alike."""
@@ -357,6 +369,11 @@ def summarise(runs: list[Replay], truth: TrueFront, budget: int) -> dict[str, An
                if clocked},
             "auc": _measure([auc(c, budget) for c in curves]),
             "hv_at_budget": _measure([c.volume_at(budget) for c in curves]),
+            # per seed, the configuration (table row) whose completion reached the level: what it waited for
+            **{
+                f"reached_by_{level_key(level)}": [truth.reached_by(r, level, reference) for r in runs]
+                for level in LEVELS
+            },
         }
     regrets = [truth.regret([i for i, at in zip(r.completed, r.completed_at, strict=True) if at <= budget])
                for r in runs]  # fmt: skip

@@ -70,7 +70,7 @@ def test_a_replay_on_a_table_the_project_has_never_seen(tmp_path, capsys):
         stats = result["methods"][name]
         assert set(stats) >= {"nadir", "worst", "front_found", "front_pruned", "cheapest_found"}
         assert set(stats["nadir"]) == {"epochs_to_95", "epochs_to_99", "seconds_to_95", "seconds_to_99", "auc",
-                                       "hv_at_budget"}  # fmt: skip
+                                       "hv_at_budget", "reached_by_95", "reached_by_99"}  # fmt: skip
         assert set(stats["nadir"]["epochs_to_95"]) >= {"median", "q25", "q75", "median_95", "per_seed"}
         assert len(stats["nadir"]["epochs_to_95"]["per_seed"]) == 3 and len(stats["regret_mean"]["per_seed"]) == 3
     assert set(result["provenance"]) >= {"commit", "uncommitted_changes", "python", "packages"}

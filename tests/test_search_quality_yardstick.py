@@ -166,7 +166,7 @@ def test_a_replay_reports_both_references_the_auc_and_the_oracle(tmp_path, capsy
         for name in ("random", "random+spread"):
             stats = result["methods"][name][reference]
             assert set(stats) == {"epochs_to_95", "epochs_to_99", "seconds_to_95", "seconds_to_99", "auc",
-                                  "hv_at_budget"}  # fmt: skip
+                                  "hv_at_budget", "reached_by_95", "reached_by_99"}  # fmt: skip
             assert 0 < stats["auc"]["median"] < 1
     printed = capsys.readouterr().out
     assert search_quality.render_table(result) in printed and "| random+spread |" in printed
@@ -223,6 +223,22 @@ def test_the_front_within_the_measurements_noise_counts_the_configurations_that_
     assert (quiet["contested_members"], quiet["contested_nonmembers"]) == (0, 0)
     with pytest.raises(TableError, match="validation images"):
         truth.within_noise(0)
+
+
+def test_reached_by_names_the_configuration_a_level_waited_for(tmp_path):
+    """Completions D, A, B, C hold 26, 86, 306 and 326 of 326 (D adds nothing once B is in): 50% waits for B,
+    95% and 99% for C; a run of D and A alone reaches neither."""
+    table, index = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    run = Replay()
+    for spent, name in enumerate("DABC", start=1):
+        run.complete(index[name], 2 * spent)
+    assert truth.reached_by(run, 0.5) == index["B"]
+    assert truth.reached_by(run, 0.95) == truth.reached_by(run, 0.99) == index["C"]
+    short = Replay(completed=[index["D"], index["A"]], completed_at=[2, 4])
+    assert truth.reached_by(short, 0.5) is None
+    summary = search_quality.summarise([run, short], truth, budget=10)
+    assert summary["nadir"]["reached_by_99"] == [index["C"], None]
 
 
 def test_the_shortfall_a_level_allows_is_the_top1_points_every_member_may_lose_at_once(tmp_path):
