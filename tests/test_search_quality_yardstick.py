@@ -298,6 +298,29 @@ def test_the_docs_noise_counts_are_the_committed_tables():
         "configuration by less than the binomial sd of their top-1 on 1,000 validation images" in readme
 
 
+def test_on_e32_the_default_waits_for_the_lucky_ccct_member_as_the_docs_say():
+    """docs/benchmarks.md: on e32 the default's 99% waited for the 98.0% C-C-C-T member in 8 of 10 seeds, random
+    search's in 2; the default loses to random there (Mann-Whitney p 0.017), with the committed file's epochs."""
+    from scipy.stats import mannwhitneyu
+
+    results = ROOT / "benchmarks" / "results" / "held_out"
+    recorded = json.loads((results / "reached_by" / "coatnet-mnist5k-e32.json").read_text())
+    committed = json.loads((results / "coatnet-mnist5k-e32.json").read_text())
+    table = load_table(ROOT / "benchmarks" / "tables" / "coatnet-mnist5k-e32.csv.gz")
+    best = int(np.nanargmax(table.top1[:, -1]))
+    assert (table.params[best]["layout"], float(table.top1[best, -1])) == ("CCCT", 98.0)
+    waited = {m: recorded["methods"][m]["nadir"]["reached_by_99"].count(best) for m in ("tpe+spread", "random")}
+    assert waited == {"tpe+spread": 8, "random": 2}
+    per_seed = {}
+    for method in ("tpe+spread", "random"):
+        per_seed[method] = recorded["methods"][method]["nadir"]["epochs_to_99"]["per_seed"]
+        assert per_seed[method] == committed["methods"][method]["nadir"]["epochs_to_99"]["per_seed"]
+    assert round(mannwhitneyu(per_seed["tpe+spread"], per_seed["random"]).pvalue, 3) == 0.017
+    doc = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+    assert "Mann-Whitney two-sided p 0.017" in doc
+    assert "is that one in 8 of the default's 10 seeds and in 2 of random search's" in doc
+
+
 def test_the_replay_records_the_front_within_noise_when_told_the_validation_images(tmp_path, capsys):
     path = tmp_path / "tiny.csv"
     _tiny(tmp_path)
