@@ -161,6 +161,22 @@ class TrueFront:
                     seconds.append(run.completed_s[k])
         return Curve(tuple(epochs), tuple(volume), tuple(seconds))
 
+    def indispensable(self, level: float, reference: str = PRIMARY) -> list[dict[str, Any]]:
+        """The true-front members without which all the table's other configurations together stay below ``level``:
+        a search reaches the level only by training each of them, whatever else it trains. Each with its top-1 and
+        the share of the volume the rest of the table holds without it, cheapest first. Where one of them leads a
+        configuration the reference point leaves out (dearer than the front's nadir) by less than the measurement's
+        sd, the level waits for the draw's winner of the two."""
+        accuracy, costs, signs = self._axes()
+        finite = np.flatnonzero(np.all(np.isfinite(self.points), axis=1))
+        members = sorted((int(m) for m in self.members), key=lambda m: tuple(self.points[m, costs] * signs))
+        needed = []
+        for member in members:
+            without = self.normalised([int(i) for i in finite if int(i) != member], reference)
+            if without < level - 1e-12:
+                needed.append({"member": member, "top1": float(self.points[member, accuracy]), "without": without})
+        return needed
+
     def reached_by(self, run: Replay, level: float, reference: str = PRIMARY) -> int | None:
         """The configuration whose completion first brought the run's found set to ``level`` (None: never): what
         the level waited for. A bisection over the completions, the volume growing with each."""

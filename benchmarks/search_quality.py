@@ -418,6 +418,7 @@ def run_all(
                 "hv": truth.volumes[name],
                 "oracle": {level_key(level): truth.oracle(level, name) for level in LEVELS},
                 "shortfall_points": {level_key(level): truth.shortfall(level, name) for level in LEVELS},  # in top-1
+                "indispensable": {level_key(level): truth.indispensable(level, name) for level in LEVELS},
             }
             for name in REFERENCES
         },

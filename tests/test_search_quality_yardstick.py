@@ -225,6 +225,18 @@ def test_the_front_within_the_measurements_noise_counts_the_configurations_that_
         truth.within_noise(0)
 
 
+def test_indispensable_members_are_those_the_rest_of_the_table_cannot_stand_in_for(tmp_path):
+    """Without A the rest holds B+C's 296 of 326 (D lies inside B's and C's boxes), without B A+C's 126, without C
+    A+B's 306: at 95% each of the three is indispensable, at 90% only B (0.908 and 0.939 are enough)."""
+    table, index = _tiny(tmp_path)
+    truth = TrueFront(table, OBJECTIVES)
+    needed = truth.indispensable(0.95)
+    assert [d["member"] for d in needed] == [index["A"], index["B"], index["C"]]  # cheapest first
+    assert [d["without"] for d in needed] == pytest.approx([296 / 326, 126 / 326, 306 / 326])
+    assert [d["top1"] for d in needed] == [50.0, 70.0, 80.0]
+    assert [d["member"] for d in truth.indispensable(0.9)] == [index["B"]]
+
+
 def test_reached_by_names_the_configuration_a_level_waited_for(tmp_path):
     """Completions D, A, B, C hold 26, 86, 306 and 326 of 326 (D adds nothing once B is in): 50% waits for B,
     95% and 99% for C; a run of D and A alone reaches neither."""
