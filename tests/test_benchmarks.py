@@ -18,6 +18,7 @@ MODULES = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem no
 
 def test_every_benchmark_is_listed_here():
     assert MODULES == [
+        "blind_oracle",
         "compile_cache",
         "dataloader",
         "fidelity_tables",
