@@ -37,6 +37,7 @@ from benchmarks.hostinfo import provenance
 from benchmarks.table import Table, TableError, load_table
 from dashboards.fidelity import nadir_reference
 from dashboards.multiobjective import hypervolume, non_dominated
+from trials.atomic import atomic_write
 
 OBJECTIVES = {"top1": "max", "flops": "min"}  # the two the oracle is compared on (top-1 against FLOPs)
 DIRECTIONS = list(OBJECTIVES.values())
@@ -155,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render_row(Path(args.table).name.removesuffix(".gz").removesuffix(".csv"), result))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        temporary = args.json.with_name(f".{args.json.name}.tmp")
-        temporary.write_text(json.dumps(result, indent=2))
-        temporary.replace(args.json)
+        atomic_write(args.json, json.dumps(result, indent=2))
     return 0
 
 

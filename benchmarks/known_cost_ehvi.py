@@ -37,6 +37,7 @@ from benchmarks.front_quality import LEVELS, Replay, TrueFront, median_interval
 from benchmarks.hostinfo import provenance
 from benchmarks.table import Table, TableError, load_table
 from harness.search.propose.initial_design import DEFAULT_SPREAD, pick
+from trials.atomic import atomic_write
 
 METHODS = ("random+spread", "known-cost-ehvi")
 RIDGE = 1.0  # the prior precision of the standardised weights
@@ -226,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     result["command"] = shlex.join(["python", "-m", "benchmarks.known_cost_ehvi", *arguments])
     if args.json is not None:
-        temporary = args.json.with_name(f".{args.json.name}.tmp")
-        temporary.write_text(json.dumps(result, indent=2))
-        temporary.replace(args.json)
+        atomic_write(args.json, json.dumps(result, indent=2))
     return 0
 
 
