@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.front_quality import LEVELS, TrueFront, level_key, median_interval
+from benchmarks.front_quality import LEVELS, TrueFront, binomial_sd, level_key, median_interval
 from benchmarks.hostinfo import provenance
 from benchmarks.table import Table, TableError, load_table
 from dashboards.fidelity import nadir_reference
@@ -44,24 +44,27 @@ DIRECTIONS = list(OBJECTIVES.values())
 DRAWS = 200  # draws to order by, and as many others to count on
 
 
-def binomial_sd(top1: np.ndarray, images: int) -> np.ndarray:
-    """The sd in points of a fixed model's top-1 measured on ``images`` images: ``100 sqrt(p (1 - p) / n)``."""
+def measurement_sd(top1: np.ndarray, images: int) -> np.ndarray:
+    """:func:`~benchmarks.front_quality.binomial_sd`, refusing an image count below one by its flag's name."""
     if images < 1:
         raise TableError(f"--validation-images must be >= 1, not {images}")
-    p = np.clip(top1 / 100.0, 0.0, 1.0)
-    return 100.0 * np.sqrt(p * (1.0 - p) / images)
+    return binomial_sd(top1, images)
 
 
-def exclusive_volumes(top1: np.ndarray, flops: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def exclusive_volumes(
+    top1: np.ndarray, flops: np.ndarray, candidates: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The front of ``candidates`` under these top-1 values, and each member's exclusive hypervolume (the part no
-    other member covers) under the front's nadir+10% reference: the members cheapest first, their volumes."""
+    other member covers) under the front's nadir+10% reference: the members cheapest first, their volumes, the
+    reference."""
     points = np.column_stack([top1[candidates], flops[candidates]])
     members = candidates[non_dominated(points, DIRECTIONS)]
     reference = nadir_reference(np.column_stack([top1[members], flops[members]]), DIRECTIONS)
     members = members[np.lexsort((-top1[members], flops[members]))]
     right = np.append(flops[members][1:], reference[1])  # where the next member's step begins
     below = np.insert(top1[members][:-1], 0, reference[0])  # the level the previous member holds
-    return members, np.clip(right - flops[members], 0.0, None) * np.clip(top1[members] - below, 0.0, None)
+    volumes = np.clip(right - flops[members], 0.0, None) * np.clip(top1[members] - below, 0.0, None)
+    return members, volumes, reference
 
 
 def drawn(top1: np.ndarray, sd: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -75,7 +78,7 @@ def blind_order(top1: np.ndarray, flops: np.ndarray, sd: np.ndarray, draws: int,
     rng = np.random.default_rng(seed)
     share = np.zeros(len(top1))
     for _ in range(draws):
-        members, volumes = exclusive_volumes(drawn(top1, sd, rng), flops, candidates)
+        members, volumes, _ = exclusive_volumes(drawn(top1, sd, rng), flops, candidates)
         share[members] += volumes / (volumes.sum() or 1.0)
     scored = [int(i) for i in np.argsort(-share, kind="stable") if share[i] > 0]
     rest = [int(i) for i in candidates[np.argsort(flops[candidates], kind="stable")] if share[i] == 0]
@@ -86,8 +89,7 @@ def trained_to_level(order: np.ndarray, top1: np.ndarray, flops: np.ndarray, lev
     """How many of ``order``'s first configurations reach ``level`` of the front of these top-1 values (its
     nadir+10% reference): a bisection, the volume growing with every configuration added."""
     candidates = np.flatnonzero(np.isfinite(top1))
-    members, _ = exclusive_volumes(top1, flops, candidates)
-    reference = nadir_reference(np.column_stack([top1[members], flops[members]]), DIRECTIONS)
+    members, _, reference = exclusive_volumes(top1, flops, candidates)
     whole = hypervolume(np.column_stack([top1[members], flops[members]]), DIRECTIONS, reference)
     low, high = 1, len(order)
     while low < high:
@@ -106,7 +108,7 @@ def blind_oracle(table: Table, images: int, draws: int = DRAWS, seed: int = 0) -
         raise TableError(f"--draws must be >= 1, not {draws}")
     truth = TrueFront(table, OBJECTIVES)
     top1, flops = truth.points[:, 0], truth.points[:, 1]
-    sd = binomial_sd(np.nan_to_num(top1), images)
+    sd = measurement_sd(np.nan_to_num(top1), images)
     order = blind_order(top1, flops, sd, draws, seed)
     rng = np.random.default_rng(seed + 1)  # other draws than the order's
     counted = [drawn(top1, sd, rng) for _ in range(draws)]

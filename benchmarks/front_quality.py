@@ -41,6 +41,13 @@ SHORTFALL_BISECTIONS = 60  # halvings of the top-1 span: far below any top-1 a t
 BOOTSTRAP_RESAMPLES = 2000  # the medians' intervals (as the fidelity command's)
 
 
+def binomial_sd(top1: np.ndarray, images: int) -> np.ndarray:
+    """The sd in top-1 points of a fixed model's top-1 measured on ``images`` images: ``100 sqrt(p (1 - p) / n)``
+    (a lower bound on the noise: another training seed adds to it)."""
+    p = np.clip(np.asarray(top1, dtype=float) / 100.0, 0.0, 1.0)
+    return 100.0 * np.sqrt(p * (1.0 - p) / images)
+
+
 def level_key(level: float) -> str:
     return f"{round(level * 100)}"
 
@@ -226,7 +233,7 @@ class TrueFront:
         accuracy, costs, signs = self._axes()
         finite = np.flatnonzero(np.all(np.isfinite(self.points), axis=1))
         top1 = self.points[:, accuracy]
-        sd = 100.0 * np.sqrt(np.clip(top1 / 100.0, 0.0, 1.0) * (1.0 - np.clip(top1 / 100.0, 0.0, 1.0)) / images)
+        sd = binomial_sd(top1, images)
         members = {int(m) for m in self.members}
 
         def best_at_no_more_cost(index: int, among: Sequence[int]) -> float:

@@ -38,10 +38,11 @@ def test_without_noise_the_order_is_by_exclusive_volume_and_the_blind_oracle_is_
     names = [table.params[i]["name"] for i in range(len(table))]
     top1 = np.array([POINTS[n][1] for n in names], dtype=float)
     flops = np.array([POINTS[n][0] for n in names], dtype=float)
-    members, volumes = blind_oracle.exclusive_volumes(top1, flops, np.arange(len(table)))
+    members, volumes, reference = blind_oracle.exclusive_volumes(top1, flops, np.arange(len(table)))
     assert [names[i] for i in members] == ["A", "B", "C"]
     assert volumes == pytest.approx([30.0, 200.0, 20.0])
-    order = blind_oracle.blind_order(top1, flops, blind_oracle.binomial_sd(top1, NOISELESS), draws=3, seed=0)
+    assert reference == pytest.approx([47.0, 32.0])
+    order = blind_oracle.blind_order(top1, flops, blind_oracle.measurement_sd(top1, NOISELESS), draws=3, seed=0)
     assert [names[i] for i in order] == ["B", "A", "C", "D", "E"]
     result = blind_oracle.blind_oracle(table, NOISELESS, draws=5)
     for level in ("95", "99"):
