@@ -34,6 +34,7 @@ import numpy as np
 
 from benchmarks.front_quality import LEVELS, TrueFront, binomial_sd, level_key, median_interval
 from benchmarks.hostinfo import provenance
+from benchmarks.ridge_surrogate import leave_one_out_ridge
 from benchmarks.table import Table, TableError, load_table
 from dashboards.fidelity import nadir_reference
 from dashboards.multiobjective import hypervolume, non_dominated
@@ -42,6 +43,7 @@ from trials.atomic import atomic_write
 OBJECTIVES = {"top1": "max", "flops": "min"}  # the two the oracle is compared on (top-1 against FLOPs)
 DIRECTIONS = list(OBJECTIVES.values())
 DRAWS = 200  # draws to order by, and as many others to count on
+WIDTHS = (0.5, 1.0, 2.0, 4.0)  # the informed order's sds, in multiples of its model's leave-one-out error
 
 
 def measurement_sd(top1: np.ndarray, images: int) -> np.ndarray:
@@ -127,6 +129,27 @@ def blind_oracle(table: Table, images: int, draws: int = DRAWS, seed: int = 0) -
     return result
 
 
+def informed_order(
+    table: Table, draws: int = DRAWS, seed: int = 0, widths: tuple[float, ...] = WIDTHS
+) -> dict[str, Any]:
+    """The blind oracle's order with each configuration's mean replaced by what a model of the *rest* of the table
+    predicts (:func:`~benchmarks.ridge_surrogate.leave_one_out_ridge`), counted on the table's own draw: epochs to
+    each level, once per sd, each a multiple (``widths``) of the model's leave-one-out error. Its model is
+    fitted on every other configuration, more than any search has before it trains one; a level it needs many
+    epochs for at every width waits for configurations the rest does not predict: the draw's winners."""
+    truth = TrueFront(table, OBJECTIVES)
+    top1, flops = truth.points[:, 0], truth.points[:, 1]
+    predicted, error = leave_one_out_ridge(table, top1)
+    result: dict[str, Any] = {"draws": draws, "seed": seed, "epochs_per_configuration": table.epochs,
+                              "leave_one_out_rmse": error, "widths": {}}  # fmt: skip
+    for width in widths:
+        order = blind_order(predicted, flops, np.full(len(top1), width * error), draws, seed)
+        result["widths"][f"{width:g}"] = {
+            level_key(level): trained_to_level(order, top1, flops, level) * table.epochs for level in LEVELS
+        }
+    return result
+
+
 def render_row(name: str, result: dict[str, Any]) -> str:
     """One table's row as docs/benchmarks.md shows it: per level the oracle, the blind oracle's median [interval]."""
     cells = []
@@ -137,25 +160,50 @@ def render_row(name: str, result: dict[str, Any]) -> str:
     return f"| `{name}` | {' | '.join(cells)} |"
 
 
+def render_informed_row(name: str, result: dict[str, Any]) -> str:
+    """The informed order's row as docs/benchmarks.md shows it: its leave-one-out error, then epochs to 99% per
+    width."""
+    cells = [f"{epochs[level_key(0.99)]:,}" for epochs in result["widths"].values()]
+    return f"| `{name}` | {result['leave_one_out_rmse']:.2f} | {' | '.join(cells)} |"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", required=True, type=Path)
-    parser.add_argument("--validation-images", required=True, type=int, help="images each top-1 was measured on")
+    parser.add_argument("--validation-images", type=int, default=None, help="images each top-1 was measured on")
+    parser.add_argument(
+        "--informed",
+        action="store_true",
+        help="order by a leave-one-out model of the rest of the table instead (no images needed)",
+    )
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    name = Path(args.table).name.removesuffix(".gz").removesuffix(".csv")
     try:
+        if args.draws < 1:
+            raise TableError(f"--draws must be >= 1, not {args.draws}")
+        if not args.informed and args.validation_images is None:
+            raise TableError("--validation-images is required (or --informed)")
         table = load_table(args.table)
-        result = blind_oracle(table, args.validation_images, args.draws, args.seed)
+        if args.informed:
+            result = informed_order(table, args.draws, args.seed)
+        else:
+            result = blind_oracle(table, args.validation_images, args.draws, args.seed)
     except TableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     arguments = sys.argv[1:] if argv is None else argv
     result.update(table=str(args.table), provenance=provenance(),
                   command=shlex.join(["python", "-m", "benchmarks.blind_oracle", *arguments]))  # fmt: skip
-    print("| table | oracle 95% | blind oracle 95% | oracle 99% | blind oracle 99% |\n|---|---|---|---|---|")
-    print(render_row(Path(args.table).name.removesuffix(".gz").removesuffix(".csv"), result))
+    if args.informed:
+        print("| table | its model's error (points) | 99%, sd x " + " | 99%, sd x ".join(result["widths"]) + " |")
+        print("|---|---|" + "---|" * len(result["widths"]))
+        print(render_informed_row(name, result))
+    else:
+        print("| table | oracle 95% | blind oracle 95% | oracle 99% | blind oracle 99% |\n|---|---|---|---|---|")
+        print(render_row(name, result))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(args.json, json.dumps(result, indent=2))

@@ -33,40 +33,16 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import norm
 
+from benchmarks.blind_oracle import exclusive_volumes
 from benchmarks.front_quality import LEVELS, Replay, TrueFront, median_interval
 from benchmarks.hostinfo import provenance
+from benchmarks.ridge_surrogate import features, fit_predict
 from benchmarks.table import Table, TableError, load_table
 from harness.search.propose.initial_design import DEFAULT_SPREAD, pick
 from trials.atomic import atomic_write
 
-METHODS = ("random+spread", "known-cost-ehvi")
-RIDGE = 1.0  # the prior precision of the standardised weights
-
-
-def features(table: Table) -> np.ndarray:
-    """A constant, standardised log FLOPs and one column per parameter value (one-hot)."""
-    columns = [np.ones(len(table))]
-    log_flops = np.log(table.cost["flops"].astype(float))
-    columns.append((log_flops - log_flops.mean()) / (log_flops.std() or 1.0))
-    for name in table.param_names:
-        for value in sorted({str(p[name]) for p in table.params}):
-            columns.append(np.array([1.0 if str(p[name]) == value else 0.0 for p in table.params]))
-    return np.column_stack(columns)
-
-
-def fit_predict(x: np.ndarray, y: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bayesian ridge regression of ``y`` on ``x``: the predictive mean and sd at ``candidates`` (the noise
-    variance estimated from the residuals, so that the sd never collapses to the weights' alone)."""
-    centre, scale = float(y.mean()), float(y.std()) or 1.0
-    target = (y - centre) / scale
-    precision = x.T @ x + RIDGE * np.eye(x.shape[1])
-    covariance = np.linalg.inv(precision)
-    weights = covariance @ x.T @ target
-    residual = target - x @ weights
-    noise = max(float(residual @ residual + RIDGE * weights @ weights) / len(y), 1e-4)
-    mean = candidates @ weights
-    variance = noise * (1.0 + np.einsum("ij,jk,ik->i", candidates, covariance, candidates))
-    return mean * scale + centre, np.sqrt(variance) * scale
+METHODS = ("random+spread", "known-cost-ehvi", "known-cost-share")
+SHARE_DRAWS = 32  # posterior draws that each known-cost-share proposal averages over
 
 
 def staircase(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -106,7 +82,7 @@ class Proposer:
         self.rng = np.random.default_rng(seed)
         self.flops = table.cost["flops"].astype(float)
         self.top1 = table.metric("top1")
-        self.x = features(table) if method == "known-cost-ehvi" else None
+        self.x = features(table) if method != "random+spread" else None
         order = [int(i) for i in self.rng.permutation(len(table))]  # the spread's draw: seeded, equal costs shuffled
         self.first = pick([(self.flops[i], i) for i in order], min(DEFAULT_SPREAD, len(table) // 2))
         self.reference_flops = float(self.flops.max()) * (1 + 1e-6)
@@ -123,12 +99,38 @@ class Proposer:
         observed = self.top1[done]
         mean, sd = fit_predict(self.x[done], observed, self.x[untried])
         believed = fit_predict(self.x[done], observed, self.x[running])[0] if running else np.empty(0)
+        if self.method == "known-cost-share":
+            return untried[int(np.argmax(self.expected_share(done, running, believed, untried, mean, sd)))]
         points = [(self.flops[i], self.top1[i]) for i in done] + list(zip(self.flops[running], believed, strict=True))
         front = staircase(points)
         known = [top1 for _, top1 in staircase([(self.flops[i], self.top1[i]) for i in done])]
         reference = (self.reference_flops, min(known) - 0.1 * (max(known) - min(known)))
         scores = expected_improvement(self.flops[untried], mean, sd, front, reference)
         return untried[int(np.argmax(scores))]
+
+    def expected_share(
+        self,
+        done: list[int],
+        running: list[int],
+        believed: np.ndarray,
+        untried: list[int],
+        mean: np.ndarray,
+        sd: np.ndarray,
+    ) -> np.ndarray:
+        """Each untried configuration's share of its front's hypervolume that no other member covers, averaged
+        over :data:`SHARE_DRAWS` posterior draws of every untried top-1 at once (trained ones as measured,
+        running ones at their predicted top-1): how likely it is to be on the final front, weighted by how
+        much of it only it holds. Candidates compete with each other in every draw, which EHVI against the
+        found front does not ask."""
+        everyone = np.asarray(done + running + untried)
+        top1 = np.full(len(self.table), np.nan)
+        top1[done], top1[running] = self.top1[done], believed
+        share = np.zeros(len(self.table))
+        for _ in range(SHARE_DRAWS):
+            top1[untried] = mean + sd * self.rng.standard_normal(len(untried))
+            members, volumes, _ = exclusive_volumes(top1, self.flops, everyone)
+            share[members] += volumes / (volumes.sum() or 1.0)
+        return share[untried] - 1e-9 * self.flops[untried]  # ties (no draw's front): the cheapest
 
 
 def replay(table: Table, method: str, seed: int, workers: int, budget: int) -> Replay:
@@ -206,9 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--budget", type=int, default=None, help="epochs (default: the whole table's)")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown or not methods:
+            raise TableError(f"--methods: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(METHODS)}")
         if args.seeds < 1 or args.workers < 1 or (args.budget is not None and args.budget < 1):
             raise TableError("--seeds, --workers and --budget must be >= 1")
         table = load_table(args.table)
@@ -220,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"table": str(args.table), "seeds": args.seeds, "workers": args.workers, "budget_epochs": budget,
               "reference": "nadir+10%", "methods": {}, "provenance": provenance()}  # fmt: skip
     print("| method | 95% HV, nadir+10% | 99% HV, nadir+10% |\n|---|---|---|")
-    for method in METHODS:
+    for method in methods:
         runs = [replay(table, method, seed, args.workers, budget) for seed in range(args.seeds)]
         result["methods"][method] = summary = summarise(truth, runs)
         print(f"| {method} | {' | '.join(cell(level) for level in summary.values())} |", flush=True)

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks import blind_oracle
+from benchmarks import blind_oracle, ridge_surrogate
+from benchmarks.front_quality import TrueFront
 from benchmarks.table import load_table
 
 ROOT = Path(__file__).parents[1]
@@ -87,8 +88,6 @@ def test_the_docs_rows_are_the_committed_results_and_n1000_recomputes():
 def test_the_readme_quotes_the_shortfalls_and_the_blind_oracle_from_the_committed_results():
     """README: 99% allows less than one image on the CoAtNet tables (0.014-0.078 points); the default within 8x the
     blind oracle on them and 4% over it on NAS-Bench-Macro (175 against 168), from the committed replays."""
-    from benchmarks.front_quality import TrueFront
-
     readme = " ".join((ROOT / "README.md").read_text().split())
     tables = ROOT / "benchmarks" / "tables"
     allowed = [TrueFront(load_table(tables / f"{n}.csv.gz"), blind_oracle.OBJECTIVES).shortfall(0.99)
@@ -108,3 +107,54 @@ def test_the_readme_quotes_the_shortfalls_and_the_blind_oracle_from_the_committe
     assert all(ratios[n] <= 1 for n in ("coatnet-mnist5k", "coatnet-mnist5k-n1000", "coatnet-mnist5k-e32"))
     assert round(ratios["nas-bench-macro-cifar10"] - 1, 2) == 0.04
     assert "the default is within 8x there and 4% over it on NAS-Bench-Macro (175 epochs against 168)" in readme
+
+
+def test_the_leave_one_out_model_is_each_configuration_refitted_without_itself():
+    """``leave_one_out_ridge``'s closed form (``y - e / (1 - h)``) against the ridge fit on the 47 other
+    configurations of n1000, one refit per configuration (the same standardised target); its error is the root
+    mean square of top-1 minus the prediction, in points."""
+    table = load_table(ROOT / "benchmarks" / "tables" / "coatnet-mnist5k-n1000.csv.gz")
+    top1 = TrueFront(table, blind_oracle.OBJECTIVES).points[:, 0]
+    predicted, error = ridge_surrogate.leave_one_out_ridge(table, top1)
+    x = ridge_surrogate.features(table)
+    target = (top1 - top1.mean()) / top1.std()
+    for left_out in range(len(table)):
+        rest = np.arange(len(table)) != left_out
+        weights = np.linalg.solve(x[rest].T @ x[rest] + ridge_surrogate.RIDGE * np.eye(x.shape[1]),
+                                  x[rest].T @ target[rest])  # fmt: skip
+        assert predicted[left_out] == pytest.approx(x[left_out] @ weights * top1.std() + top1.mean(), abs=1e-9)
+    assert error == pytest.approx(float(np.sqrt(np.mean((top1 - predicted) ** 2))))
+    assert 0.5 < error < 5.0  # points: a model, not an echo of the table
+
+
+def test_the_informed_order_is_counted_in_whole_configurations_and_is_seeded(tmp_path):
+    table = load_table(_tiny(tmp_path))
+    result = blind_oracle.informed_order(table, draws=20, seed=1)
+    assert list(result["widths"]) == ["0.5", "1", "2", "4"]
+    for epochs in result["widths"].values():
+        assert 6 <= epochs["95"] <= epochs["99"] <= 10 and epochs["99"] % 2 == 0  # the oracle's 6 at least
+    assert blind_oracle.informed_order(table, draws=20, seed=1) == result
+
+
+def test_the_informed_command_needs_no_images_and_the_blind_one_asks_for_them_by_name(tmp_path, capsys):
+    out = tmp_path / "informed.json"
+    assert blind_oracle.main(["--table", str(_tiny(tmp_path)), "--informed", "--draws", "5", "--json", str(out)]) == 0
+    assert "| `tiny` | " in capsys.readouterr().out
+    written = json.loads(out.read_text())
+    assert set(written["widths"]) == {"0.5", "1", "2", "4"} and written["command"].endswith("--json " + str(out))
+    missing = tmp_path / "blind.json"
+    assert blind_oracle.main(["--table", str(_tiny(tmp_path)), "--json", str(missing)]) == 2
+    assert "--validation-images is required" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_the_informed_docs_rows_are_the_committed_results_and_n1000_recomputes():
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    results = ROOT / "benchmarks" / "results" / "informed_order"
+    for name in ["coatnet-mnist5k", "coatnet-mnist5k-n1000", "coatnet-mnist5k-e32", "nas-bench-macro-cifar10"]:
+        result = json.loads((results / f"{name}.json").read_text())
+        assert blind_oracle.render_informed_row(name, result) in doc, name
+        assert result["provenance"]["commit"] and not result["provenance"]["uncommitted_changes"]
+    committed = json.loads((results / "coatnet-mnist5k-n1000.json").read_text())
+    again = blind_oracle.informed_order(load_table(ROOT / "benchmarks" / "tables" / "coatnet-mnist5k-n1000.csv.gz"))
+    assert again["widths"] == committed["widths"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import known_cost_ehvi
+from benchmarks import known_cost_ehvi, ridge_surrogate
 from benchmarks.table import load_table
 from dashboards.multiobjective import hypervolume
 from tests.test_search_quality import _unseen_table
@@ -46,7 +46,7 @@ def test_the_surrogate_recovers_an_additive_top1():
     grid = np.array([[1, a == 0, a == 1, b == 0, b == 1] for a in (0, 1) for b in (0, 1)], dtype=float)
     x = np.tile(grid, (6, 1))
     y = 60 + 10 * x[:, 2] + 5 * x[:, 4]
-    mean, sd = known_cost_ehvi.fit_predict(x, y, grid)
+    mean, sd = ridge_surrogate.fit_predict(x, y, grid)
     truth = 60 + 10 * grid[:, 2] + 5 * grid[:, 4]
     assert list(np.argsort(mean)) == list(np.argsort(truth))
     assert np.abs(mean - truth).max() < 1.0
@@ -95,4 +95,27 @@ def test_the_docs_rows_are_the_committed_results():
         ehvi, random = result["methods"]["known-cost-ehvi"], result["methods"]["random+spread"]
         cells = [known_cost_ehvi.cell(level) for level in (ehvi["95%"], ehvi["99%"], random["99%"])]
         assert f"| `{path.stem}` | {' | '.join(cells)} |" in doc
+        assert result["provenance"]["commit"] and not result["provenance"]["uncommitted_changes"]
+
+
+def test_an_unknown_method_is_refused_by_name(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    table = str(_unseen_table(tmp_path / "t.csv"))
+    assert known_cost_ehvi.main(["--table", table, "--methods", "known-cost-share,thompson", "--json", str(out)]) == 2
+    assert "--methods: unknown thompson" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_share_rows_are_the_committed_results():
+    """docs/benchmarks.md's known-cost share rows: each committed JSON's cells, run from a committed tree."""
+    root = Path(__file__).parents[1]
+    doc = (root / "docs" / "benchmarks.md").read_text()
+    committed = sorted((root / "benchmarks" / "results" / "known_cost_share").glob("*.json"))
+    assert {p.stem for p in committed} == {
+        "coatnet-mnist5k", "coatnet-mnist5k-e32", "coatnet-mnist5k-n1000", "nas-bench-macro-cifar10"
+    }  # fmt: skip
+    for path in committed:
+        result = json.loads(path.read_text())
+        share = result["methods"]["known-cost-share"]
+        assert f"| `{path.stem}` | {known_cost_ehvi.cell(share['95%'])} | {known_cost_ehvi.cell(share['99%'])} |" in doc
         assert result["provenance"]["commit"] and not result["provenance"]["uncommitted_changes"]

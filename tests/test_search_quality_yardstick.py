@@ -370,18 +370,18 @@ def test_what_99_percent_waits_for_is_the_fronts_largest_residual_from_a_model_o
     """docs/benchmarks.md: left out of a ridge regression on the other configurations, n1000's 85.5% member is
     predicted at 81.4% (+4.1 points, 3.7 binomial sds), e32's 98.0% at 96.7% (+1.3, 2.9 sds): each the largest
     residual among its front's members."""
-    from benchmarks import known_cost_ehvi
+    from benchmarks import ridge_surrogate
 
     expected = {"coatnet-mnist5k-n1000": (85.5, 81.4, 4.1, 3.7), "coatnet-mnist5k-e32": (98.0, 96.7, 1.3, 2.9)}
     doc = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
     for name, (measured, predicted, points, sds) in expected.items():
         table = load_table(ROOT / "benchmarks" / "tables" / f"{name}.csv.gz")
         truth = TrueFront(table, OBJECTIVES)
-        x, y = known_cost_ehvi.features(table), table.metric("top1")
+        x, y = ridge_surrogate.features(table), table.metric("top1")
         prediction = {}
         for member in (int(m) for m in truth.members):
             rest = [i for i in range(len(table)) if i != member]
-            prediction[member] = float(known_cost_ehvi.fit_predict(x[rest], y[rest], x[[member]])[0][0])
+            prediction[member] = float(ridge_surrogate.fit_predict(x[rest], y[rest], x[[member]])[0][0])
         best = int(np.nanargmax(y))
         assert max(prediction, key=lambda m: y[m] - prediction[m]) == best
         mean = prediction[best]
