@@ -213,6 +213,20 @@ class PercentileDecider:
             return goes_on
         return True
 
+    def would_stop(
+        self, trial_id: str, values: Mapping[str, Mapping[str, Any]], groups: Mapping[str, Hashable]
+    ) -> bool:
+        """Whether ASHA's cutoff would stop ``trial_id`` judged against the other trials of ``values`` (trial -> its
+        values at a milestone), its twins (the same ``groups`` entry) left out; nothing is recorded."""
+        group = groups.get(trial_id)
+
+        def reward(of: str) -> float:
+            value = _number(values[of].get(self.metric))
+            return self.sign * value if value is not None else math.nan
+
+        others = [reward(i) for i in values if i != trial_id and (group is None or groups.get(i) != group)]
+        return bool(others) and reward(trial_id) < np.nanpercentile(others, (1 - 1 / self.reduction_factor) * 100)
+
 
 @dataclass(frozen=True)
 class RungRule:

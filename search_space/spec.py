@@ -216,7 +216,8 @@ class EarlyStopping(_Strict):
     reduction_factor: float = Field(3.0, gt=1)
     mode: Literal["pareto", "single"] | None = None
     # A rung prunes only where this study's completed trials show that its ranking carries to the end
-    # (tau's lower 95% bound >= 0.6 over >= 5 completed trials), and twins (the same architecture at other
+    # (tau's lower 95% bound >= 0.6 over >= 5 completed trials) and the rule there would stop none of the
+    # completed trials' final front, and twins (the same architecture at other
     # training hyperparameters) never rank each other (harness.search.stop.rank_gate). false: plain
     # (MO-)ASHA, which on a table whose first epoch ranks at tau -0.17 pruned 60-80% of the true front.
     rank_gate: bool = True

@@ -193,3 +193,59 @@ def test_the_searcher_ranks_numpy_numbers_as_numbers_as_the_rungs_do():
     searcher = SimpleNamespace(metric=["top1", "flops"], mode=["max", "min"])
     assert ArchsearchSearch._minimised(searcher, {"top1": np.float32(7), "flops": np.int64(5)}) == [-7.0, 5.0]
     assert ArchsearchSearch._minimised(searcher, {"top1": True, "flops": None}) == [np.inf, np.inf]
+
+
+@pytest.mark.parametrize("mode", ["pareto", "single"])
+@pytest.mark.parametrize("seed", range(3))
+def test_would_stop_is_the_verdict_the_last_arrival_gets_and_records_nothing(mode, seed):
+    """What the rank gate asks of the rule (``would_stop``) is what ``observe`` says to the trial arriving last
+    at the rung, twins left out, for MO-ASHA and ASHA's cutoff alike; asking changes nothing recorded."""
+    from dashboards.fidelity import PercentileDecider
+
+    def fresh():
+        if mode == "pareto":
+            return RungDecider({"top1": "max", "flops": "min"}, [1], 3)
+        return PercentileDecider("top1", "max", [1], 3)
+
+    rng = np.random.default_rng(seed)
+    values = {f"t{i}": {"top1": float(rng.uniform(10, 90)), "flops": float(rng.integers(1, 6))} for i in range(15)}
+    groups = {trial: ("arch", int(rng.integers(0, 6))) for trial in values}
+    asked = fresh()
+    for trial in values:
+        asked.observe(trial, 1, values[trial], groups[trial])
+    before = {rung: dict(recorded) for rung, recorded in asked.recorded.items()}
+    for last in values:
+        replayed = fresh()
+        for trial in values:
+            if trial != last:
+                replayed.observe(trial, 1, values[trial], groups[trial])
+        assert asked.would_stop(last, values, groups) == (not replayed.observe(last, 1, values[last], groups[last]))
+    assert {rung: dict(recorded) for rung, recorded in asked.recorded.items()} == before
+
+
+def test_a_rung_whose_tau_holds_does_not_prune_where_the_rule_would_stop_a_member_of_the_front():
+    """Issue 60, item 3, on a held-out table: tau is taken on top-1 alone and the cost explains most of it, while
+    MO-ASHA ranks a trial against others of its cost. Eight trials at one cost rank at epoch 1 as at the end; at
+    a cheaper cost ``slow`` trails three others at epoch 1 and ends ahead of them (a smaller learning rate): tau
+    is 0.91 [lower bound >= 0.6], but the rule (reduction factor 2) would stop ``slow``, a member of the
+    completed trials' front, so the rung does not prune, and says why. Without ``slow`` the same rung prunes."""
+    for with_slow in (True, False):
+        said: list[str] = []
+        scheduler = make_scheduler(
+            _spec().model_copy(update={"training": {"epochs": 3}}), "es", SimpleNamespace(say=said.append)
+        )
+        cheap = [("fast", 8.0, 48.0), ("fast2", 7.0, 47.0), ("fast3", 6.0, 46.0)] + ([("slow", 5.0, 49.0)] * with_slow)
+        for k, (name, first, last) in enumerate(cheap):  # first: no rung is measured yet, so each runs to its end
+            assert _run_to_the_end(scheduler, name, {"depth": 100 + k}, [first, first + 1, last], 0.5) == "COMPLETED"
+        for k in range(8):  # each the best yet at its cost at every epoch: nothing would stop it
+            assert _run_to_the_end(scheduler, f"t{k}", {"depth": k}, [10.0 + k, 30.0 + k, 50.0 + k]) == "COMPLETED"
+        transfer = scheduler.decider.transfer(1)
+        assert transfer.tau_holds and transfer.front == 2
+        verdict = _run_to_the_end(scheduler, "weak", {"depth": 99}, [0.0, 1.0, 2.0])
+        if with_slow:
+            assert (transfer.front_stopped, transfer.open, verdict) == (1, False, "COMPLETED")
+            assert any("rung 1: not pruning (tau 0.91" in line and "but it would stop 1 of their 2 front members"
+                       in line for line in said)  # fmt: skip
+        else:
+            assert (transfer.front_stopped, transfer.open, verdict) == (0, True, "STOP")
+            assert any("rung 1: pruning (tau" in line and "keeps all 2 of their front members" in line for line in said)

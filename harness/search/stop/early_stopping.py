@@ -109,6 +109,18 @@ class RungDecider:
         position = list(promotion_order(np.array([at_rung[i] for i in ids]))).index(ids.index(trial_id))
         return position < keep
 
+    def would_stop(
+        self, trial_id: str, values: Mapping[str, Mapping[str, Any]], groups: Mapping[str, Hashable]
+    ) -> bool:
+        """Whether this rule would stop ``trial_id`` judged against ``values`` (trial -> its values at a rung, the
+        trial's own included), its twins (the same ``groups`` entry) left out, as :meth:`observe` judges the last
+        trial to arrive; nothing is recorded. The rank gate asks it of the completed trials' front members."""
+        group = groups.get(trial_id)
+        ids = [i for i in values if i == trial_id or group is None or groups.get(i) != group]
+        vectors = np.array([[self._minimised(name, values[i].get(name)) for name in self.objectives] for i in ids])
+        position = list(promotion_order(vectors)).index(ids.index(trial_id))
+        return position >= math.ceil(len(ids) / self.reduction_factor)
+
     def _minimised(self, name: str, value: Any) -> float:
         """The value as a quantity to minimise; a missing or NaN value is the worst there is."""
         real = isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy's numbers too
@@ -133,7 +145,7 @@ class RungScheduler(FIFOScheduler):
         epoch = result.get(TIME_ATTR)
         if (trial.config or {}).get(RETRY_KEY) is not None:  # a pruned configuration run again: to the end
             if epoch is not None and hasattr(self.decider, "note"):
-                self.decider.note(trial.trial_id, int(epoch), result)
+                self.decider.note(trial.trial_id, int(epoch), result, self._group(trial))
             return TrialScheduler.CONTINUE
         if epoch is None or self.decider.observe(trial.trial_id, int(epoch), result, self._group(trial)):
             return TrialScheduler.CONTINUE
