@@ -252,8 +252,8 @@ class RungRule:
         rungs = ", ".join(map(str, self.rungs)) or "none below the last epoch"
         origin = "the default rule with early stopping on (the study ran without)" if self.default else "the study's"
         gate = (f"; a rung prunes only once its measured rank transfer holds (tau's lower 95% bound >= {TAU_RELIABLE} "
-                f"over >= {MIN_TRIALS} completed trials), twins (the same architecture) never rank each other"
-                if self.gated is not None else "")  # fmt: skip
+                f"over >= {MIN_TRIALS} completed trials) and it would stop no member of their front, twins (the same "
+                "architecture) never rank each other" if self.gated is not None else "")  # fmt: skip
         return f"{name} on {ranks}, reduction factor {self.reduction_factor:g}, rungs at epochs {rungs}{gate}: {origin}"
 
 
