@@ -208,19 +208,23 @@ def test_would_stop_is_the_verdict_the_last_arrival_gets_and_records_nothing(mod
         return PercentileDecider("top1", "max", [1], 3)
 
     rng = np.random.default_rng(seed)
-    values = {f"t{i}": {"top1": float(rng.uniform(10, 90)), "flops": float(rng.integers(1, 6))} for i in range(15)}
-    groups = {trial: ("arch", int(rng.integers(0, 6))) for trial in values}
-    asked = fresh()
-    for trial in values:
-        asked.observe(trial, 1, values[trial], groups[trial])
-    before = {rung: dict(recorded) for rung, recorded in asked.recorded.items()}
-    for last in values:
-        replayed = fresh()
+    scattered = {f"t{i}": {"top1": float(rng.uniform(10, 90)), "flops": float(rng.integers(1, 6))} for i in range(15)}
+    # all on one front (more top-1 for more FLOPs): every verdict is the epsilon-net's, not the rank's
+    front = {f"f{i}": {"top1": 10.0 + 5 * i + float(rng.uniform(0, 1)), "flops": 1.0 + i} for i in range(15)}
+    for values in (scattered, front):
+        groups = {trial: ("arch", int(rng.integers(0, 6))) for trial in values}
+        asked = fresh()
         for trial in values:
-            if trial != last:
-                replayed.observe(trial, 1, values[trial], groups[trial])
-        assert asked.would_stop(last, values, groups) == (not replayed.observe(last, 1, values[last], groups[last]))
-    assert {rung: dict(recorded) for rung, recorded in asked.recorded.items()} == before
+            asked.observe(trial, 1, values[trial], groups[trial])
+        before = {rung: dict(recorded) for rung, recorded in asked.recorded.items()}
+        for last in values:
+            replayed = fresh()
+            for trial in values:
+                if trial != last:
+                    replayed.observe(trial, 1, values[trial], groups[trial])
+            verdict = not replayed.observe(last, 1, values[last], groups[last])
+            assert asked.would_stop(last, values, groups) == verdict
+        assert {rung: dict(recorded) for rung, recorded in asked.recorded.items()} == before
 
 
 def test_a_rung_whose_tau_holds_does_not_prune_where_the_rule_would_stop_a_member_of_the_front():

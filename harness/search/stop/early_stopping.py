@@ -118,8 +118,12 @@ class RungDecider:
         group = groups.get(trial_id)
         ids = [i for i in values if i == trial_id or group is None or groups.get(i) != group]
         vectors = np.array([[self._minimised(name, values[i].get(name)) for name in self.objectives] for i in ids])
-        position = list(promotion_order(vectors)).index(ids.index(trial_id))
-        return position >= math.ceil(len(ids) / self.reduction_factor)
+        keep, me = math.ceil(len(ids) / self.reduction_factor), ids.index(trial_id)
+        ranks = np.asarray(moocore.pareto_rank(vectors))
+        ahead, level = int((ranks < ranks[me]).sum()), int((ranks == ranks[me]).sum())
+        if ahead >= keep or ahead + level <= keep:  # decided by the non-dominated rank alone: no epsilon-net
+            return ahead >= keep
+        return list(promotion_order(vectors)).index(me) >= keep
 
     def _minimised(self, name: str, value: Any) -> float:
         """The value as a quantity to minimise; a missing or NaN value is the worst there is."""
