@@ -570,3 +570,33 @@ def test_the_docs_paired_table_is_the_committed_results_and_the_gated_rule_is_ne
     assert "Early stopping as a spec gets it (MO-ASHA behind its rank gate) is, seed by seed, never later in the " \
         "median than the same search without it on the three tables where anything stops early" in " ".join(
             (ROOT / "README.md").read_text().split())  # fmt: skip
+
+
+def test_the_front_gate_section_is_the_committed_results_and_the_gate_is_never_later_in_the_median():
+    """docs/benchmarks.md's "The rank gate asks about the front too": its table is what paired_seeds prints from
+    benchmarks/results/front_gate/, every gated method there is at most 0 in the median per-seed difference on the
+    four tables, the lr-flip table is the same run seed for seed with no front member stopped, and the tau-only
+    gate's 40% and 28 epochs are that JSON's; the README's sentence says so."""
+    results = ROOT / "benchmarks" / "results" / "front_gate"
+    names = ["coatnet-mnist5k", "coatnet-mnist5k-n1000", "coatnet-mnist5k-e32", "lr-flip", "lr-flip-tau-only"]
+    loaded = {name: json.loads((results / f"{name}.json").read_text()) for name in names}
+    doc = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+    assert " ".join(search_quality.paired_table(loaded).split()) in doc
+    command = " ".join(f"{name}=benchmarks/results/front_gate/{name}.json" for name in names)
+    assert f"python -m benchmarks.paired_seeds {command}" in doc
+    for name in names[:-1]:
+        assert loaded[name]["provenance"]["commit"].startswith("3186b48"), name
+        for method, entry in search_quality.paired_with_base(loaded[name]).items():
+            assert all(entry[level]["median_difference"] <= 0 for level in ("epochs_to_95", "epochs_to_99")), method
+            assert loaded[name]["methods"][method]["front_pruned"]["median"] == 0.0, (name, method)
+    flip = search_quality.paired_with_base(loaded["lr-flip"])["tpe+spread+moasha"]
+    assert all(flip[level]["same"] == 10 for level in ("epochs_to_95", "epochs_to_99"))
+    before = loaded["lr-flip-tau-only"]
+    assert before["provenance"]["commit"].startswith("471965f")
+    assert round(100 * before["methods"]["tpe+spread+moasha"]["front_pruned"]["median"]) == 40
+    assert search_quality.paired_with_base(before)["tpe+spread+moasha"]["epochs_to_99"]["median_difference"] == 28
+    assert "stopped a median 40% of the true front, and `tpe+spread+moasha` reached 99% a median 28 epochs later" in doc
+    table = load_table(results / "lr-flip.csv.gz")
+    assert (len(table), table.epochs) == (36, 12)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "where the smaller learning rate ends ahead and tau alone let it stop 40% of the front" in readme
