@@ -82,19 +82,29 @@ def test_bad_arguments_are_refused(tmp_path, capsys):
     assert "--seeds" in capsys.readouterr().err
 
 
-def test_the_docs_rows_are_the_committed_results():
-    """docs/benchmarks.md's known-cost EHVI table: each committed JSON's medians and intervals, and its command."""
+def _ehvi_cells(result: dict) -> list[str]:
+    ehvi, random = result["methods"]["known-cost-ehvi"], result["methods"]["random+spread"]
+    return [known_cost_ehvi.cell(level) for level in (ehvi["95%"], ehvi["99%"], random["99%"])]
+
+
+def _share_cells(result: dict) -> list[str]:
+    share = result["methods"]["known-cost-share"]
+    return [known_cost_ehvi.cell(share["95%"]), known_cost_ehvi.cell(share["99%"])]
+
+
+@pytest.mark.parametrize(("directory", "cells"), [("known_cost_ehvi", _ehvi_cells), ("known_cost_share", _share_cells)])
+def test_the_docs_rows_are_the_committed_results(directory, cells):
+    """docs/benchmarks.md's known-cost EHVI and known-cost share tables: each committed JSON's medians and
+    intervals, run from a committed tree."""
     root = Path(__file__).parents[1]
     doc = (root / "docs" / "benchmarks.md").read_text()
-    committed = sorted((root / "benchmarks" / "results" / "known_cost_ehvi").glob("*.json"))
+    committed = sorted((root / "benchmarks" / "results" / directory).glob("*.json"))
     assert {p.stem for p in committed} == {
         "coatnet-mnist5k", "coatnet-mnist5k-e32", "coatnet-mnist5k-n1000", "nas-bench-macro-cifar10"
     }  # fmt: skip
     for path in committed:
         result = json.loads(path.read_text())
-        ehvi, random = result["methods"]["known-cost-ehvi"], result["methods"]["random+spread"]
-        cells = [known_cost_ehvi.cell(level) for level in (ehvi["95%"], ehvi["99%"], random["99%"])]
-        assert f"| `{path.stem}` | {' | '.join(cells)} |" in doc
+        assert f"| `{path.stem}` | {' | '.join(cells(result))} |" in doc
         assert result["provenance"]["commit"] and not result["provenance"]["uncommitted_changes"]
 
 
@@ -105,17 +115,3 @@ def test_an_unknown_method_is_refused_by_name(tmp_path, capsys):
     assert "--methods: unknown thompson" in capsys.readouterr().err
     assert not out.exists()
 
-
-def test_the_share_rows_are_the_committed_results():
-    """docs/benchmarks.md's known-cost share rows: each committed JSON's cells, run from a committed tree."""
-    root = Path(__file__).parents[1]
-    doc = (root / "docs" / "benchmarks.md").read_text()
-    committed = sorted((root / "benchmarks" / "results" / "known_cost_share").glob("*.json"))
-    assert {p.stem for p in committed} == {
-        "coatnet-mnist5k", "coatnet-mnist5k-e32", "coatnet-mnist5k-n1000", "nas-bench-macro-cifar10"
-    }  # fmt: skip
-    for path in committed:
-        result = json.loads(path.read_text())
-        share = result["methods"]["known-cost-share"]
-        assert f"| `{path.stem}` | {known_cost_ehvi.cell(share['95%'])} | {known_cost_ehvi.cell(share['99%'])} |" in doc
-        assert result["provenance"]["commit"] and not result["provenance"]["uncommitted_changes"]
