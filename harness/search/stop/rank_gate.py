@@ -97,9 +97,8 @@ class RankGatedDecider:
         self.rungs = sorted({int(r) for r in rungs})
         self.resamples = resamples
         self.on_change = on_change
-        self.at_rung: dict[int, dict[str, float]] = {rung: {} for rung in self.rungs}
+        # per rung, each trial's values there; each completed trial's final values (the metric always finite)
         self.values_at: dict[int, dict[str, dict[str, float]]] = {rung: {} for rung in self.rungs}
-        self.finals: dict[str, float] = {}
         self.final_values: dict[str, dict[str, float]] = {}
         self.groups: dict[str, Hashable] = {}
         # what the front is taken on: the inner rule's objectives (MO-ASHA's), or its one metric (ASHA's)
@@ -117,8 +116,7 @@ class RankGatedDecider:
         if group is not None:
             self.groups[trial_id] = group
         value = finite_number(values.get(self.metric))
-        if epoch in self.at_rung and value is not None:
-            self.at_rung[epoch][trial_id] = value
+        if epoch in self.values_at and value is not None:
             self.values_at[epoch][trial_id] = self._objective_values(values)
 
     def observe(self, trial_id: str, epoch: int, values: Mapping[str, Any], group: Hashable | None = None) -> bool:
@@ -140,7 +138,6 @@ class RankGatedDecider:
     def complete(self, trial_id: str, values: Mapping[str, Any]) -> None:
         value = finite_number(values.get(self.metric))
         if value is not None:
-            self.finals[trial_id] = value
             self.final_values[trial_id] = self._objective_values(values)
             self._cache.clear()
 
@@ -148,7 +145,9 @@ class RankGatedDecider:
         """The rung's measured rank transfer, from the completed trials with a value there (cached until the
         next completion)."""
         if rung not in self._cache:
-            pairs = [(value, self.finals[t]) for t, value in self.at_rung.get(rung, {}).items() if t in self.finals]
+            at_rung = self.values_at.get(rung, {})
+            pairs = [(v[self.metric], self.final_values[t][self.metric]) for t, v in at_rung.items()
+                     if t in self.final_values]  # fmt: skip
             tau = None
             if len(pairs) >= MIN_TRIALS:
                 x, y = zip(*pairs, strict=True)
