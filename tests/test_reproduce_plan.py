@@ -209,6 +209,15 @@ def test_the_plan_shows_each_estimate_with_the_range_of_the_steps_it_timed(monke
     low_w, high_w = study["estimated_wall_time_s_range"]
     assert low_w < study["estimated_wall_time_s"] < high_w
     assert report["estimated_wall_time_s_range"] == study["estimated_wall_time_s_range"]
+    assert study["estimated_wall_time_s"] >= max(v["estimated_run_s"] for v in study["variants"]) - 0.5
+
+
+def test_the_wall_time_is_never_less_than_one_run():
+    """Runs share the ``concurrency`` slots, but one run takes its own time however many slots stand idle: two
+    runs of 100 s at concurrency 4 take 100 s (the plan said 50), eight take 200 s."""
+    assert planning.wall_seconds(200.0, 100.0, 4) == 100
+    assert planning.wall_seconds(800.0, 100.0, 4) == 200
+    assert planning.wall_seconds(300.0, 250.0, 2) == 250  # one long run and a short one
 
 
 def test_the_steps_are_timed_interleaved_across_variants_a_few_each(monkeypatch):

@@ -209,6 +209,18 @@ def test_the_time_estimate_multiplies_a_timed_step_by_a_trials_steps(tmp_path):
     assert not (tmp_path / "s.db").exists()
 
 
+@pytest.mark.parametrize(("n_trials", "concurrency", "rounds"), [(2, 4, 1), (5, 2, 3), (4, 4, 1), (1, 1, 1)])
+def test_the_time_estimate_counts_whole_rounds_of_trials(tmp_path, n_trials, concurrency, rounds):
+    """Trials run ``concurrency`` at a time and a round lasts a trial's time: 2 trials at concurrency 4 take one
+    trial's time, not half of it (the estimate said 0.5x one trial's time), and 5 at 2 take three rounds."""
+    spec = load_spec({**coatnet_spec(n_trials=n_trials, concurrency=concurrency), "training": {"epochs": 1}})
+    time = check_search(spec, f"sqlite:///{tmp_path / 's.db'}", proposals=0).time
+    low, _, high = time.total_s
+    assert low == pytest.approx(min(c.trial_s for c in time.configs) * rounds)
+    assert high == pytest.approx(max(c.trial_s for c in time.configs) * rounds)
+    assert low >= min(c.trial_s for c in time.configs)
+
+
 @pytest.mark.parametrize(
     "data",
     [

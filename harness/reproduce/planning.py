@@ -74,6 +74,12 @@ def _run_seconds(step: float, run: Run, train_size: int) -> float:
     return round(RUN_OVERHEAD_S + training["epochs"] * epoch, 1)
 
 
+def wall_seconds(total: float, longest: float, concurrency: int) -> float:
+    """The wall time of runs taking ``total`` seconds in all, ``concurrency`` at a time: their share of the slots,
+    but never less than the longest single run (two runs at concurrency 4 take one run's time, not half of one)."""
+    return round(max(total / max(1, concurrency), longest), 0)
+
+
 def describe(run: Run, *, timed: bool = True, finished: set[tuple[str, int]] | None = None) -> dict[str, Any]:
     """One study of the plan: its variants, its protocol, and the estimated wall time here, with its range
     (from the fastest and the slowest of each variant's timed steps).
@@ -87,6 +93,7 @@ def describe(run: Run, *, timed: bool = True, finished: set[tuple[str, int]] | N
     times = _step_times(configs, run.spec["data"].get("batch_size", 64)) if timed and train_size else {}
     variants, seconds, low, high = [], 0.0, 0.0, 0.0
     left = [0.0, 0.0, 0.0]  # what the runs not yet finished need: estimate, fastest, slowest
+    longest, longest_left = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]  # one run's time: the wall time's floor
     for name, config in configs.items():
         seeds = run.protocol.seeds_of(name)
         remaining = seeds - sum(1 for variant, _ in finished or () if variant == name)
@@ -104,6 +111,8 @@ def describe(run: Run, *, timed: bool = True, finished: set[tuple[str, int]] | N
             high += entry["estimated_run_s_range"][1] * seeds
             for index, run_s in enumerate((entry["estimated_run_s"], *entry["estimated_run_s_range"])):
                 left[index] += run_s * remaining
+                longest[index] = max(longest[index], run_s if seeds else 0.0)
+                longest_left[index] = max(longest_left[index], run_s if remaining > 0 else 0.0)
         variants.append(entry)
     notes = [note for note in (run.protocol.more_seeds_note(), run.protocol.selection_note()) if note]
     cluster = {}
@@ -116,8 +125,9 @@ def describe(run: Run, *, timed: bool = True, finished: set[tuple[str, int]] | N
     if finished is not None:
         progress = {
             "finished_runs": len(finished),
-            "remaining_wall_time_s": round(left[0] / concurrency, 0) if seconds else None,
-            "remaining_wall_time_s_range": [round(left[1] / concurrency, 0), round(left[2] / concurrency, 0)]
+            "remaining_wall_time_s": wall_seconds(left[0], longest_left[0], concurrency) if seconds else None,
+            "remaining_wall_time_s_range": [wall_seconds(left[1], longest_left[1], concurrency),
+                                            wall_seconds(left[2], longest_left[2], concurrency)]
             if seconds
             else None,
         }
@@ -128,8 +138,9 @@ def describe(run: Run, *, timed: bool = True, finished: set[tuple[str, int]] | N
         "variants": variants,
         "protocol": run.protocol.to_dict(),
         "notes": notes,
-        "estimated_wall_time_s": round(seconds / concurrency, 0) if seconds else None,
-        "estimated_wall_time_s_range": [round(low / concurrency, 0), round(high / concurrency, 0)] if seconds else None,
+        "estimated_wall_time_s": wall_seconds(seconds, longest[0], concurrency) if seconds else None,
+        "estimated_wall_time_s_range": [wall_seconds(low, longest[1], concurrency),
+                                        wall_seconds(high, longest[2], concurrency)] if seconds else None,
         **cluster,
         **progress,
     }

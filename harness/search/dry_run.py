@@ -383,20 +383,28 @@ def estimate_time(spec: SearchSpec, feasible: list[tuple[dict[str, Any], dict[st
         step_s = training_step_seconds(priced_model(config), batch, threads=threads)
         configs.append(TimedConfig(which, dict(params), int(cost["flops"]), batch, steps, step_s, steps * step_s))
     s = spec.search
-    # A step's time is not strictly ordered by FLOPs (memory traffic, noise): the range is of the three.
-    totals = [c.trial_s * s.n_trials / s.concurrency for c in configs]
+    # A step's time is not strictly ordered by FLOPs (memory traffic, noise): the range is of the three. Trials run
+    # in whole rounds of ``concurrency`` (never fewer than one trial's time, however many slots stand idle).
+    totals = [c.trial_s * rounds_of(s.n_trials, s.concurrency) for c in configs]
     low, middle, high = min(totals), totals[1], max(totals)
     notes.append("training steps only: each epoch's evaluation, the measurement and start-up come on top")
     if s.resources.gpus > 0:
         notes.append(f"timed on this machine's CPU on {threads} thread(s); the trials run on GPUs")
     elif s.resources.workers == 1:
         at_once = max(1, math.floor(usable_cpus() / s.resources.cpus))
-        if at_once < s.concurrency:
+        longer = rounds_of(s.n_trials, at_once) / rounds_of(s.n_trials, s.concurrency)
+        if longer > 1:
             notes.append(
                 f"a local search here runs {at_once} at a time, not {s.concurrency} ({usable_cpus()} CPUs, "
-                f"{show(s.resources.cpus)} per trial): about {show(round(s.concurrency / at_once, 1))}x as long"
+                f"{show(s.resources.cpus)} per trial): about {show(round(longer, 1))}x as long"
             )
     return TimeEstimate(configs, threads, s.n_trials, s.concurrency, (low, middle, high), notes)
+
+
+def rounds_of(n_trials: int, at_once: int) -> int:
+    """How many rounds ``n_trials`` take ``at_once`` at a time: a round lasts a trial's time, so 2 trials at
+    concurrency 4 take one round (not half of one) and 5 at 2 take three."""
+    return math.ceil(n_trials / max(1, at_once))
 
 
 def first_proposals(
