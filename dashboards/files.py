@@ -149,15 +149,21 @@ def check_output(
 def check_extension(path: str | Path, extensions: Sequence[str], writes: str, *, option: str = "--output") -> None:
     """Refuse an output name whose extension says another format than the one written: ``report -o
     h1.png`` wrote HTML into a ``.png``, which an image viewer then refuses and a file manager shows as a
-    broken picture. An extension is a final suffix of letters only (``.png``, ``.json``); a name without
-    one (``report``, ``run.2024``) is written as asked. Nothing is written when refused."""
+    broken picture. An extension is a final suffix of letters, or of letters and digits (``.png``, ``.json``,
+    ``.mp4``, ``.h5``); a name without one (``report``, ``run.2024``: digits alone are a date or a version) is
+    written as asked. Nothing is written when refused."""
     suffix = Path(str(path)).suffix
-    if suffix[1:].isalpha() and suffix.lower() not in {e.lower() for e in extensions}:
+    if is_extension(suffix[1:]) and suffix.lower() not in {e.lower() for e in extensions}:
         accepted = " or ".join(extensions)
         raise OutputRefused(
             f"{option} {_shown(path)}: the extension {_shown(suffix)} does not match what is written "
             f"({writes}); use {accepted}"
         )
+
+
+def is_extension(text: str) -> bool:
+    """Whether a name's final suffix (without its dot) names a format: letters, or letters with digits."""
+    return text.isascii() and text.isalnum() and any(c.isalpha() for c in text)
 
 
 def check_output_dir(path: str | Path, *, option: str) -> Path:

@@ -295,6 +295,17 @@ def test_an_output_named_for_another_format_is_refused_and_nothing_is_written(tm
             assert result.exit_code == 0 and (tmp_path / name).is_file(), (name, result.output)
 
 
+@pytest.mark.parametrize("name", ["r.mp4", "r.h5", "r.7z", "r.MP3"])
+def test_an_extension_with_digits_is_an_extension_too(tmp_path, store_url, name):
+    """``report -o r.mp4`` wrote HTML into an ``.mp4`` (an extension was letters only); digits alone
+    (``run.2024``) stay a name, as above."""
+    out = tmp_path / name
+    result = CliRunner().invoke(main, ["report", "s", "-o", str(out), "--static", "--store", store_url])
+    assert result.exit_code == 2, result.output
+    (line,) = _error_lines(result.output)
+    assert f"the extension {out.suffix} does not match what is written" in line and not out.exists()
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("fmt", ["json", "csv", "table"])
 def test_a_full_standard_output_fails_in_one_line(store_url, fmt):
