@@ -186,6 +186,29 @@ def test_dry_run_proposes_first_what_the_search_proposes_first(tmp_path, monkeyp
     assert [(s["number"], s["status"]) for s in checked.skipped] == [(r["number"], r["status"]) for r in refused]
 
 
+def test_a_dry_run_warm_start_enqueues_first_and_says_nothing(tmp_path, monkeypatch, capsys):
+    """``check`` of a spec that warm-starts proposes the earlier study's trial first, from its own in-memory
+    study: it printed ``warm start from ...: enqueued 1``, as though the real study had been touched."""
+    earlier = {**coatnet_spec(sampler="random"), "name": "earlier"}
+    spec = load_spec(earlier)
+    params = {"layout": "CCCT", "depths[3]": 2, "dims[3]": 64, "drop_path_rate": 0.1, "lr": 2.0e-3}
+    config = build_trial_config(spec, params)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with Store.open(url) as store:
+        store.create_study("earlier", spec.model_dump(mode="json"), spec.objectives)
+        store.start_trial("earlier", 0, config)
+        store.finish_trial("earlier", 0, status="completed", config=config, final={"top1": 50.0},
+                           measurement={"params": 1.0e5})  # fmt: skip
+    before = (tmp_path / "s.db").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    mine = coatnet_spec(sampler="random", warm_start={"study": "earlier"})
+    checked = run_search(mine, store=tmp_path / "s.db", dry_run=True)
+    assert checked.proposals[0].sampled == params, checked.proposals[0]
+    assert "warm start" not in capsys.readouterr().err
+    assert (tmp_path / "s.db").read_bytes() == before
+
+
 def test_dry_run_refuses_a_resume_and_a_flag_that_is_not_a_bool(tmp_path):
     with pytest.raises(ValueError, match="dry_run checks a new search"):
         run_search(coatnet_spec(), store=tmp_path / "s.db", dry_run=True, resume=True)

@@ -62,7 +62,7 @@ def build_searcher(
     (:mod:`harness.search.dry_run`) build it here, so the dry run proposes what the search would."""
     searcher = factory(spec, store_url, name, storage, make_sampler(spec), session)
     if spec.search.warm_start is not None:
-        warm_start.apply(searcher, spec, store_url, name)
+        warm_start.apply(searcher, spec, store_url, name, quiet=quiet)
     elif initial_design.planned_spread(spec):
         initial_design.apply(searcher, spec, name, quiet=quiet)
     return searcher

@@ -108,7 +108,7 @@ def _proposable(spec: SearchSpec, config: dict[str, Any], searched: list[str]) -
         return False
 
 
-def apply(searcher, spec: SearchSpec, store_url: str, study_name: str) -> WarmStartReport:
+def apply(searcher, spec: SearchSpec, store_url: str, study_name: str, quiet: bool = False) -> WarmStartReport:
     """Enqueue the earlier study's trials in the searcher's Optuna study; return the counts. The line it
     prints names ``study_name`` (the study's name, which ``--name`` may have made other than the spec's)."""
     warm = spec.search.warm_start
@@ -149,5 +149,6 @@ def apply(searcher, spec: SearchSpec, store_url: str, study_name: str) -> WarmSt
         if _proposable(spec, record["config"], searched):
             report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
     searcher.set_reusable(report.reusable)
-    print(report.line(study_name), file=sys.stderr, flush=True)
+    if not quiet:  # a dry run (``archsearch check``) enqueues into its own in-memory study: nothing to say
+        print(report.line(study_name), file=sys.stderr, flush=True)
     return report
