@@ -26,8 +26,9 @@ from click.testing import CliRunner
 
 from harness import run_search
 from harness.cli import main
-from harness.search.dry_run import SearchCheck, check_search
-from harness.search.engine import build_engine
+from harness.search.dry_run import DryRunSearch, SearchCheck, check_search
+from harness.search.engine import build_engine, build_searcher
+from harness.search.propose import warm_start
 from harness.search.result_keys import split_tune_config
 from harness.search.session import SearchSession
 from harness.search.worker.trainable import fit_to_resources
@@ -207,6 +208,35 @@ def test_a_dry_run_warm_start_enqueues_first_and_says_nothing(tmp_path, monkeypa
     assert checked.proposals[0].sampled == params, checked.proposals[0]
     assert "warm start" not in capsys.readouterr().err
     assert (tmp_path / "s.db").read_bytes() == before
+
+
+@pytest.mark.parametrize(("ranks", "device", "workers", "gpus", "reused"), [
+    (1, "cpu (x86_64, 2 threads)", 1, 0, True),
+    (2, "cpu (x86_64, 1 threads)", 1, 0, False),  # the reviewer's case: a 2-rank result copied into a 1-rank search
+    (1, "cpu (x86_64, 2 threads)", 2, 0, False),
+    (2, "cpu (x86_64, 1 threads)", 2, 0, True),
+    (1, "cuda (NVIDIA H100 80GB HBM3)", 1, 0, False),  # a GPU's throughput is not a CPU's
+    (1, "cpu (x86_64, 2 threads)", 1, 1, False),
+])  # fmt: skip
+def test_reuse_copies_only_a_result_that_ran_as_this_search_places_its_trials(tmp_path, ranks, device, workers, gpus,
+                                                                              reused):  # fmt: skip
+    """``reuse_results`` copied a trial trained on 2 data-parallel ranks into a 1-rank search (each rank draws its
+    own dropout and drop-path, so the numbers differ), and a CPU trial's throughput into a GPU search."""
+    spec = load_spec({**coatnet_spec(sampler="random"), "name": "earlier"})
+    params = {"layout": "CCCT", "depths[3]": 2, "dims[3]": 64, "drop_path_rate": 0.1, "lr": 2.0e-3}
+    config = build_trial_config(spec, params)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with Store.open(url) as store:
+        store.create_study("earlier", spec.model_dump(mode="json"), spec.objectives)
+        store.start_trial("earlier", 0, config)
+        store.finish_trial("earlier", 0, status="completed", config=config, final={"top1": 50.0, "world_size": ranks},
+                           measurement={"params": 1.0e5, "device": device})  # fmt: skip
+    search = coatnet_spec(sampler="random", warm_start={"study": "earlier", "reuse_results": True},
+                          resources={"cpus": 1, "gpus": gpus, "workers": workers})  # fmt: skip
+    searcher = build_searcher(load_spec(search), url, "mine", SearchSession("mine"), factory=DryRunSearch, quiet=True)
+    assert len(searcher._reusable) == int(reused)
+    report = warm_start.apply(searcher, load_spec(search), url, "mine", quiet=True)
+    assert (len(report.placed_elsewhere), "not reused (trial 0 ran on" in report.line("mine")) == (1 - reused,) * 2
 
 
 def test_dry_run_refuses_a_resume_and_a_flag_that_is_not_a_bool(tmp_path):

@@ -2,14 +2,14 @@
 YAML that ``archsearch trial`` trains again) and the write half of ``studies`` (``--delete``,
 ``--rename``), which :mod:`.read_commands` hands over to :func:`manage_studies`.
 
-The export keeps what decides the model and its training (``model``, ``data``, ``training``,
-``measure``, ``seed``, ``precision``) and drops where the original run was placed (``cpus``,
-``gpu_memory_fraction``, ``device``, ``distributed``): those were Ray's choices for that worker, and
-carried over they would pin a retrain to a share of a GPU or a CPU count it no longer has. A data
-parallel trial splits each global batch between its ranks, so it trains the same model on one
-process. Data paths (``data.data_dir``) stay as stored: the export is meant to run where the study
-ran. The CPU threads the trial ran with are kept as ``threads`` (a CPU result depends on them): on
-the same code and CPU, ``archsearch trial`` of the export trains to the stored numbers bit for bit.
+The export keeps what decides the model and its training (``model``, ``data``, ``training``, ``measure``, ``seed``,
+``precision``) and drops where the original run was placed (``cpus``, ``gpu_memory_fraction``, ``device``): those
+were Ray's choices for that worker, and carried over they would pin a retrain to a share of a GPU or a CPU count it
+no longer has. Data paths (``data.data_dir``) stay as stored: the export is meant to run where the study ran. The
+CPU threads the trial ran with are kept as ``threads`` (a CPU result depends on them), and so is a data-parallel
+trial's rank count, as ``distributed: {workers: N}``: its ranks split each global batch, but each draws its own
+dropout and drop-path, so one process trains the same model to other numbers. On the same code and CPU,
+``archsearch trial`` of the export trains to the stored numbers bit for bit.
 With ``--weights W.pt`` the trial's final model weights, read from the checkpoint its search kept
 (``search.keep_checkpoints: front``, :mod:`harness.search.checkpoints`), go to ``W.pt``, which the
 YAML names as ``init_from`` (relative to the YAML): ``archsearch trial`` then fine-tunes them.
@@ -42,6 +42,7 @@ from trials.status import TrialStatus
 
 store_package = lazy_import("harness.store")  # SQLAlchemy
 checkpoints = lazy_import("harness.search.checkpoints")  # torch, for --weights
+warm_start = lazy_import("harness.search.propose.warm_start")  # Optuna's side: how a stored trial was placed
 
 # Where the original run was placed: dropped from an export (see the module docstring).
 YAML_EXTENSIONS = (".yaml", ".yml")  # export -o: a trial YAML
@@ -57,17 +58,21 @@ def exported_config(
     epochs: int | None = None,
     steps: int | None = None,
     threads: int | None = None,
+    ranks: int = 1,
 ) -> tuple[dict, list[str]]:
     """(the trial YAML's content, the keys of the stored config it dropped) for a stored config.
 
     ``epochs`` replaces the budget and clears a stored ``steps`` (which would otherwise win:
     ``TrainingConfig`` trains ``steps`` when given); ``steps`` sets a step budget. ``threads``: the
-    CPU threads the trial ran with (recorded with it), kept because a CPU result depends on them."""
+    CPU threads the trial ran with (recorded with it), kept because a CPU result depends on them; ``ranks``: its
+    data-parallel ranks, kept (as ``distributed.workers``) where more than one, for the same reason."""
     dropped = [key for key in PLACEMENT_KEYS if key in config]
     exported = {key: value for key, value in config.items() if key not in PLACEMENT_KEYS}
     exported["name"] = f"{study}-trial{number}"
     if threads is not None:
         exported["threads"] = threads
+    if ranks > 1:
+        exported["distributed"] = {"workers": ranks}
     training = dict(exported.get("training") or {})
     if epochs is not None:
         training["epochs"] = epochs
@@ -161,7 +166,9 @@ def export_command(
     if not isinstance(config.get("model"), dict) or not config["model"]:
         raise UsageError(f"trial {number} of study {study!r} ({status}) has no stored model config: nothing to export")
     threads = ran_with_threads(record)
-    exported, dropped = exported_config(config, study, number, epochs=epochs, steps=steps, threads=threads)
+    ranks, _ = warm_start.placement(record)
+    exported, dropped = exported_config(config, study, number, epochs=epochs, steps=steps, threads=threads,
+                                        ranks=ranks)  # fmt: skip
     initial = None  # (the weights' bytes, the epoch they were saved after)
     if weights_target is not None:
         initial = _final_weights(study, number, record, experiment, study_record.get("spec"))
@@ -176,9 +183,11 @@ def export_command(
     header = [
         f"archsearch export: trial {number} of study {study} ({status}{', ' + cost if cost else ''}) from {url}",
         "Kept: the model, data (paths as stored), training, measure, seed and precision of the stored trial"
-        + (f", and the {threads} CPU thread(s) it ran with (a CPU result depends on them)." if threads else "."),
+        + (f", the {threads} CPU thread(s) it ran with (a CPU result depends on them)" if threads else "")
+        + (f", its {ranks} data-parallel ranks (each draws its own dropout and drop-path)" if ranks > 1 else "")
+        + ".",
         "Left out, the original run's placement: "
-        + (", ".join(dropped) if dropped else "nothing was stored")
+        + (", ".join(dropped) if dropped else "none was in the stored config")
         + " (add device/cpus here to place this run).",
     ]
     if epochs is not None or steps is not None:

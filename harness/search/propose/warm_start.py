@@ -7,7 +7,8 @@ parameters included); a parameter the new space has and the old one did not is s
 the new spec fixes takes the new spec's value. A trial with a value outside the new space's domains
 is skipped (and counted). With ``reuse_results``, a proposed trial whose whole config (model, data,
 budget, seed) equals that of any trial the earlier study completed (enqueued or not: a sampler with
-the earlier seed proposes the earlier trials again) is not retrained: its record is copied
+the earlier seed proposes the earlier trials again) and that ran as this search places its trials (as many
+data-parallel ranks, on the same kind of device: :func:`placement`) is not retrained: its record is copied
 (``final.reused_from``) and Optuna told its values (see :class:`harness.search.propose.searcher.ArchsearchSearch`).
 """
 
@@ -36,6 +37,7 @@ class WarmStartReport:
     skipped: int = 0
     skip_reasons: list[str] = field(default_factory=list)
     reusable: dict[str, dict[str, Any]] = field(default_factory=dict)  # config key -> earlier record
+    placed_elsewhere: list[str] = field(default_factory=list)  # completed trials not reused: placed otherwise
 
     def line(self, study: str) -> str:
         why = f" ({'; '.join(self.skip_reasons[:3])}{' ...' if len(self.skip_reasons) > 3 else ''})"
@@ -43,7 +45,26 @@ class WarmStartReport:
             f"[{study}] warm start from {self.source}: enqueued {self.enqueued}, skipped {self.skipped}"
             + (why if self.skipped else "")
             + (f", {len(self.reusable)} reusable without training" if self.reusable else "")
+            + (f", {len(self.placed_elsewhere)} not reused ({self.placed_elsewhere[0]})" if self.placed_elsewhere
+               else "")
         )
+
+
+def placement(record: dict[str, Any]) -> tuple[int, str]:
+    """(data-parallel ranks, ``cpu`` or ``gpu``) a stored trial ran on: a result depends on both (each rank draws
+    its own dropout and drop-path; a GPU's throughput and numerics are not a CPU's), so a reused result must have
+    run as this search places its trials."""
+    ranks = (record.get("final") or {}).get("world_size")
+    device = str((record.get("measurement") or {}).get("device") or "cpu")
+    return (int(ranks) if isinstance(ranks, (int, float)) and ranks >= 1 else 1), (
+        "cpu" if device.startswith("cpu") else "gpu"
+    )
+
+
+def search_placement(spec: SearchSpec) -> tuple[int, str]:
+    """(ranks, device kind) this search's trials run on (``search.resources``)."""
+    resources = spec.search.resources
+    return resources.workers, "gpu" if resources.gpus > 0 else "cpu"
 
 
 def earlier_trials(store, study: str, top: int) -> list[int]:
@@ -92,6 +113,11 @@ def check_source(spec: SearchSpec, store_url: str) -> None:
             f"search.warm_start.study: study {warm.study!r} searched {earlier_family} models and this search "
             f"{spec.family}: nothing it learnt carries over (warm-start from a {spec.family} study)"
         )
+
+
+def _placed(where: tuple[int, str]) -> str:
+    ranks, device = where
+    return f"{ranks} {device.upper()} rank{'s' if ranks > 1 else ''}" if ranks > 1 else device.upper()
 
 
 def _proposable(spec: SearchSpec, config: dict[str, Any], searched: list[str]) -> bool:
@@ -145,9 +171,14 @@ def apply(searcher, spec: SearchSpec, store_url: str, study_name: str, quiet: bo
         searcher.study.enqueue_trial(params, user_attrs={"warm_start": f"{warm.study}#{number}"})
         report.enqueued += 1
     searched = [name for name in spec.params if name not in fixed]
+    here = search_placement(spec)
     for number, record in sorted(records.items()):  # completed trials; the first of identical configs is copied
-        if _proposable(spec, record["config"], searched):
-            report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
+        if not _proposable(spec, record["config"], searched):
+            continue
+        if (ran := placement(record)) != here:
+            report.placed_elsewhere.append(f"trial {number} ran on {_placed(ran)}, this search on {_placed(here)}")
+            continue
+        report.reusable.setdefault(config_key(record["config"]), {**record, "source": f"{warm.study}#{number}"})
     searcher.set_reusable(report.reusable)
     if not quiet:  # a dry run (``archsearch check``) enqueues into its own in-memory study: nothing to say
         print(report.line(study_name), file=sys.stderr, flush=True)
