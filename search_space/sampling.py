@@ -18,6 +18,7 @@ from trials.config.data_config import (
     NATIVE_IMAGE_SIZE,
     NUM_CLASSES,
     DataConfig,
+    folder_classes,
     step_batch,
 )
 from trials.configio import ConfigError
@@ -330,9 +331,12 @@ def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dic
 def data_shape(data: dict[str, Any], default_classes: int) -> dict[str, int]:
     """Image size, channels and class count a dataset gives a model (as the trial runner sets them),
     without loading the data: the cost model prices, and the store records, the model the trial will
-    really build. An image folder's classes are counted where it is read: ``default_classes`` until then."""
+    really build. An image folder's classes are its ``train/`` subfolders where this machine sees them (the model's
+    head, so its params and FLOPs, depend on them), else ``default_classes``: the worker counts them as it reads."""
     name = data.get("name", "synthetic")
     classes = data.get("num_classes", 10) if name == "synthetic" else NUM_CLASSES.get(name, default_classes)
+    if name == "imagefolder":
+        classes = folder_classes(data.get("data_dir")) or default_classes
     size = data.get("image_size") or NATIVE_IMAGE_SIZE.get(name, 224)
     return {"image_size": size, "num_classes": classes, "in_chans": DATA_CHANNELS}
 

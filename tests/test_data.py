@@ -425,6 +425,30 @@ def test_an_image_folder_trains_prices_and_records_one_image_size(tmp_path):
     assert priced["flops"] == estimate_cost(resolve_config(config["model"])).flops  # priced at 32, not 224
 
 
+def test_an_image_folder_is_priced_and_constrained_at_its_own_class_count(tmp_path):
+    """The head follows the folder's classes (3 here), and so do params and FLOPs: a search on a 1000-class preset
+    priced every configuration with a 1000-way head, refusing a spec whose 64-wide model builds at 150k params
+    under a 200k limit, and showing ``num_classes: 1000`` for what trained with 3."""
+    from search_space.sampling import build_trial_config, cost_violations, priced_model
+    from search_space.validation import load_spec
+    from trials.models import build_model
+
+    write_image_folder(tmp_path, {"train": 1, "val": 1})
+    spec = load_spec({
+        "name": "folder", "family": "cait",
+        "base_model": {"preset": "cait_xxs24", "patch_size": 16, "depth": 1, "num_heads": 2, "ca_depth": 1},
+        "data": {"name": "imagefolder", "data_dir": str(tmp_path), "image_size": 32, "batch_size": 2},
+        "objectives": {"top1": "max", "flops": "min"}, "constraints": ["params <= 200000"],
+        "params": {"embed_dim": {"choice": [64, 128]}},
+    })  # fmt: skip
+    config = build_trial_config(spec, {"embed_dim": 64})
+    model = priced_model(config)
+    assert model.num_classes == 3
+    priced, violations = cost_violations(spec, config)
+    built = build_model(config["model"], num_classes=3, image_size=32, in_chans=3)
+    assert priced["params"] == sum(p.numel() for p in built.parameters()) < 200_000 and violations[0] <= 0
+
+
 def test_tiny_files_trained_far_larger_warn_once(tmp_path):
     write_image_folder(tmp_path, {"train": 1, "val": 1})  # 36x40 files
     with pytest.warns(UserWarning, match=r"upscaled 6x"):

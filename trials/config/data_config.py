@@ -81,6 +81,20 @@ def step_batch(name: str, batch_size: int, train_size: int) -> int:
     return min(batch_size, train_size) if name in TRAIN_SIZE_CAPPED else batch_size
 
 
+def folder_classes(data_dir: str | os.PathLike | None) -> int | None:
+    """The classes of an image folder's ``train/`` (its subfolders, as torchvision's ``ImageFolder`` finds them),
+    counted without reading an image; None where this machine cannot see it (a cluster's driver, whose workers
+    read the data): the searcher then prices the preset's head until a worker reports the model it built."""
+    if not data_dir:
+        return None
+    try:
+        with os.scandir(os.path.join(os.fspath(data_dir), "train")) as entries:
+            count = sum(1 for entry in entries if entry.is_dir())
+    except OSError:
+        return None
+    return count or None
+
+
 def is_data_starved(data_wait_fraction: float | None) -> bool:
     """Whether an epoch with this share of its time spent waiting for data counts as starved."""
     return data_wait_fraction is not None and data_wait_fraction > DATA_STARVED_FRACTION
