@@ -5,8 +5,9 @@ trials, other workers): the same architecture can read 712 and 1,299 img/s in on
 each front member is rebuilt from its stored config and measured on one device with nothing else
 scheduled by archsearch, in ``repeats`` rounds that interleave the members (a drift of the machine
 hits every member alike); each member gets the median and the spread of its rounds. It is timed as
-its trial ran: compiled when the trial was (on a GPU), at the trial's measured batch size and at
-batch 1, channels-last on CUDA, after ``trials.measurement.measure.default_warmup`` calls (10 on a GPU), with
+its trial ran: compiled when the trial was (on a GPU; per-block regions or the whole model, with CUDA graphs or
+without, as its record says), at the trial's measured batch size and at batch 1, channels-last on CUDA, after
+``trials.measurement.measure.default_warmup`` calls (10 on a GPU), with
 CUDA events there. By default the timing is a Ray task: on a whole GPU of the cluster for a study
 whose trials ran on GPUs (refused, with the reason, when the cluster has none free; never a silent
 fall back to the driver's CPU), on one CPU for a CPU study. The results
@@ -42,6 +43,8 @@ models = lazy_import("trials.models")
 measure = lazy_import("trials.measurement.measure")
 timing = lazy_import("trials.measurement.timing")
 gpu = lazy_import("trials.devices.gpu")
+compiled_forward = lazy_import("trials.compilation.compiled_forward")
+regions = lazy_import("trials.models.regions")
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -131,6 +134,8 @@ def _payload(record: dict[str, Any]) -> dict[str, Any]:
         "config": record["config"],
         "measurement": record.get("measurement") or {},
         "compiled": bool(final.get("compiled")),  # the trial trained (and now measures) compiled
+        # how it compiled, where its record says (regional or whole, CUDA graphs or not): timed the same way
+        "compile": {key: final[key] for key in ("regional_compile", "cuda_graphs", "world_size") if key in final},
     }
 
 
@@ -260,19 +265,59 @@ def _member(entry: dict[str, Any], device) -> _Member:
         return tuple(measure.inference_fn(forward, inputs, dtype, device) for inputs in batches)
 
     compiled = bool(entry.get("compiled")) and device.type == "cuda"
-    backend = (config.get("training") or {}).get("compile_backend", "inductor")
+    training = config.get("training") or {}
+    backend = training.get("compile_backend", "inductor")
     forward_batch, forward_one = calls(model)
     if compiled:
-        compiled_calls = calls(torch.compile(model, backend=backend, dynamic=False))
+        recorded = entry.get("compile") or {}
+        ranks = int(recorded.get("world_size") or 1)
+        target = compiled_forward.CompileTarget(model, device, dtype, True, image_size, batch_size, ranks, backend)
+        choice = trial_compile_choice(recorded, training, target)
         try:
+            compiled_calls = calls(compile_as_trial(model, choice, backend))
             for call in compiled_calls:  # compiles each batch size now, untimed
                 measure.first_call_seconds(call, device)
             forward_batch, forward_one = compiled_calls
         except Exception as error:  # as a trial does: a compile error means eager, anything else is raised
             if not gpu.is_compile_error(error):
                 raise
+            regions.uncompile_regions(model)
+            forward_batch, forward_one = calls(model)
             compiled = False
     return _Member(forward_batch, forward_one, batch_size, image_size, dtype_name, compiled)
 
 
-__all__ = ["VerifyError", "VerifySettings", "time_front", "verify_front"]
+def trial_compile_choice(recorded: dict[str, Any], training: dict[str, Any], target: Any) -> Any:
+    """How the trial compiled (a :class:`trials.compilation.compiled_forward.CompileChoice`): what its record says
+    (``regional_compile``, ``cuda_graphs``), else the trial's own rule (``choose_compile``) applied to its
+    ``training.compile_scope`` and ``training.cuda_graphs``. Verify timed a whole-model default-mode compile while
+    the trial ran per-block regions, or whole-model CUDA graphs at 64 px and below: another program."""
+    module = compiled_forward
+    if "regional_compile" in recorded:
+        graphs = bool(recorded.get("cuda_graphs"))
+        return module.CompileChoice("regional" if recorded["regional_compile"] else "whole",
+                                    module.REDUCE_OVERHEAD if graphs else None)  # fmt: skip
+    plan = module.CompilePlan(True, None, 0, 0.0, scope=training.get("compile_scope", "regional"),
+                              cuda_graphs=training.get("cuda_graphs", "auto"))  # fmt: skip
+    return module.choose_compile(target, plan)
+
+
+def compile_as_trial(model: Any, choice: Any, backend: str) -> Any:
+    """``model``'s forward compiled as ``choice`` says, as the trial's ``CompiledForward`` compiles it: its blocks
+    in place (regional), or the whole model; under CUDA graphs each call starts a new step, as the trial's do."""
+    mode = choice.mode
+    if choice.scope == "regional" and regions.compile_regions(model, backend=backend, mode=mode):
+        forward = model
+    else:
+        forward = torch.compile(model, backend=backend, mode=mode, dynamic=False)
+    if not choice.cuda_graphs:
+        return forward
+
+    def step(images: Any) -> Any:
+        torch.compiler.cudagraph_mark_step_begin()  # the previous replay's outputs may be overwritten
+        return forward(images)
+
+    return step
+
+
+__all__ = ["VerifyError", "VerifySettings", "compile_as_trial", "time_front", "trial_compile_choice", "verify_front"]

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
 from click.testing import CliRunner
 
 from harness.cli import main
 from harness.store import Store
+from harness.verify import compile_as_trial, trial_compile_choice
 from search_space.sampling import build_trial_config
 from search_space.validation import load_spec
+from trials.compilation.compiled_forward import REDUCE_OVERHEAD, CompileChoice, CompileTarget
+from trials.models import build_model
+from trials.models.presets import PRESETS
 
 SPEC = {
     "name": "fast",
@@ -120,3 +126,38 @@ def test_verify_says_so_when_the_study_is_still_being_searched(tmp_path):
         assert f"warning: study busy is still being searched (pid {holder.pid} on" in result.stderr
     finally:
         holder.kill()
+
+
+# -- timed as the trial compiled it ------------------------------------------------------------------------------
+
+
+def _target(image_size: int, ranks: int = 1) -> CompileTarget:
+    model = build_model(PRESETS["cait_tiny32"].replace(depth=2, num_classes=4))
+    # torch.device("cuda") names the device and initialises nothing: the rule reads its type alone
+    return CompileTarget(model, torch.device("cuda"), torch.float32, True, image_size, 8, ranks, "inductor")
+
+
+@pytest.mark.parametrize(("recorded", "training", "image_size", "ranks", "expected"), [
+    ({"regional_compile": 1.0, "cuda_graphs": 0.0}, {}, 32, 1, ("regional", None)),  # the record wins
+    ({"regional_compile": 0.0, "cuda_graphs": 1.0}, {}, 224, 1, ("whole", REDUCE_OVERHEAD)),
+    ({}, {}, 32, 1, ("whole", REDUCE_OVERHEAD)),  # an older record: the trial's rule, CUDA graphs at <= 64 px
+    ({}, {}, 224, 1, ("regional", None)),
+    ({}, {}, 32, 2, ("regional", None)),  # data-parallel: no CUDA graphs
+    ({}, {"compile_scope": "whole", "cuda_graphs": False}, 32, 1, ("whole", None)),
+])  # fmt: skip
+def test_verify_compiles_a_member_as_its_trial_did(recorded, training, image_size, ranks, expected):
+    """Verify compiled every member whole, in torch.compile's default mode, while its trial ran per-block regions
+    (the default) or whole-model CUDA graphs (images of 64 px and below): it timed another program."""
+    choice = trial_compile_choice(recorded, training, _target(image_size, ranks))
+    assert (choice.scope, choice.mode) == expected
+
+
+@pytest.mark.parametrize("scope", ["regional", "whole"])
+def test_compile_as_trial_compiles_the_blocks_in_place_or_the_whole_model(scope):
+    model = build_model(PRESETS["cait_tiny32"].replace(depth=2, num_classes=4)).eval()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        eager = model(images)
+        forward = compile_as_trial(model, CompileChoice(scope, None), "eager")  # the trial's code path, on a CPU
+        assert torch.allclose(forward(images), eager, atol=1e-5)
+    assert (forward is model) == (scope == "regional")
