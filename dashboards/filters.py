@@ -12,6 +12,14 @@ a comparison whose value and column disagree (``layout>3``, ``lr>high``) is refu
 rather than quietly matching nothing. ``=``, ``!=`` and ``in`` match as ``KEY=VALUE`` always has: a
 number equals a number (``lr=0.001`` matches ``1e-3``), anything equals its text as the tables show
 it (``layout=CCTT``, ``depths=2/2/3/2``, ``None``).
+
+What the tables show is what a filter sees, whatever the storage: a value the table shows ``-`` (null,
+NaN, or a key a trial's config lacks) is ``None`` (``head_hidden_dim=None``; ``null`` and ``~`` too, as
+YAML writes it); a flag equals ``true``/``false`` in any of YAML's spellings whether it is stored as a
+boolean or as the number 1 or 0 (a trial's facts, ``cudnn_benchmark``, are recorded as numbers). A
+slip that would match nothing is refused or read as meant, never left to say "no rows": ``==`` is
+``=``, ``=>`` and ``=<`` are refused naming the operators, and quotes around a value (``layout in
+'CCCT','CCTT'``, as a shell or Python user writes them) are dropped.
 """
 
 from __future__ import annotations
@@ -39,6 +47,13 @@ SYNTAX = (
 
 _IN = re.compile(r"^\s*(?P<key>[^!<>=\s]+)\s+in\s+(?P<values>.*?)\s*$", re.DOTALL)
 _COMPARISON = re.compile(r"^(?P<key>[^!<>=]*)(?P<op>!=|<=|>=|=|<|>)(?P<value>.*)$", re.DOTALL)
+_OPERATOR_CHARACTERS = "!<>="
+# Operators written the other way round (or as other languages write them): refused, naming the one meant.
+_MEANT = {"=>": ">=", "=<": "<=", "=!": "!=", "<>": "!=", "!==": "!=", "===": "=", ">==": ">=", "<==": "<="}
+# YAML's spellings (a spec writes ``choice: [null, 16]``, ``hflip: false``), and Python's ``None``.
+_TRUE = frozenset({"true", "True", "TRUE"})
+_FALSE = frozenset({"false", "False", "FALSE"})
+_NULL = frozenset({"None", "null", "Null", "NULL", "~"})
 
 
 class FilterError(DataError, ValueError):
@@ -75,13 +90,25 @@ class WhereKey:
     metric: bool = False  # a cost or final metric of the trial, not a config value
 
 
+def _unquoted(value: str) -> str:
+    """``'CCTT'`` or ``"CCTT"`` -> ``CCTT``: quotes a shell kept, or a Python user wrote, are no part
+    of a stored value (none of which begins and ends with the same quote)."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" and value[0] not in value[1:-1]:
+        return value[1:-1].strip()
+    return value
+
+
 def parse_filter(text: str) -> Filter:
-    """``"lr>0.002"`` -> ``Filter("lr", ">", ("0.002",))``; anything else of :data:`SYNTAX` refused in one line."""
+    """``"lr>0.002"`` -> ``Filter("lr", ">", ("0.002",))``; anything else of :data:`SYNTAX` refused in one line.
+
+    ``lr==0.003`` is ``lr=0.003``; ``lr=>0.003`` (an operator run no filter has) is refused naming the
+    one meant, where it used to compare with the text ``>0.003`` and match nothing."""
     if not isinstance(text, str):
         raise FilterError(f"filter {text!r} is not text: write it as {SYNTAX}")
     found = _IN.match(text)
     if found:
-        values = tuple(v.strip() for v in found["values"].split(","))
+        values = tuple(_unquoted(v) for v in _unquoted(found["values"]).split(","))
         if not all(values):
             raise FilterError(
                 f"filter {text!r}: 'in' takes values separated by commas, none empty (layout in CCTT,CTTT)"
@@ -91,6 +118,16 @@ def parse_filter(text: str) -> Filter:
     if not found or not found["key"].strip():
         raise FilterError(f"filter {text!r} is not {SYNTAX}")
     key, op, value = found["key"].strip(), found["op"], found["value"].strip()
+    run = op + value[: len(value) - len(value.lstrip(_OPERATOR_CHARACTERS))]
+    if run == "==":
+        op, value = "=", value[1:].strip()
+    elif run != op:
+        meant = f"; did you mean {_MEANT[run]}?" if run in _MEANT else ""
+        raise FilterError(
+            f"filter {text!r}: {run} is no operator (operators: =, !=, <, <=, >, >=, in){meant} "
+            f"(a value that begins with one of {_OPERATOR_CHARACTERS}: KEY in VALUE)"
+        )
+    value = _unquoted(value)
     if op in ORDERING and not value:
         raise FilterError(f"filter {text!r}: {op} needs a value to compare with")
     return Filter(key, op, (value,), text)
@@ -141,6 +178,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+def _is_number_or_flag(value: Any) -> bool:
+    """A number, or a flag as the number it is recorded as elsewhere (``True`` 1, ``False`` 0)."""
+    return isinstance(value, (int, float, np.integer, np.floating, np.bool_))
+
+
 def _number(text: str) -> float | None:
     try:
         number = float(text)
@@ -150,12 +192,17 @@ def _number(text: str) -> float | None:
 
 
 def _equals(series: pd.Series, value: str) -> pd.Series:
-    """``KEY=VALUE`` as it always matched: the value's text, or its number among the numbers."""
+    """``KEY=VALUE`` as it always matched: the value's text, or its number among the numbers; and a
+    null (``None``, ``null``, ``~``) every missing value, a flag (``true``, ``False``...) the flags and
+    the numbers 1 or 0, so ``cudnn_benchmark=false`` matches a fact recorded as 0.0 as
+    ``throughput_shared=false`` matches a stored boolean (``series``: missing values already None)."""
     matched = (series.map(as_text) == value) | (series.map(str) == value)  # a list also as Python writes it
-    number = _number(value)
+    if value in _NULL:
+        return matched | series.map(lambda v: v is None).astype(bool)
+    number = 1.0 if value in _TRUE else 0.0 if value in _FALSE else _number(value)
     if number is None:
         return matched
-    numeric = series.map(_is_number)
+    numeric = series.map(_is_number_or_flag).astype(bool)
     return (numeric & (series.where(numeric, np.nan).astype(float) == number)) | matched
 
 
@@ -216,7 +263,9 @@ def _element(series: pd.Series, index: int) -> pd.Series:
 
 def filter_mask(frame: pd.DataFrame, filters: Sequence[Filter], keys: Mapping[str, WhereKey], study: str = "") -> Any:
     """The rows of ``frame`` every filter keeps (ANDed), as a boolean array; each filter reads the
-    column its key resolved to (``keys``, by :func:`dashboards.pareto.resolve_where`)."""
+    column its key resolved to (``keys``, by :func:`dashboards.pareto.resolve_where`). A missing value
+    (NaN, where pandas turned a config's null or absent key in a numeric column into one, or null) is
+    None in every column, config or metric alike: the ``-`` of the tables, matched by ``KEY=None``."""
     mask = np.ones(len(frame), dtype=bool)
     for key in {keys[f.key].key: keys[f.key] for f in filters}.values():
         if key.index is not None:
@@ -224,7 +273,7 @@ def filter_mask(frame: pd.DataFrame, filters: Sequence[Filter], keys: Mapping[st
     for flt in filters:
         key = keys[flt.key]
         series = frame[key.column] if key.index is None else _element(frame[key.column], key.index)
-        series = series.astype(object).where(series.notna(), None) if key.metric else series
+        series = series.astype(object).where(series.notna(), None)
         shown = key.column.removeprefix("config.") + (f"[{key.index}]" if key.index is not None else "")
         if flt.op == "=":
             kept = _equals(series, flt.value)

@@ -141,13 +141,24 @@ def resolve_where(
     """Each filter key (of ``where``: keys, or filters) resolved against the union of the studies' config
     columns, so one key means one column in every study: ``layout`` is ``config.model.layout`` wherever
     it is found, or the key is refused as ambiguous, naming the columns and the studies that hold each.
-    A spec's indexed key (``depths[3]``) filters on that element of the list. A key that is no config
-    key but a metric of the studies (``metrics_by_study``: ``params``, ``flops``, ``top1``, ...) filters
-    on that metric. A key none of the studies has is refused, with some of the keys they have."""
+    A spec's indexed key (``depths[3]``) filters on that element of the list.
+
+    A key that names a metric or stored column of the studies exactly as the tables show it
+    (``metrics_by_study``: ``params``, ``top1``, the measured ``batch_size``, the ``epochs`` a trial
+    ran) reads that column, before any config key whose last part it is (``config.training.epochs``,
+    ``config.data.batch_size``): the key means the column the user sees under that name, and every
+    config value stays reachable by more of its path (``training.epochs``, ``data.batch_size``). A
+    config key by its last part used to win, so ``epochs=None`` read the configured epochs while the
+    table's ``epochs`` showed ``-``, and ``batch_size`` was refused as ambiguous although the
+    unknown-key message offered it as a metric. A key none of the studies has is refused, with some of
+    the keys they have, config keys and metrics alike, each of which resolves as shown."""
     union = sorted({c for columns in columns_by_study.values() for c in columns})
     metrics = sorted({m for names in (metrics_by_study or {}).values() for m in names})
     resolved = {}
     for key in dict.fromkeys(f.key if isinstance(f, Filter) else f for f in where):
+        if key in metrics:  # the column the tables show under this name, before a config key's last part
+            resolved[key] = WhereKey(key, key, None, metric=True)
+            continue
         indexed = _INDEXED.match(key)
         base, index = (indexed["base"], int(indexed["index"])) if indexed else (key, None)
         try:
@@ -159,9 +170,6 @@ def resolve_where(
                     f"{c} ({', '.join(s for s, cols in columns_by_study.items() if c in cols)})" for c in matches
                 )
                 raise ParetoError(f"filter key {key!r} is ambiguous: {held}; give the whole key") from None
-            if index is None and key in metrics:
-                resolved[key] = WhereKey(key, key, None, metric=True)
-                continue
             known = sorted({c.removeprefix("config.") for c in union})[:12]
             studies = "these studies" if len(columns_by_study) > 1 else "this study"
             shown_metrics = f"; or a metric: {', '.join(metrics[:8])}" if metrics else ""

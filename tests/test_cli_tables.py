@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,35 @@ def test_csv_and_json_keep_whole_number_columns_whole_even_with_a_missing_value(
     first, failed = json.loads(done.stdout)
     assert [type(first[c]) for c in whole] == [int] * len(whole), {c: first[c] for c in whole}
     assert failed["seed"] is None and failed["params"] is None and isinstance(first["top1"], float)
+
+
+def test_csv_and_json_write_a_trials_facts_whole_and_a_missing_time_empty(tmp_path):
+    """Review of issue 61: the facts of how a trial ran (``threads``, ``world_size``, ``data_workers``,
+    ``measure_warmup``, ``compiled_graphs``, the flags ``cudnn_benchmark`` and ``compiled``), which the
+    final record holds as floats, came out 4.0, 1.0, 0.0; an infeasible trial's ``started_at`` came out
+    ``NaT``. Whole numbers are ints (a flag 0 or 1), a missing time empty in CSV and null in JSON; an
+    accuracy or a loss stays a float even when whole, and a fraction stays a fraction."""
+    facts = {"threads": 4.0, "world_size": 1.0, "data_workers": 0.0, "measure_warmup": 2.0,
+             "compiled_graphs": 0.0, "cudnn_benchmark": 1.0, "compiled": 0.0}  # fmt: skip
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with Store.open(url) as store:
+        store.create_study("s", {"name": "s"}, {"top1": "max", "flops": "min"})
+        store.finish_trial(
+            "s", 0, status="completed", config={"training": {"lr": 0.002}}, started_at=datetime.now(timezone.utc),
+            measurement={"flops": 4_000_000, "params": 156_606, "throughput_shared": False},
+            final={"top1": 50.0, "eval_loss": 2.0, "epochs": 4, "train_images_per_s": 812.5, **facts},
+        )  # fmt: skip
+        store.finish_trial("s", 1, status="infeasible", config={"training": {"lr": 0.001}}, error="too big")
+    done = CliRunner().invoke(main, ["trials", "s", "--store", url, "--format", "csv"])
+    assert done.exit_code == 0, done.output
+    ran, infeasible = csv.DictReader(io.StringIO(done.stdout))
+    assert {name: ran[name] for name in facts} == {name: str(int(value)) for name, value in facts.items()}
+    assert (ran["top1"], ran["eval_loss"], ran["train_images_per_s"]) == ("50.0", "2.0", "812.5")
+    assert ran["throughput_shared"] == "False" and ran["started_at"][:2] == "20"
+    assert infeasible["started_at"] == "" and infeasible["threads"] == "" and infeasible["ended_at"] != ""
+    done = CliRunner().invoke(main, ["trials", "s", "--store", url, "--format", "json"])
+    ran, infeasible = json.loads(done.stdout)
+    assert {name: ran[name] for name in facts} == {name: int(value) for name, value in facts.items()}
+    assert all(type(ran[name]) is int for name in facts), {name: ran[name] for name in facts}
+    assert isinstance(ran["top1"], float) and isinstance(ran["eval_loss"], float) and ran["throughput_shared"] is False
+    assert infeasible["started_at"] is None and infeasible["threads"] is None

@@ -62,7 +62,7 @@ CASES = [
     ("layout in CCTT,CTTT", {1, 2, 3}),
     ("layout in CCTT, CCCT", {0, 1, 3}),
     ("params>100000", {1, 2, 3}),  # as text, "99999" > "100000" and trial 0 would match
-    ("batch_size>100", {1, 3}),  # as text, "32" and "64" > "100"
+    ("data.batch_size>100", {1, 3}),  # as text, "32" and "64" > "100" (bare batch_size: the measured column)
     ("depths[2]>=3", {2, 3}),
     ("layout<CCTT", {0}),  # text as text
     ("top1>=70", {2, 3}),
@@ -150,8 +150,10 @@ def test_a_bad_filter_is_the_same_line_in_every_read_command(url, command):
 
 
 def test_fidelity_reads_the_same_filters(url):
-    done = CliRunner().invoke(main, ["fidelity", "s", "--store", url, "--where", "lr=>0.002x", "--where", "lr~1"])
+    done = CliRunner().invoke(main, ["fidelity", "s", "--store", url, "--where", "lr=0.002x", "--where", "lr~1"])
     assert done.exit_code == 2 and "filter 'lr~1' is not KEY=VALUE, KEY!=VALUE" in done.output
+    done = CliRunner().invoke(main, ["fidelity", "s", "--store", url, "--where", "lr=>0.002"])
+    assert done.exit_code == 2 and "filter 'lr=>0.002': => is no operator" in done.output, done.output
 
 
 def test_key_value_parses_as_it_always_did():
@@ -159,3 +161,139 @@ def test_key_value_parses_as_it_always_did():
     assert (one.key, one.op, one.value) == ("name", "=", "a<b=c")
     with pytest.raises(FilterError, match=r"filter key 'layout' given twice \(layout=CCTT, layout=CTTT\)"):
         parse_filters(["layout=CCTT", "layout=CTTT"])
+
+
+# Review of issue 61: what the tables show is what a filter sees. Trial 0 and 1 ran (a spec's ``choice:
+# [null, 16]`` gave trial 1 a null head); trial 2 was infeasible: no final record, no measured batch, and a
+# config written before ``head_hidden_dim`` existed (the key missing, which the tables also show ``-``).
+FACTS = {0: {"cudnn_benchmark": 1.0, "deterministic": 0.0, "threads": 4.0}, 1: {"cudnn_benchmark": 0.0,
+         "deterministic": 1.0, "threads": 4.0}}  # fmt: skip
+
+
+@pytest.fixture
+def shown(tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'shown.db'}"
+    with Store.open(url) as store:
+        store.create_study("h", {"name": "h"}, {"top1": "max", "flops": "min"})
+        for number, head in ((0, 16), (1, None)):
+            store.finish_trial(
+                "h", number, status="completed",
+                config={"model": {"head_hidden_dim": head}, "training": {"epochs": 3},
+                        "data": {"batch_size": 64, "augment": {"hflip": number == 0}}},
+                measurement={"flops": 1e6 * (number + 1), "params": 1000, "batch_size": 8 * (number + 1),
+                             "throughput_shared": number == 1},
+                final={"top1": 50.0 + number, "epochs": 3, **FACTS[number]},
+            )  # fmt: skip
+        store.finish_trial(
+            "h", 2, status="infeasible", error="too big",
+            config={"model": {}, "training": {"epochs": 3}, "data": {"batch_size": 64, "augment": {"hflip": True}}},
+        )  # fmt: skip
+    return url
+
+
+def _numbers(url: str, command: str, *filters: str) -> set[int]:
+    args = [command, "h", "--store", url, "--format", "json"]
+    for item in filters:
+        args += ["--where", item]
+    done = CliRunner().invoke(main, args)
+    if done.exit_code == 2 and "no trial matches" in done.output:
+        return set()
+    assert done.exit_code == 0, done.output
+    return {row["number"] for row in json.loads(done.stdout)}
+
+
+def _everywhere(url: str, item: str, *, front: bool = True) -> tuple[set[int], ...]:
+    """The trials ``item`` keeps in ``trials`` and ``Study.trials(where=)``, and (``front``) the front
+    ``pareto`` shows (which filters on numeric metrics and config keys only)."""
+    with load_study("h", store=url) as study:
+        python = set(study.trials(where=item)["number"])
+    shown = (_numbers(url, "trials", item), python)
+    return (*shown, _numbers(url, "pareto", item)) if front else shown
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("head_hidden_dim=None", {1, 2}),  # null, and a config without the key: both shown '-'
+        ("head_hidden_dim=null", {1, 2}),  # as YAML (the spec) writes it
+        ("head_hidden_dim=~", {1, 2}),
+        ("head_hidden_dim!=None", {0}),
+        ("head_hidden_dim in None,16", {0, 1, 2}),
+        ("head_hidden_dim=nan", set()),  # a NaN of pandas' is no value of the trial's
+        ("head_hidden_dim=16", {0}),
+    ],
+)
+def test_a_null_or_missing_config_value_is_none_in_every_filter(shown, item, expected):
+    """``head_hidden_dim=None`` matched nothing (pandas had made the null a NaN in a numeric config
+    column; only metric columns were turned back) and ``!=None`` everything, although the table shows
+    ``-``: in ``trials``, ``pareto`` (the front: trials 0 and 1) and ``Study.trials`` alike."""
+    trials, python, front = _everywhere(shown, item)
+    assert trials == python == expected
+    assert front == expected - {2}
+
+
+def test_a_key_naming_a_shown_column_reads_that_column_before_a_config_key_by_its_last_part(shown):
+    """``epochs=None`` read ``config.training.epochs`` (3 everywhere) and matched nothing although the
+    table's ``epochs`` column shows ``-`` for the infeasible trial; ``batch_size=8`` was refused as
+    ambiguous between two config keys while the unknown-key message offered ``batch_size`` as a metric.
+    The column shown under the name wins; the config keys are reached by more of their path."""
+    assert _everywhere(shown, "epochs=None", front=False) == ({2}, {2})
+    assert _everywhere(shown, "epochs=3") == ({0, 1}, {0, 1}, {0, 1})
+    assert _everywhere(shown, "training.epochs=3", front=False) == ({0, 1, 2}, {0, 1, 2})
+    assert _everywhere(shown, "config.training.epochs=3", front=False) == ({0, 1, 2}, {0, 1, 2})
+    assert _everywhere(shown, "batch_size=8") == ({0}, {0}, {0})  # the measured batch
+    assert _everywhere(shown, "batch_size>8") == ({1}, {1}, {1})
+    assert _everywhere(shown, "data.batch_size=64", front=False) == ({0, 1, 2}, {0, 1, 2})
+    done = CliRunner().invoke(main, ["trials", "h", "--store", shown, "--where", "bogus>1"])
+    assert done.exit_code == 2 and "or a metric: batch_size" in done.output, done.output
+    assert "data.batch_size" in done.output  # each key the message offers resolves as offered
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("cudnn_benchmark=False", {1}),  # a fact recorded as 0.0
+        ("cudnn_benchmark=true", {0}),
+        ("deterministic=FALSE", {0}),
+        ("throughput_shared=false", {0}),  # a stored boolean
+        ("throughput_shared=True", {1}),
+        ("throughput_shared=1", {1}),
+        ("hflip=false", {1}),  # a config boolean, in YAML's spelling
+        ("hflip=False", {1}),
+        ("hflip=true", {0, 2}),
+    ],
+)
+def test_a_flag_compares_as_a_flag_whatever_its_storage_or_spelling(shown, item, expected):
+    """``cudnn_benchmark=False`` matched nothing (the trial's facts are recorded as 0.0) while
+    ``throughput_shared=False`` matched, and ``hflip=false`` (YAML's spelling) matched nothing."""
+    trials, python = _everywhere(shown, item, front=False)
+    assert trials == python == expected
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("lr==0.002", {1}),
+        ("layout in 'CCCT','CTTT'", {0, 2}),
+        ('layout in "CCCT","CTTT"', {0, 2}),
+        ("layout in 'CCCT,CTTT'", {0, 2}),
+        ("layout='CCTT'", {1, 3}),
+        ('layout!="CCTT"', {0, 2}),
+    ],
+)
+def test_a_doubled_equals_sign_or_quoted_values_filter_as_meant(url, item, expected):
+    """``lr==0.00365`` compared with the text ``=0.00365`` and quoted values with their quotes: nothing
+    matched, and the user read "no trial" as the answer."""
+    assert _front(url, item) == expected
+    assert set(_listed(url, "--where", item)) == expected
+
+
+@pytest.mark.parametrize(("item", "meant"), [("lr=>0.003", ">="), ("lr=<0.003", "<="), ("layout<>CCTT", "!=")])
+def test_an_operator_written_the_other_way_round_is_refused_naming_the_one_meant(url, item, meant):
+    for command in ("pareto", "trials"):
+        done = CliRunner().invoke(main, [command, "s", "--store", url, "--where", item])
+        assert done.exit_code == 2, done.output
+        assert f"is no operator (operators: =, !=, <, <=, >, >=, in); did you mean {meant}?" in done.output
+        assert len(done.output.strip().splitlines()) == 1
+    with pytest.raises(FilterError, match="is no operator"):
+        parse_filters(item)

@@ -20,6 +20,8 @@ from trials.status import TrialStatus
 
 store_package = lazy_import("harness.store")  # SQLAlchemy: only for the commands that open a store
 store_schema = lazy_import("harness.store.schema")  # which stored columns hold whole numbers
+store_rows = lazy_import("harness.store.rows")  # which final metrics are accuracies and losses
+pandas = lazy_import("pandas")  # only where a command writes a frame's rows
 
 
 class UsageError(click.ClickException):
@@ -58,7 +60,9 @@ where_option = click.option(
     metavar="FILTER",
     help="Filter by a config value or a metric: KEY=VALUE, KEY!=VALUE, KEY<VALUE, KEY<=VALUE, KEY>VALUE, "
     "KEY>=VALUE or 'KEY in V1,V2', e.g. layout=CCTT, depths[3]=2, 'lr>0.002', 'params<1e6', "
-    "'layout in CCTT,CTTT' (repeatable, ANDed; numbers compare as numbers, text as text; over several "
+    "'layout in CCTT,CTTT' (repeatable, ANDed; numbers compare as numbers, text as text, None matches a "
+    "missing value (the table's -), true/false a flag; a key is a column as the table names it (epochs, "
+    "batch_size), else a config key by the end of its path (layout, training.epochs); over several "
     "studies a key names one column in all, and a study without it matches nothing).",
 )
 
@@ -156,42 +160,75 @@ def show_cut_off_trials(store, frame, studies: list[str]):
     return frame
 
 
+def _whole_valued(series) -> bool:
+    """A float column that holds at least one number and only whole ones (no fraction, no infinity)."""
+    present = series.dropna()
+    return len(present) > 0 and bool((present % 1 == 0).all())
+
+
+def _quality_metric(name: str) -> bool:
+    """An accuracy or a loss (``top1``, ``best_top1``, ``test_top1``, ``eval_loss``, ``test_loss``): a
+    measurement that may be whole by chance (top-1 50.0 on two images), named as the final metrics
+    the store checks as numbers (:data:`harness.store.rows.FINAL_NUMBERS`) are."""
+    kinds = {n.rsplit("_", 1)[-1] for n in store_rows.FINAL_NUMBERS if n not in store_schema.INTEGER_METRICS}
+    return name.rsplit("_", 1)[-1] in kinds
+
+
 def integer_columns(frame) -> set[str]:
-    """The columns of ``frame`` that hold whole numbers although pandas made them floats (a missing
-    value turns a column of ints into floats: ``seed`` 1.0, ``params`` 156606.0): every stored
-    integer column (:data:`harness.store.schema.INTEGER_FIELDS`), the whole-number final metrics, and
-    a config value (``config.*``, ``sampled.*``, ``fixed.*``) whose every present value is whole while
-    another trial lacks it. A float column with no missing value stays as it is: pandas kept its type."""
-    names = {*store_schema.INTEGER_FIELDS, *store_schema.INTEGER_METRICS}
+    """The columns of ``frame`` that hold whole numbers although they are floats, each known by where
+    its values come from rather than by a list of names kept here:
+
+    - a stored integer column (:data:`harness.store.schema.INTEGER_FIELDS`, from the tables' column
+      types) or a final metric the trial records as an int (``epochs``, ``steps``), which a missing
+      value turned into floats (pandas: ``seed`` 1.0, ``params`` 156606.0);
+    - a config value (``config.*``, ``sampled.*``, ``fixed.*``) whose every present value is whole
+      while another trial lacks it (a float column with no missing value stays as pandas typed it);
+    - a fact of how the trial ran, in its final record: :func:`trials.runner.trial_facts` records every
+      int and bool fact (``threads``, ``world_size``, ``data_workers``, ``measure_warmup``,
+      ``compiled_graphs``, the flags ``cudnn_benchmark``, ``compiled``...) as a float, so a column
+      that is neither stored nor config and holds only whole numbers is one of them, written as the
+      int it was (a flag 0 or 1, as the record holds it and as ``KEY=false`` matches it). An accuracy
+      or a loss (:func:`_quality_metric`) stays a float, whole or not.
+    """
+    stored = {*store_schema.INTEGER_FIELDS, *store_schema.INTEGER_METRICS}
+    schema_columns = {c.name for table in store_schema.Base.metadata.sorted_tables for c in table.columns}
     found = set()
     for column in frame.columns:
         series = frame[column]
-        if series.dtype.kind != "f":
-            continue
-        present = series.dropna()
-        if not bool((present % 1 == 0).all()):  # a fraction or an infinity: a float column
+        if series.dtype.kind != "f" or not _whole_valued(series):
             continue
         name = str(column)
-        if name in names or (name.startswith(("config.", "sampled.", "fixed.")) and len(present) < len(series)):
+        if name in stored:
+            found.add(name)
+        elif name.startswith(("config.", "sampled.", "fixed.")):
+            if series.isna().any():
+                found.add(name)
+        elif name not in schema_columns and not _quality_metric(name):
             found.add(name)
     return found
 
 
+def _missing(value) -> bool:
+    """A missing scalar: None, NaN, or pandas' missing time (``NaT``, which has an ``isoformat``)."""
+    return value is None or value is pandas.NaT or (isinstance(value, float) and math.isnan(value))
+
+
 def records(frame) -> list[dict]:
-    """DataFrame rows as plain dicts: NaN -> None, numpy scalars -> Python, times -> ISO strings, and
-    whole numbers as ints where pandas made their column floats (:func:`integer_columns`), so CSV and
-    JSON write ``seed`` 1, not 1.0."""
+    """DataFrame rows as plain dicts: a missing value (NaN, a missing time ``NaT``) -> None, numpy
+    scalars -> Python, times -> ISO strings, and whole numbers as ints where their column is floats
+    (:func:`integer_columns`), so CSV writes ``seed`` 1, not 1.0, and a missing time empty, not ``NaT``."""
     integers = integer_columns(frame)
     records = []
     for record in frame.to_dict(orient="records"):
         clean = {}
         for key, value in record.items():
+            if _missing(value):
+                clean[key] = None
+                continue
             if hasattr(value, "item") and not isinstance(value, (list, dict)):
                 value = value.item()
             if hasattr(value, "isoformat"):
                 value = value.isoformat()
-            if isinstance(value, float) and math.isnan(value):
-                value = None
             if key in integers and isinstance(value, float):
                 value = int(value)
             clean[key] = value
