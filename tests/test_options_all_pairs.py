@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -37,18 +38,25 @@ OPTIONS: dict[str, tuple[Any, ...]] = {
     "compile_backend": ("aot_eager", "inductor", None),
     "measure": ("all", "flops", "none"),
     "workers": (1, 2),
-    "precision": ("fp32", "bf16"),
+    "precision": ("fp32", "bf16", "fp16"),  # fp16: the gradient scaler's path (what auto picks on a V100 or a T4)
     "cuda_graphs": ("auto", False, True),
-    "talking_heads_impl": ("explicit", "fused", None),  # None: the family has no talking heads
+    "talking_heads_impl": ("explicit", "fused", "auto", None),  # None: the family has no talking heads
     "init": (None, "xavier", "scaled"),
     "resume": (False, True),  # trained one epoch, then resumed from that epoch's state
     "recalibrate_batchnorm": (False, True),
+    "drop_path_rate": (0.0, 0.1),  # above 0, each block draws its own masks (and compiles its own regional graph)
+    "augment": ("none", "mix"),  # mix: RandAugment (the DataLoader path), MixUp and CutMix (soft targets)
+}
+AUGMENTS = {
+    "none": {},
+    "mix": {"randaugment": [2, 9], "mixup_alpha": 0.2, "cutmix_alpha": 0.2},
 }
 
 
 def valid(row: Mapping[str, Any]) -> bool:
     """Rows that can exist: talking heads are CaiT's (and CaiT always has an implementation of them); a
-    compiled row has a backend, an eager one none."""
+    compiled row has a backend, an eager one none. Each rule is on a pair of options and reads a partial row,
+    so :func:`all_pairs` asks it of pairs (a row is valid where all its pairs are)."""
     has_heads = row.get("talking_heads_impl") is not None
     if "family" in row and "talking_heads_impl" in row and (row["family"] == "cait") != has_heads:
         return False
@@ -60,31 +68,51 @@ def valid(row: Mapping[str, Any]) -> bool:
 def all_pairs(options: Mapping[str, Sequence[Any]], valid: Callable[[Mapping[str, Any]], bool]) -> list[dict]:
     """A small table of rows in which every pair of values of two options that some valid row can hold
     appears at least once (greedy: each row the valid candidate covering most pairs not yet covered; among
-    equals, one that needs no new Inductor compile (minutes of a CPU); then the earliest candidate)."""
+    equals, one that needs no new Inductor compile (minutes of a CPU); then the earliest candidate).
+
+    The candidates are every combination (some 10^5), each held as the ids of its pairs, so a round of the
+    greedy choice is one array sum. ``valid`` is a rule on pairs of options (it reads a partial row), so a
+    combination is valid where each of its pairs is: the table is built at collection in a second, not minutes."""
     names = list(options)
-    candidates = [dict(zip(names, values, strict=True)) for values in itertools.product(*options.values())]
-    candidates = [row for row in candidates if valid(row)]
+    sizes = [len(options[name]) for name in names]
+    columns = list(itertools.combinations(range(len(names)), 2))
+    offsets = np.cumsum([0] + [sizes[a] * sizes[b] for a, b in columns])
+    index = np.indices(sizes).reshape(len(names), -1).T
+    pair_ids = np.stack([offsets[k] + index[:, a] * sizes[b] + index[:, b] for k, (a, b) in enumerate(columns)], 1)
+    valid_pair = np.zeros(offsets[-1], dtype=bool)
+    for k, (a, b) in enumerate(columns):
+        for i, j in itertools.product(range(sizes[a]), range(sizes[b])):
+            valid_pair[offsets[k] + i * sizes[b] + j] = valid({names[a]: options[names[a]][i],
+                                                               names[b]: options[names[b]][j]})  # fmt: skip
+    keep = valid_pair[pair_ids].all(axis=1)
+    index, pair_ids = index[keep], pair_ids[keep]
 
-    def pairs(row: Mapping[str, Any]) -> set[tuple]:
-        return {(a, repr(row[a]), b, repr(row[b])) for a, b in itertools.combinations(names, 2)}
+    def row_of(combo: np.ndarray) -> dict:
+        return {name: options[name][i] for name, i in zip(names, combo.tolist(), strict=True)}
 
-    def cost(row: Mapping[str, Any]) -> tuple | None:
+    def cost(combo: np.ndarray) -> tuple | None:
         """What an Inductor row compiles anew (its graphs are shared by rows of one family, scope, precision)."""
+        row = row_of(combo)
         if row.get("compile_backend") != "inductor":
             return None
         return row["family"], row["compile_scope"], row["precision"]
 
-    def new_compile(row: Mapping[str, Any]) -> bool:
-        return cost(row) is not None and cost(row) not in compiled
-
-    uncovered = set().union(*(pairs(row) for row in candidates))
+    inductor = names.index("compile_backend"), options["compile_backend"].index("inductor")
+    compiling = np.flatnonzero(index[:, inductor[0]] == inductor[1])
+    costs: list[tuple | None] = [None] * len(index)
+    for i in compiling:
+        costs[i] = cost(index[i])
+    uncovered = np.zeros(offsets[-1], dtype=bool)
+    uncovered[pair_ids.ravel()] = True  # the pairs some valid row holds
     compiled: set = set()
     table = []
-    while uncovered:
-        best = max(candidates, key=lambda row: (len(pairs(row) & uncovered), -new_compile(row)))
-        table.append(best)
-        uncovered -= pairs(best)
-        compiled.add(cost(best))
+    while uncovered.any():
+        gain = uncovered[pair_ids].sum(axis=1)
+        new_compile = np.array([c is not None and c not in compiled for c in costs])
+        best = int(np.lexsort((np.arange(len(index)), new_compile, -gain))[0])  # most pairs, no compile, earliest
+        table.append(row_of(index[best]))
+        uncovered[pair_ids[best]] = False
+        compiled.add(costs[best])
     return table
 
 
@@ -104,7 +132,7 @@ def trial_config(row: Mapping[str, Any]) -> dict:
     """The tiny trial a row runs. Every rank trains on batches of 16 and evaluates 32 (a data-parallel
     row's global batch is 32), and measurement uses 16 and 1: the compiled graphs are shared by rows of
     one family, precision and scope, so Inductor's cache compiles each once."""
-    model = dict(MODELS[row["family"]])
+    model = {**MODELS[row["family"]], "drop_path_rate": row["drop_path_rate"]}
     if row["talking_heads_impl"] is not None:
         model["talking_heads_impl"] = row["talking_heads_impl"]
     if row["init"] is not None:
@@ -120,6 +148,7 @@ def trial_config(row: Mapping[str, Any]) -> dict:
             "val_size": 32,
             "batch_size": 16 * workers,
             "eval_batch_size": 32,
+            "augment": AUGMENTS[row["augment"]],
         },
         "training": {
             "epochs": 2 if row["resume"] else 1,
