@@ -13,10 +13,19 @@ judgement to the lease's beat.
 
 The lock's open file also tells the driver when its store file was replaced or removed under it
 (:meth:`DriverLock.file_replaced`): its writes would go to a file nobody will read.
+
+Why the descriptors stay open. SQLite's own locks on the file are POSIX record locks, which belong to the
+process: closing *any* descriptor this process has on the file drops them all, while SQLite's connections
+still believe they hold them (SQLite's "how to corrupt" notes, 2.2). Opening the file to ask about a lock and
+closing it again let another process think itself the last connection, checkpoint and delete the WAL that this
+process's open connection went on writing to: two WALs for one database, and committed rows invisible to
+every fresh reader. So this module opens each store file at most once per mode for the life of the process
+(:func:`_descriptor`) and never closes it: a lock is let go with ``F_UNLCK``, not with ``close``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import struct
@@ -37,12 +46,34 @@ def _request(study_id: int, kind: int) -> bytes:
     return struct.pack(_FLOCK, kind, os.SEEK_SET, LOCK_BASE + study_id, 1, 0)
 
 
+# Descriptors on store files, by (absolute path, mode): opened once, never closed (the module's docstring). A
+# file replaced at its path gets new ones; the old ones stay open, since closing them would drop this process's
+# SQLite locks on the old file, which its connections may still hold.
+_FILES: dict[tuple[str, int], int] = {}
+
+
+def _descriptor(path: Path, mode: int) -> int | None:
+    """This process's descriptor on the store file at ``path`` (``os.O_RDWR`` or ``os.O_RDONLY``), opened the
+    first time and kept; None where the file cannot be opened."""
+    key = (os.path.abspath(path), mode)
+    fd = _FILES.get(key)
+    try:
+        if fd is not None and _identity(os.fstat(fd)) == _identity(os.stat(path)):
+            return fd
+        fd = os.open(path, mode | os.O_CLOEXEC)
+    except OSError:
+        return None
+    _FILES[key] = fd
+    return fd
+
+
 class DriverLock:
     """The lock a driver holds on its study for as long as it runs (see the module's docstring)."""
 
-    def __init__(self, fd: int, path: Path):
+    def __init__(self, fd: int, path: Path, study_id: int):
         self._fd = fd
         self.path = path
+        self.study_id = study_id
         self._identity = _identity(os.fstat(fd))
 
     @classmethod
@@ -51,16 +82,14 @@ class DriverLock:
         by another process (a live driver: :func:`lock_held` says so too) or not supported here."""
         if _OFD_SETLK is None:
             return None
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
+        fd = _descriptor(path, os.O_RDWR)
+        if fd is None:
             return None
         try:
             fcntl.fcntl(fd, _OFD_SETLK, _request(study_id, fcntl.F_WRLCK))
         except OSError:
-            os.close(fd)
             return None
-        return cls(fd, path)
+        return cls(fd, path, study_id)
 
     def file_replaced(self) -> bool:
         """Whether the store file this driver opened is no longer the one at its path (removed, or
@@ -71,8 +100,10 @@ class DriverLock:
             return True
 
     def release(self) -> None:
+        """Let go of the lock (``F_UNLCK``); the descriptor stays open (the module's docstring)."""
         if self._fd >= 0:
-            os.close(self._fd)  # the lock goes with the open file description
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self._fd, _OFD_SETLK, _request(self.study_id, fcntl.F_UNLCK))
             self._fd = -1
 
 
@@ -81,16 +112,13 @@ def lock_held(path: Path, study_id: int) -> bool | None:
     (None: cannot be known here). Only asks: a reader takes nothing a driver could need."""
     if _OFD_GETLK is None:
         return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    fd = _descriptor(path, os.O_RDONLY)  # another open file description than the lock's: it sees this process's
+    if fd is None:
         return None
     try:
         answer = fcntl.fcntl(fd, _OFD_GETLK, _request(study_id, fcntl.F_WRLCK))
     except OSError as error:
         return True if error.errno in _BUSY else None
-    finally:
-        os.close(fd)
     return struct.unpack(_FLOCK, answer)[0] != fcntl.F_UNLCK
 
 
