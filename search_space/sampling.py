@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +23,13 @@ from trials.config.data_config import (
     step_batch,
 )
 from trials.configio import ConfigError
+from trials.devices.cpus import usable_cpus
 from trials.models.build import resolve_config
 from trials.models.config import CONFIG_CLASSES, ModelConfig, ModelConfigError, normalize_layout
 from trials.models.presets import PRESETS
 
 from .cost_model import estimate_cost
-from .memory import host_memory, model_values, refuse_if_over, trial_memory
+from .memory import MemoryBudget, host_memory, model_values, refuse_if_over, trial_memory
 from .spec import ChoiceDomain, FixedDomain, FloatDomain, IntDomain, SearchSpec, param_target, parse_constraint
 
 
@@ -302,9 +304,9 @@ def priced_model(trial_config: dict[str, Any]) -> ModelConfig:
 
 
 def check_memory(spec: SearchSpec, trial_config: dict[str, Any]) -> None:
-    """:class:`ConfigError` where a CPU trial of this config cannot fit in this machine's memory
-    (:mod:`search_space.memory`): made infeasible before anything is built or dispatched. A GPU
-    trial's limit is its device's, known where it runs: the worker checks it before building."""
+    """:class:`ConfigError` where a CPU trial of this config cannot fit in its share of this machine's memory
+    (:mod:`search_space.memory`, :func:`trials_at_once`): made infeasible before anything is built or
+    dispatched. A GPU trial's limit is its device's, known where it runs: the worker checks it before building."""
     resources = spec.search.resources
     if resources.gpus > 0:
         return
@@ -316,7 +318,24 @@ def check_memory(spec: SearchSpec, trial_config: dict[str, Any]) -> None:
         int(data.get("train_size", DataConfig.train_size)),
     )
     need = trial_memory(model, batch, resources.workers, "cpu", half_precision=False)
-    refuse_if_over(need, host_memory(), model_values(model))
+    refuse_if_over(need, trial_share(host_memory(), trials_at_once(spec)), model_values(model))
+
+
+def trials_at_once(spec: SearchSpec) -> int:
+    """How many CPU trials of the search run side by side on this machine: ``search.concurrency``, or fewer where
+    its CPUs hold fewer (each trial takes ``search.resources.cpus`` of them)."""
+    resources = spec.search.resources
+    fit = math.floor(usable_cpus() / max(resources.cpus * resources.workers, 1e-9))
+    return max(1, min(spec.search.concurrency, fit))
+
+
+def trial_share(budget: MemoryBudget | None, at_once: int) -> MemoryBudget | None:
+    """A trial's share of ``budget`` when ``at_once`` trials share it: eight trials of 9 GB each passed a 25 GB
+    machine one at a time and needed 74 GB together."""
+    if budget is None or at_once <= 1:
+        return budget
+    where = f"its 1/{at_once} share of {budget.where} ({at_once} trials at a time)"
+    return MemoryBudget(budget.bytes // at_once, where)
 
 
 def cost_violations(spec: SearchSpec, trial_config: dict[str, Any]) -> tuple[dict[str, int], list[float]]:

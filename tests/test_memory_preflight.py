@@ -122,6 +122,25 @@ def test_values_that_fit_only_with_some_others_are_made_infeasible_with_the_warn
     assert SpaceFunction(spec).check({"embed_dim": 32, "depth": 8})[0].feasible
 
 
+@pytest.mark.parametrize(("concurrency", "cpus_here", "fits"), [(1, 8, True), (2, 8, False), (4, 1, True)])
+def test_trials_that_run_side_by_side_share_the_machines_memory(monkeypatch, concurrency, cpus_here, fits):
+    """A trial that fits this machine alone does not fit beside another: eight 9 GB trials passed a 25 GB machine
+    one at a time. The share is the concurrency, or fewer where this machine's CPUs run fewer at once."""
+    raw = _spec(embed_dim={"choice": [32, 256]})
+    raw["search"] = {**raw.get("search", {}), "concurrency": concurrency, "resources": {"cpus": 1, "gpus": 0}}
+    spec = load_spec(raw)
+    alone = training_memory(_model(spec, 256, spec.base_model.get("depth", 1)), spec.data["batch_size"],
+                            half_precision=False).total  # fmt: skip
+    monkeypatch.setattr(sampling, "host_memory", lambda: MemoryBudget(int(alone * 1.5), "a test machine's memory"))
+    monkeypatch.setattr(sampling, "usable_cpus", lambda: cpus_here)
+    config = build_trial_config(spec, {"embed_dim": 256})
+    if fits:
+        check_memory(spec, config)
+    else:
+        with pytest.raises(ConfigError, match=r"its 1/2 share of a test machine's memory \(2 trials at a time\)"):
+            check_memory(spec, config)
+
+
 def _model(spec, embed_dim: int, depth: int):
     from search_space.sampling import priced_model
 
