@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 import yaml
 
@@ -64,6 +65,13 @@ def _start(tmp_path: Path, name: str):
     return driver, url, common
 
 
+def _cmdline(process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
 def _state(url: str, name: str):
     from harness.store import Store
 
@@ -104,10 +112,15 @@ def test_a_stop_signal_to_the_whole_process_group_still_records_the_interruption
     Ray's processes too; the driver records the interruption and says so with the resume line."""
     name = f"stopped-{stop.name.lower()}"
     driver, url, _ = _start(tmp_path, name)
+    started = psutil.Process(driver.pid).children(recursive=True)  # the local Ray, its agents and workers
+    assert started
     os.killpg(driver.pid, stop)
     _, err = driver.communicate(timeout=180)
     assert driver.returncode == code, err[-2000:]
     assert f"search interrupted by {stop.name}" in err and "resume with:" in err
+    # Nothing the driver started outlives it: the raylet's agents were left for 60-90 s after a SIGHUP.
+    _, alive = psutil.wait_procs(started, timeout=10)
+    assert not alive, [(p.pid, _cmdline(p)[:2]) for p in alive]
     counts, study, _ = _state(url, name)
     assert study["status"] == "interrupted" and counts["running"] == 0 and counts["failed"] == 0
     # Resuming after it is the path the Ctrl-C and the SIGKILL tests (tests/test_search.py) run to the end.

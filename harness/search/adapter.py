@@ -30,6 +30,7 @@ from trials.lazy import lazy_import
 # Lazy: the CLI imports this module (through harness.search.cluster.join) to check its arguments.
 optuna = lazy_import("optuna")
 ray = lazy_import("ray")
+psutil = lazy_import("psutil")  # the local Ray's processes' own children, to end with it
 ray_raylet = lazy_import("ray._raylet")
 ray_cloudpickle = lazy_import("ray.cloudpickle")
 ray_search_generator = lazy_import("ray.tune.search.search_generator")
@@ -124,7 +125,9 @@ def end_local_ray_at_once_on_shutdown() -> None:
     kill_all = node.kill_all_processes
 
     def kill_all_at_once(check_alive: bool = True, allow_graceful: bool = False, wait: bool = False) -> None:
+        started = _started_by(node)
         kill_all(check_alive=check_alive, allow_graceful=False, wait=wait)
+        _kill_left(started)
 
     node.kill_all_processes = kill_all_at_once
 
@@ -134,7 +137,29 @@ def kill_local_ray() -> None:
     node = getattr(ray._private.worker, "_global_node", None)
     with contextlib.suppress(Exception):
         if node is not None and node.head:
+            started = _started_by(node)
             node.kill_all_processes(check_alive=False, allow_graceful=False)
+            _kill_left(started)
+
+
+def _started_by(node: Any) -> list[Any]:
+    """The processes the local Ray's own processes started (the raylet's dashboard and runtime-env agents):
+    ``kill_all_processes`` kills the ones it started itself, and these outlived the driver by a minute or more
+    (their stop signals blocked, waiting to notice the raylet gone). Read before the kill: orphans lose their
+    parent."""
+    started = []
+    for infos in node.all_processes.values():
+        for info in infos:
+            with contextlib.suppress(psutil.Error, AttributeError):
+                started.extend(psutil.Process(info.process.pid).children(recursive=True))
+    return started
+
+
+def _kill_left(processes: list[Any]) -> None:
+    """SIGKILL each of ``processes`` still running (psutil checks it is the same process, not a reused PID)."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 # Ray: its cached config, the bootstrap address of a local cluster, and a GCS client for the token
