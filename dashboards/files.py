@@ -81,15 +81,22 @@ def _is_sqlite_database(path: str | Path) -> bool:
 
 def database_in_the_way(path: str | Path) -> str | None:
     """Why replacing ``path`` would damage a SQLite database (None when it would not): it is one, it
-    has a ``-wal``/``-shm`` beside it, or it is the ``-wal``/``-shm`` of one."""
+    has a ``-wal``/``-shm`` beside it, or it is the ``-wal``/``-shm`` of one.
+
+    The side files are looked at first, and a file is opened to read its header only where it has none: a
+    database with side files may be open in this process, and closing a descriptor on it would drop this
+    process's SQLite locks there (POSIX record locks belong to the process; :mod:`harness.store.driver_lock`).
+    Without side files no WAL connection has it open, and a rollback-journal one holds no lock between
+    transactions."""
     name = str(path)
-    if os.path.isfile(name) and _is_sqlite_database(name):
-        return "is a SQLite database (a store?)"
     for side in SQLITE_SIDE_FILES:
         if os.path.lexists(name + side):
             return f"has a SQLite {side} file beside it (a store?)"
-        if name.endswith(side) and _is_sqlite_database(name[: -len(side)]):
-            return f"is the {side} file of the SQLite database {_shown(name[: -len(side)])}"
+        main = name[: -len(side)]
+        if name.endswith(side) and os.path.isfile(main):  # a database's side file: its database is open somewhere
+            return f"is the {side} file of the SQLite database {_shown(main)}"
+    if os.path.isfile(name) and _is_sqlite_database(name):
+        return "is a SQLite database (a store?)"
     return None
 
 

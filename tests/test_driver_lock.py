@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dashboards.files import database_in_the_way
 from harness.store import driver_lock
 
 
@@ -27,7 +28,7 @@ def _in_another_process(path: Path, sql: str) -> list:
     return [tuple(row) for row in json.loads(done.stdout)]
 
 
-@pytest.mark.parametrize("how", ["ask", "take and release"])
+@pytest.mark.parametrize("how", ["ask", "take and release", "refuse an output onto it"])
 def test_asking_about_or_letting_go_of_a_driver_lock_keeps_sqlites_locks(tmp_path, how):
     """POSIX record locks belong to the process, and closing any descriptor on the file drops them all: the
     lock probe's open-and-close dropped this process's SQLite locks, so another process, thinking itself the
@@ -40,6 +41,9 @@ def test_asking_about_or_letting_go_of_a_driver_lock_keeps_sqlites_locks(tmp_pat
     connection.execute("INSERT INTO t VALUES (1)")
     if how == "ask":
         assert driver_lock.lock_held(path, 1) is False
+    elif how == "refuse an output onto it":  # report -o store.db from a process that has the store open
+        assert database_in_the_way(path) == "has a SQLite -wal file beside it (a store?)"
+        assert database_in_the_way(f"{path}-wal") == f"is the -wal file of the SQLite database {path}"
     else:
         assert driver_lock.hold(path, 7) is not None and driver_lock.lock_held(path, 7) is True
         driver_lock.release(path, 7)
