@@ -77,6 +77,11 @@ def pareto_scatter(
 ) -> Figure:
     """Every trial faint, the Pareto front highlighted and joined by a step line, failures in a strip below.
 
+    ``objectives`` are the front's (2 or 3): the first two are the axes, and the highlighted members are
+    the front over all of them, the same trials as the report's front table. With 3, the plane is a
+    2-objective view of that front, so the title says so and no step line is drawn (a member can sit
+    below another in the plane, beaten there but not on the third objective).
+
     Failed, diverged and infeasible trials have no accuracy, so they cannot sit in the objective
     plane; hiding them would hide how much of the budget they cost, so they get a labelled strip
     under the main axes (at their cost when it was measured, at the left edge otherwise).
@@ -89,7 +94,7 @@ def pareto_scatter(
     the same axes.
     """
     sns.set_theme(style="whitegrid")
-    x_name, y_name = _axes_order(objectives)
+    x_name, y_name = _axes_order(dict(list(objectives.items())[:2]))
     frame = frame.reset_index(drop=True)
     x = _numeric(frame[x_name]) if x_name in frame else pd.Series(np.nan, index=frame.index)
     y = _numeric(frame[y_name]) if y_name in frame else pd.Series(np.nan, index=frame.index)
@@ -124,14 +129,17 @@ def pareto_scatter(
                     x[rows], y[rows], c=[colors[i] for i in np.flatnonzero(rows)], marker=marker, alpha=0.35, s=30,
                     edgecolors="none", label=f"{state} ({int(rows.sum())})",
                 )  # fmt: skip
+    several = len(objectives) > 2  # a 2-objective view of a front over more: no step line, said in the labels
     if front.any():
-        order = np.argsort(x[front].to_numpy())
-        fx, fy = x[front].to_numpy()[order], y[front].to_numpy()[order]
-        ax.step(fx, fy, where="post", color="black", linewidth=1.2, zorder=3)
+        if not several:
+            order = np.argsort(x[front].to_numpy(), kind="stable")
+            fx, fy = x[front].to_numpy()[order], y[front].to_numpy()[order]
+            ax.step(fx, fy, where=step_where(objectives[x_name]), color="black", linewidth=1.2, zorder=3)
         ax.scatter(
             x[front], y[front], c=[colors[i] for i in np.flatnonzero(front)], s=110 if front.sum() <= 200 else 30,
             edgecolors="black", linewidths=1.5 if front.sum() <= 200 else 0.5, zorder=4,
-            label=f"Pareto front ({int(front.sum())})",
+            label=f"Pareto front of all {len(objectives)} objectives ({int(front.sum())})" if several
+            else f"Pareto front ({int(front.sum())})",
         )  # fmt: skip
         if front.sum() <= _ANNOTATE_AT_MOST:
             for number, px, py in zip(frame.loc[front, "number"], x[front], y[front], strict=True):
@@ -174,9 +182,25 @@ def pareto_scatter(
         fig.colorbar(mappable, ax=[ax, strip], label=color_by, pad=0.25)
     duplicates = int((status == TrialStatus.DUPLICATE).sum())  # the same config as a trial shown: not drawn twice
     shown = f"{len(frame) - duplicates:,} trials" + (f" (+{duplicates} duplicates)" if duplicates else "")
-    ax.set_title(f"{y_name} vs {x_name}: {shown}, {int(front.sum())} on the front")
+    title = f"{y_name} vs {x_name}: {shown}, {int(front.sum())} on the front"
+    if several:
+        title += f" of {', '.join(objectives)} (a 2-objective view)"
+    ax.set_title(title)
     fig.subplots_adjust(right=0.72)
     return fig
+
+
+def step_where(x_direction: str) -> str:
+    """Matplotlib's ``where`` for the front's step line, the members sorted by x: ``post`` (across, then
+    up or down) when lower x is better, ``pre`` when higher x is better.
+
+    Why: the line must turn at the inner corners, each dominated by both neighbours it joins (the
+    worse x and the worse y of the two), never at an outer corner that would dominate them. Along a
+    2-objective front y gets better exactly as x gets worse; with lower x better the worse x is the
+    right-hand neighbour's and the worse y the left-hand one's (``post``), with higher x better it is
+    the other way round (``pre``), whichever way y points. Plotly's ``hv`` and ``vh`` are the same two.
+    """
+    return "pre" if x_direction == "max" else "post"
 
 
 def _log_scale(values: pd.Series) -> bool:

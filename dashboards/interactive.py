@@ -105,6 +105,12 @@ def pareto_scatter(
 ) -> go.Figure:
     """One point per completed trial with both objectives, the front joined by a step line.
 
+    ``objectives`` are the front's (2 or 3): the first two are the axes, and the members marked are the
+    front over all of them, the report's front table. With 3 the plane is a 2-objective view of that
+    front: the title says so, the hover shows the third objective, and no step line is drawn (a member
+    may sit below another in the plane). The step line turns at the inner corners, each dominated by
+    both members it joins: :func:`step_shape`.
+
     Trial traces carry ``meta="trials"`` (the front line is drawn over them, not as extra points),
     so one can count exactly one point per completed trial. Trials without objective values
     (failed, diverged, infeasible, pruned before a value) cannot sit in the plane; the title
@@ -114,7 +120,8 @@ def pareto_scatter(
     Long because one interactive figure's traces (trials, front, step line, hover text) are built in order for the
     same axes.
     """
-    x_name, y_name = axes_order(objectives)
+    x_name, y_name = axes_order(dict(list(objectives.items())[:2]))
+    others = [name for name in objectives if name not in (x_name, y_name)]  # off the plane: in the hover
     frame = frame.reset_index(drop=True)
     x = numeric_values(frame[x_name]) if x_name in frame else pd.Series(np.nan, index=frame.index)
     y = numeric_values(frame[y_name]) if y_name in frame else pd.Series(np.nan, index=frame.index)
@@ -136,7 +143,8 @@ def pareto_scatter(
                 groups.append((label, done[labels == label], {"color": _PALETTE[i % len(_PALETTE)]}))
     else:
         groups.append(("trials", done, {"color": "#4c72b0"}))
-    hover_params = [p for p in params if p != color_by] + ([color_by] if color_by and color_by != "study" else [])
+    hover_params = [*others, *(p for p in params if p != color_by)]
+    hover_params += [color_by] if color_by and color_by != "study" else []
     for label, part, marker in groups:
         if part.empty:
             continue
@@ -156,17 +164,20 @@ def pareto_scatter(
                 marker={"size": 5 if large else 8, "opacity": 0.5 if large else 0.75, **marker},
             )
         )
+    several = len(objectives) > 2
     if on_front.any():
-        front = done[on_front].sort_values(x_name)
+        front = done[on_front].sort_values(x_name, kind="stable")
         custom, template = _hover(front, x_name, y_name, hover_params)
         fig.add_trace(
             go.Scatter(
                 x=front[x_name].to_numpy(float),
                 y=front[y_name].to_numpy(float),
-                mode="lines+markers",
-                line={"shape": "hv" if objectives[y_name] == "max" else "vh", "color": "black", "width": 1.5},
+                mode="markers" if several else "lines+markers",
+                line={"shape": step_shape(objectives[x_name]), "color": "black", "width": 1.5},
                 marker={"size": 11, "symbol": "circle-open", "color": "black", "line": {"width": 2}},
-                name=f"Pareto front ({int(on_front.sum())})",
+                name=f"Pareto front of all {len(objectives)} objectives ({int(on_front.sum())})"
+                if several
+                else f"Pareto front ({int(on_front.sum())})",
                 meta="front",
                 customdata=custom,
                 hovertemplate="on the front<br>" + template,
@@ -175,6 +186,8 @@ def pareto_scatter(
     missing = len(frame) - len(done)
     heading = title or f"{y_name} vs {x_name}"
     heading += f": {len(done):,} completed trials, {int(on_front.sum())} on the front"
+    if several:
+        heading += f" of {', '.join(objectives)} (a 2-objective view)"
     if missing:
         by_status = frame.loc[~placed, "status"].astype(str).value_counts()
         heading += " (not drawn, no objective values: " + ", ".join(f"{n} {s}" for s, n in by_status.items()) + ")"
@@ -190,6 +203,18 @@ def pareto_scatter(
     if len(done) and _log_axis(done[x_name], declared=False):
         fig.update_xaxes(type="log")
     return fig
+
+
+def step_shape(x_direction: str) -> str:
+    """Plotly's line shape for the front's step line, the members sorted by x: ``hv`` (across, then up
+    or down) when lower x is better, ``vh`` when higher x is better, whichever way y points.
+
+    Why: the line must turn at the inner corners, each dominated by both members it joins (the worse
+    x and the worse y of the two), never at an outer corner that would dominate them; along a
+    2-objective front y gets better exactly as x gets worse, so the worse x settles which corner it
+    is. (:func:`dashboards.figures.step_where` is the same rule in matplotlib's words.)
+    """
+    return "vh" if x_direction == "max" else "hv"
 
 
 def _axis_label(name: str, direction: str) -> str:

@@ -210,6 +210,17 @@ def _study_outcomes(
     return frame.assign(study=study)
 
 
+def studies_objectives(store: StudyReader, studies: Sequence[str]) -> dict[str, str]:
+    """The objectives ``studies`` were searched for, the objectives of one front over all of them; refused
+    (:class:`ParetoError`, in ``archsearch pareto``'s words) where they differ, since a front ranked on
+    one study's objectives says nothing of the others': the reader has to choose, with ``--objectives``."""
+    found = {name: store.objectives(name) for name in studies}
+    if len({tuple(v.items()) for v in found.values()}) > 1:
+        shown = "; ".join(f"{k}: " + ",".join(f"{m}:{d}" for m, d in v.items()) for k, v in found.items())
+        raise ParetoError(f"the studies have different objectives ({shown}): pass --objectives")
+    return next(iter(found.values()), {})
+
+
 def query_front(
     store: StudyReader,
     studies: Sequence[str],

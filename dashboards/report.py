@@ -17,6 +17,7 @@ import contextlib
 import io
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,7 +32,13 @@ from jinja2 import Environment
 
 from dashboards import compare, fidelity, figures, interactive
 from dashboards.columns import log_scaled_columns, searched_config_columns
-from dashboards.pareto import front_mask, hypervolume_progress, resolve_color_by
+from dashboards.pareto import (
+    front_mask,
+    hypervolume_progress,
+    query_front,
+    resolve_color_by,
+    studies_objectives,
+)
 from dashboards.reader import StudyReader
 from dashboards.verified import compare_fronts, load_footnote, load_marks
 from trials.config.data_config import DATA_STARVED_FRACTION
@@ -211,8 +218,47 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
+_SLUG_BYTES = 120  # a PNG's name stays far below the 255-byte file-name limit with its figure and temporary suffixes
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "study"
+    """A study name as a file-name stem: letters (any script), digits, ``_``, ``.`` and ``-`` kept, each run
+    of anything else one ``_``, cut to :data:`_SLUG_BYTES` bytes of UTF-8. Letters of every script stay,
+    so ``exp-α`` and ``exp-β`` keep apart; names that still meet are told apart by :func:`_png_stems`."""
+    slug = re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFC", text)).strip("_.")
+    slug = slug.encode("utf-8")[:_SLUG_BYTES].decode("utf-8", errors="ignore")
+    return slug or "study"
+
+
+COMBINED_STEM = "studies"  # the several-studies scatter's PNG: studies-pareto.png
+
+
+def _png_stems(studies: Sequence[str]) -> dict[str, str]:
+    """Each study's PNG stem (``<stem>-pareto.png``, ...), unique: a study whose :func:`_slug` is taken (by an
+    earlier study, or by ``studies``, the combined scatter's, when there are several) gets ``-2``, ``-3``, ...
+    in the studies' order, so the same command names the same files. Compared case- and
+    normalisation-blind, as macOS and Windows compare file names: ``Exp`` and ``exp`` would be one file."""
+    taken = {COMBINED_STEM} if len(studies) > 1 else set()
+    stems: dict[str, str] = {}
+    for name in studies:
+        base = stem = _slug(name)
+        suffix = 2
+        while stem.casefold() in taken:
+            stem, suffix = f"{base}-{suffix}", suffix + 1
+        taken.add(stem.casefold())
+        stems[name] = stem
+    return stems
+
+
+def _scatter_caption(objectives: Mapping[str, str]) -> str:
+    """What the Pareto scatter shows: the front of 2 objectives, or a 2-objective view of the front of 3."""
+    pair = " vs ".join(list(objectives)[:2])
+    if len(objectives) <= 2:
+        return f"Pareto front of {pair}"
+    return (
+        f"Pareto front of {', '.join(objectives)} seen in the plane of {pair} (a 2-objective view: the members "
+        f"marked are the front of all {len(objectives)} objectives, so no step line joins them)"
+    )
 
 
 # Up to this many trials a report draws every trial and decodes every config, as for any small study.
@@ -349,8 +395,11 @@ def _study_section(
     static: bool = False,
     section_index: int = 0,
     rule: fidelity.RuleSource | None = None,
+    *,
+    png_stem: str,
 ) -> dict[str, Any]:
-    """
+    """``png_stem``: this study's unique file-name stem for ``--png`` (:func:`_png_stems`).
+
     Long because it lays out one section of the report in reading order (front, figures, tables, fidelity,
     verification), each a few lines; split, the order would be scattered.
     """
@@ -367,10 +416,6 @@ def _study_section(
         return section
     section.update(_starved_epochs(store, name, counts.epochs))
     section["fidelity"] = _fidelity_panel(store, name, rule)
-    known = set(store.metric_names(name))
-    missing = [m for m in objectives if m not in known]
-    if missing:  # all trials failed so far, or an objective this study never records
-        section["notes"].append(f"No trial has recorded {', '.join(missing)}.")
     outcomes = store.outcomes(name, list(objectives), strict=False)
     if shown_counts is not None:  # the trials a gone driver left running
         outcomes = outcomes.assign(status=outcomes["status"].replace(TrialStatus.RUNNING, TrialStatus.INTERRUPTED))
@@ -417,9 +462,8 @@ def _study_section(
 
     log_columns = log_scaled_columns(_decoded(record.get("spec")), varying)
     figs: list[_Figure] = []
-    if present:
-        pair = dict(list(objectives.items())[:2])
-        caption = "Pareto front of " + " vs ".join(pair) + (f", coloured by {color_by}" if color_by else "")
+    if present:  # the front of every objective, its first two the plane: the table's front, marked in the scatter
+        caption = _scatter_caption(objectives) + (f", coloured by {color_by}" if color_by else "")
         live_caption = caption + ": hover a point for its trial, objectives and searched parameters"
         if large:
             caption += f" (all {len(outcomes):,} trials as a density; the front's members as points)"
@@ -428,9 +472,12 @@ def _study_section(
             _Figure(
                 "pareto",
                 caption,
-                lambda: figures.pareto_scatter(frame, pair, color_by, density=large),
+                lambda: figures.pareto_scatter(frame, objectives, color_by, density=large),
                 lambda: interactive.pareto_scatter(
-                    _hover_frame(store, name, outcomes, frame, pair, varying, color_by, large), pair, varying, color_by
+                    _hover_frame(store, name, frame, objectives, varying, color_by, large),
+                    objectives,
+                    varying,
+                    color_by,
                 ),
                 live_caption,
             )
@@ -499,7 +546,7 @@ def _study_section(
                 )
 
     for figure in figs:
-        entry = figure.render(static, png_dir, f"{_slug(name)}-{figure.key}", f"s{section_index}-{figure.key}")
+        entry = figure.render(static, png_dir, f"{png_stem}-{figure.key}", f"s{section_index}-{figure.key}")
         if entry is not None:
             section["figures"].append(entry)
     return section
@@ -565,9 +612,8 @@ class _Figure:
 def _hover_frame(
     store: StudyReader,
     name: str,
-    outcomes: pd.DataFrame,
     frame: pd.DataFrame,
-    pair: Mapping[str, str],
+    objectives: Mapping[str, str],
     varying: list[str],
     color_by: str | None,
     large: bool,
@@ -577,7 +623,7 @@ def _hover_frame(
     if not large:
         return frame
     keys = list(dict.fromkeys([*varying, *([color_by] if color_by else [])]))
-    return store.outcomes(name, list(pair), config_keys=keys, strict=False)
+    return store.outcomes(name, list(objectives), config_keys=keys, strict=False)
 
 
 def _comparison(
@@ -603,28 +649,36 @@ def _comparison(
         "rows": [(key, [values[name] for name in studies]) for key, values in table],
         "figures": [],
     }
-    pair = dict(list(objectives.items())[:2])
     frames = [
-        store.outcomes(name, list(pair), strict=False).assign(study=name)
+        store.outcomes(name, list(objectives), strict=False).assign(study=name)
         for name in studies
         if store.study_counts(name).total
     ]
-    if len(pair) < 2 or not frames:
+    if len(objectives) < 2 or not frames:
         return section
     frame = pd.concat(frames, ignore_index=True)
     large = len(frame) > LARGE_STUDY
-    caption = f"Pareto front of {' vs '.join(pair)} over {', '.join(studies)}, coloured by study"
+    caption = f"{_scatter_caption(objectives)} over {', '.join(studies)}, coloured by study"
     figure = _Figure(
         "pareto",
         caption + (f" (all {len(frame):,} trials as a density; the front's members as points)" if large else ""),
-        lambda: figures.pareto_scatter(frame, pair, "study", density=large),
-        lambda: interactive.pareto_scatter(frame, pair, (), "study"),
+        lambda: figures.pareto_scatter(frame, objectives, "study", density=large),
+        lambda: interactive.pareto_scatter(frame, objectives, (), "study"),
         caption + ": hover a point for its study and trial",
     )
-    entry = figure.render(static, png_dir, "studies-pareto", "studies-pareto")
+    entry = figure.render(static, png_dir, f"{COMBINED_STEM}-pareto", "studies-pareto")
     if entry is not None:
         section["figures"].append(entry)
     return section
+
+
+def _check_metrics(store: StudyReader, studies: Sequence[str], objectives: Mapping[str, str]) -> None:
+    """Refuse (:class:`ParetoError`) objectives a study with trials does not record, by ``archsearch pareto``'s
+    own query and words (``unknown metric 'foo'; known: ...``): a report on such a metric would be an empty
+    front under headings that read like a result. A study's own objectives are always known."""
+    with_trials = [name for name in studies if store.study_counts(name).total]
+    if with_trials:
+        query_front(store, with_trials, objectives, with_configs=False)
 
 
 def write_report(
@@ -640,18 +694,25 @@ def write_report(
     """Write one offline HTML report for ``studies`` to ``out_path`` and return its path (None:
     written to standard output, as ``out_path`` None asks).
 
-    ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty;
-    the first two are plotted. ``png_dir`` also writes every figure as ``<study>-<figure>.png``
-    (and, for several studies, their combined scatter as ``studies-pareto.png``). ``static``: PNG
-    figures in the page and no script, instead of the interactive figures. ``rule``: the early-stopping rule
-    the fidelity panel replays, as a spec -> ``RungRule`` function (default: the registered one).
+    ``objectives`` (``{"top1": "max", "flops": "min"}``) defaults to each study's own when empty
+    (several studies must then agree on them, as for ``archsearch pareto``: :func:`studies_objectives`);
+    given, every study with trials must record them (:func:`_check_metrics`). The scatter's axes are
+    the first two, its marked front that of all of them. A study named twice is reported once.
+    ``png_dir`` also writes every figure as ``<study>-<figure>.png``, ``<study>`` a unique file-name
+    stem of the name (:func:`_png_stems`), and, for several studies, their combined scatter as
+    ``studies-pareto.png``. ``static``: PNG figures in the page and no script, instead of the
+    interactive figures. ``rule``: the early-stopping rule the fidelity panel replays, as a spec ->
+    ``RungRule`` function (default: the registered one).
     """
+    studies = list(dict.fromkeys(studies))  # a study named twice is one section, as in `pareto`
     if color_by is not None:  # before anything is created: an unknown column is the user's error
         columns = sorted({c for name in studies for c in store.config_columns(name)})
         color_by = resolve_color_by(color_by, columns)
-    if not objectives:  # each study's own, read now: a damaged column fails before any folder is created
-        for name in studies:
-            store.objectives(name)
+    # Before anything is created: objectives that differ between studies, an unknown metric, a damaged column.
+    if objectives:
+        _check_metrics(store, studies, objectives)
+    shown = dict(objectives) if objectives else studies_objectives(store, studies)
+    stems = _png_stems(studies)
     out = Path(out_path) if out_path is not None else None  # None: standard output
     created: list[Path] = []  # folders this report made: removed again if it fails
     with OutputSet() as outputs:  # the report and its PNGs land together, or none of them does
@@ -661,11 +722,10 @@ def write_report(
                 created += _make_folder(Path(png_dir))
                 png = PngFolder(Path(png_dir), outputs)
             sections = [
-                _study_section(store, name, objectives, color_by, png, static, index, rule)
+                _study_section(store, name, objectives, color_by, png, static, index, rule, png_stem=stems[name])
                 for index, name in enumerate(studies, start=1)
             ]
-            shown = dict(objectives) if objectives else (store.objectives(studies[0]) if studies else {})
-            comparison = _comparison(store, list(dict.fromkeys(studies)), shown, png, static)
+            comparison = _comparison(store, studies, shown, png, static)
             env = Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True)
             html = env.from_string(_TEMPLATE).render(
                 comparison=comparison,

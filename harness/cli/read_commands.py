@@ -221,16 +221,6 @@ REPORT_EXTENSIONS = (".html", ".htm")  # report -o: the report is one HTML file
 _METRIC_COLUMNS = ("top1", "top5", "eval_loss", "train_loss", "best_top1", "epochs")
 
 
-def _studies_objectives(store, studies: tuple[str, ...]) -> dict[str, str]:
-    """The objectives the studies were searched for (they must agree; otherwise pass --objectives)."""
-    found = {name: store.objectives(name) for name in studies}
-    distinct = {tuple(v.items()) for v in found.values()}
-    if len(distinct) > 1:
-        shown = "; ".join(f"{k}: " + ",".join(f"{m}:{d}" for m, d in v.items()) for k, v in found.items())
-        raise pareto.ParetoError(f"the studies have different objectives ({shown}): pass --objectives")
-    return next(iter(found.values()))
-
-
 @click.command("pareto")
 @click.argument("studies", nargs=-1, required=True)
 @click.option(
@@ -249,7 +239,7 @@ def pareto_command(
     try:
         filters = pareto.parse_where(where)
         with open_store(store_url, create=False, read_only=True) as store:
-            wanted = pareto.parse_objectives(objectives) if objectives else _studies_objectives(store, studies)
+            wanted = pareto.parse_objectives(objectives) if objectives else pareto.studies_objectives(store, studies)
             result = pareto.query_front(store, list(studies), wanted, filters)
             outcomes = show_cut_off_trials(store, result.trials, list(studies))
             specs = {name: store.study(name)["spec"] for name in dict.fromkeys(studies)}
