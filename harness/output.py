@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import math
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,6 +92,17 @@ def strict_json_value(value: Any) -> Any:
     return value
 
 
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: 2 for a wide or full-width character (``全``, ``ａ``), 0 for a combining
+    mark, 1 otherwise. Padding by ``len()`` shifted every column after a cell holding such characters."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return width
+
+
 def render_table(
     rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, kinds: dict[str, str] | None = None
 ) -> str:
@@ -101,11 +113,15 @@ def render_table(
     columns = list(columns or rows[0].keys())
     kind = {col: (kinds or {}).get(col) or column_kind(col) for col in columns}
     cells = [[_cell(row.get(col), kind[col]) for col in columns] for row in rows]
-    widths = [max(len(col), *(len(r[i]) for r in cells)) for i, col in enumerate(columns)]
+    widths = [max(display_width(col), *(display_width(r[i]) for r in cells)) for i, col in enumerate(columns)]
     numeric = [all(isinstance(row.get(col), (int, float)) or row.get(col) is None for row in rows) for col in columns]
 
+    def pad(value: str, width: int, right: bool) -> str:
+        fill = " " * (width - display_width(value))
+        return fill + value if right else value + fill
+
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
+        parts = [pad(v, w, num) for v, w, num in zip(values, widths, numeric, strict=True)]
         return "  ".join(parts).rstrip()
 
     out = [line(columns), line(["-" * w for w in widths])]

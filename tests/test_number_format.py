@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.cli.common import MAX_ERROR_LINE, one_line
-from harness.output import format_number, render
+from harness.output import display_width, format_number, render, render_table
 from harness.search.record.progress import compact_number
 from harness.store import Store
 from search_space.validation import load_spec
@@ -97,3 +97,12 @@ def test_a_spec_key_error_listing_many_fields_ends_on_a_whole_word(monkeypatch):
     assert whole.startswith("unknown parameter for family cait") and len(whole) > 400  # the case the issue saw
     head = cut[: -len(" ...")]
     assert cut.endswith(" ...") and len(cut) <= 400 and whole.startswith(head) and whole[len(head)] in " ,)"
+
+
+def test_a_table_pads_wide_characters_by_the_columns_they_take():
+    """A full-width or CJK cell (``ａｂｃ全角``) takes two terminal columns a character: padded by ``len()``, every
+    column after it shifted. Each line's column starts where the header's does."""
+    rows = [{"layout": "ａｂｃ全角", "top1": 91.5}, {"layout": "CCTT", "top1": 90.25}, {"layout": "é̂", "top1": 1.0}]
+    lines = render_table(rows, ["layout", "top1"], kinds={"top1": "real"}).splitlines()
+    assert display_width("ａｂｃ全角") == 10 and display_width("é̂") == 1 and display_width("CCTT") == 4
+    assert len({display_width(line) for line in lines}) == 1, lines  # every row ends at the header's right edge
