@@ -69,9 +69,12 @@ def driver_identity(pid: int | None = None) -> str:
 
 
 def describe_driver(driver: str | None) -> str:
-    """``pid N on HOST``: how messages name a driver."""
-    host, pid = ([*(driver or "").split(), "?", "?"])[:2]
-    return f"pid {pid} on {host}"
+    """``pid N on HOST``: how messages name a driver; ``(another PID namespace)`` after it where the driver's
+    process table is not this one's (a container's driver is ``pid 1`` there, which names nothing here)."""
+    host, pid, _, kernel = ([*(driver or "").split(), "?", "?", "", ""])[:4]
+    here = kernel_namespace()
+    elsewhere = host == socket.gethostname() and kernel not in ("", "-") and here and kernel != here
+    return f"pid {pid} on {host}" + (" (another PID namespace)" if elsewhere else "")
 
 
 def _process_start(pid: int) -> int | None:
