@@ -61,6 +61,8 @@ def parse_objectives(text: str) -> dict[str, str]:
             raise ParetoError(f"objective {part!r} is not METRIC:DIRECTION (e.g. top1:max)")
         if direction not in DIRECTIONS:
             raise ParetoError(f"direction {direction!r} of {name!r} must be max or min")
+        if name in objectives:  # top1:max,top1:min read as one objective: "got 1" hid the slip
+            raise ParetoError(f"objective {name!r} is given twice: {text!r}")
         objectives[name] = direction
     if not 2 <= len(objectives) <= 3:
         raise ParetoError(f"a Pareto front needs 2 or 3 objectives, got {len(objectives)}: {text!r}")

@@ -107,6 +107,8 @@ def test_hypervolume_progress_is_monotone_and_ends_at_the_front_volume():
         ("top1:up,flops:min", "direction 'up' of 'top1' must be max or min"),
         ("top1,flops:min", "is not METRIC:DIRECTION"),
         ("a:max,b:max,c:max,d:max", "2 or 3 objectives"),
+        ("top1:max,top1:min", "objective 'top1' is given twice"),
+        ("top1:max,flops:min,top1:max", "objective 'top1' is given twice"),
     ],
 )
 def test_bad_objectives(text, fragment):
