@@ -183,7 +183,7 @@ def _decoded(value: Any) -> Any:
 def _dump(value: Any) -> str:
     """YAML when available (how specs are written), JSON otherwise."""
     try:
-        return yaml.safe_dump(value, sort_keys=False, default_flow_style=False)
+        return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, allow_unicode=True)
     except Exception:  # unserialisable objects or no PyYAML: JSON with str() fallback still shows it
         return json.dumps(value, indent=2, default=str)
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from matplotlib.cbook import STEP_LOOKUP_MAP
 from test_report import OBJECTIVES, _fill, front_table_numbers
 
-from dashboards import figures, interactive
+from dashboards import figures, interactive, report
 from dashboards.report import write_report
 from dashboards.values import axes_order
 from harness.cli import main
@@ -252,3 +252,8 @@ def test_a_study_named_twice_is_one_section(tmp_path: Path):
         html = write_report(store, ["s", "s"], OBJECTIVES, tmp_path / "r.html").read_text()
     assert html.count("<h2>Study s</h2>") == 1
     assert 'id="several-studies"' not in html
+
+
+def test_the_reports_spec_block_shows_unicode_as_written():
+    """A spec's ``é`` showed as ``\\xE9`` (YAML's default escapes every non-ASCII character)."""
+    assert "exp-é" in report._dump({"name": "exp-é"}) and "\\x" not in report._dump({"name": "exp-é"})

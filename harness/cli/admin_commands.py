@@ -199,7 +199,7 @@ def export_command(
             + (" (relative to this file)" if target is not None else "")
             + ": a fine-tune; the optimiser and the schedule start fresh."
         )
-    text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(exported, sort_keys=False)
+    text = "".join(f"# {line}\n" for line in header) + yaml.safe_dump(exported, sort_keys=False, allow_unicode=True)
     with OutputSet() as outputs:  # the weights and the YAML that names them land together, or neither
         if initial is not None:
             try:
