@@ -187,19 +187,24 @@ def test_dry_run_proposes_first_what_the_search_proposes_first(tmp_path, monkeyp
     assert [(s["number"], s["status"]) for s in checked.skipped] == [(r["number"], r["status"]) for r in refused]
 
 
-def test_a_dry_run_warm_start_enqueues_first_and_says_nothing(tmp_path, monkeypatch, capsys):
-    """``check`` of a spec that warm-starts proposes the earlier study's trial first, from its own in-memory
-    study: it printed ``warm start from ...: enqueued 1``, as though the real study had been touched."""
-    earlier = {**coatnet_spec(sampler="random"), "name": "earlier"}
-    spec = load_spec(earlier)
+def _earlier_study(url: str, final: dict | None = None, measurement: dict | None = None) -> dict:
+    """A study ``earlier`` in the store at ``url`` with one completed trial (stored as a search stores it, with
+    ``final`` and ``measurement`` added); returns the trial's sampled values."""
+    spec = load_spec({**coatnet_spec(sampler="random"), "name": "earlier"})
     params = {"layout": "CCCT", "depths[3]": 2, "dims[3]": 64, "drop_path_rate": 0.1, "lr": 2.0e-3}
     config = build_trial_config(spec, params)
-    url = f"sqlite:///{tmp_path / 's.db'}"
     with Store.open(url) as store:
         store.create_study("earlier", spec.model_dump(mode="json"), spec.objectives)
         store.start_trial("earlier", 0, config)
-        store.finish_trial("earlier", 0, status="completed", config=config, final={"top1": 50.0},
-                           measurement={"params": 1.0e5})  # fmt: skip
+        store.finish_trial("earlier", 0, status="completed", config=config, final={"top1": 50.0, **(final or {})},
+                           measurement={"params": 1.0e5, **(measurement or {})})  # fmt: skip
+    return params
+
+
+def test_a_dry_run_warm_start_enqueues_first_and_says_nothing(tmp_path, monkeypatch, capsys):
+    """``check`` of a spec that warm-starts proposes the earlier study's trial first, from its own in-memory
+    study: it printed ``warm start from ...: enqueued 1``, as though the real study had been touched."""
+    params = _earlier_study(f"sqlite:///{tmp_path / 's.db'}")
     before = (tmp_path / "s.db").read_bytes()
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
@@ -222,15 +227,8 @@ def test_reuse_copies_only_a_result_that_ran_as_this_search_places_its_trials(tm
                                                                               reused):  # fmt: skip
     """``reuse_results`` copied a trial trained on 2 data-parallel ranks into a 1-rank search (each rank draws its
     own dropout and drop-path, so the numbers differ), and a CPU trial's throughput into a GPU search."""
-    spec = load_spec({**coatnet_spec(sampler="random"), "name": "earlier"})
-    params = {"layout": "CCCT", "depths[3]": 2, "dims[3]": 64, "drop_path_rate": 0.1, "lr": 2.0e-3}
-    config = build_trial_config(spec, params)
     url = f"sqlite:///{tmp_path / 's.db'}"
-    with Store.open(url) as store:
-        store.create_study("earlier", spec.model_dump(mode="json"), spec.objectives)
-        store.start_trial("earlier", 0, config)
-        store.finish_trial("earlier", 0, status="completed", config=config, final={"top1": 50.0, "world_size": ranks},
-                           measurement={"params": 1.0e5, "device": device})  # fmt: skip
+    _earlier_study(url, final={"world_size": ranks}, measurement={"device": device})
     search = coatnet_spec(sampler="random", warm_start={"study": "earlier", "reuse_results": True},
                           resources={"cpus": 1, "gpus": gpus, "workers": workers})  # fmt: skip
     searcher = build_searcher(load_spec(search), url, "mine", SearchSession("mine"), factory=DryRunSearch, quiet=True)
